@@ -120,22 +120,22 @@ def collective_all_reduce_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
         tmp2 = 2*ranks - 2
         out = msg_bytes*tmp2/(ranks*xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp1, tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp1, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp2, alpha_ring_ll_s + 2*(-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + 2*(nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -227,22 +227,22 @@ def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
         tmp2 = 2*ranks - 2
         out = msg_bytes*tmp2/(ranks*xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp1, tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp1, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp2, alpha_ring_ll128_s + 2*(-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + 2*(nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
             inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -334,8 +334,10 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
         tmp2 = 2*nodes
         out = msg_bytes*(tmp0 - 1.5)*xp.where(tmp1, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))/ranks + xp.where(tmp1, alpha_ring_simple_s + hop_nvlink_ring_simple_s*(tmp0 - 2), alpha_ring_simple_s + (2*ranks - tmp2)*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + (tmp2 - 2)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
@@ -343,15 +345,13 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = 2*ranks -> r0
             numpy.multiply(ranks, 2.0, out=r0)
@@ -439,8 +439,10 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
         tmp0 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_tree_ll_s + 2*hop_net_tree_ll_s*xp.log(nodes)/xp.log(2) + 2*hop_nvlink_tree_ll_s*(ranks_per_node - 1) + 2*msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*xp.minimum(ring_channels*tree_channel_max_bw_bytes_per_s, 0.92*xp.where(xp.less(nodes, 2), tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used))))
         return _runtime.broadcast(xp, out, (alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*hop_nvlink_tree_ll_s
             inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
@@ -448,15 +450,13 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
             (hop_net_tree_ll_s, hop_nvlink_tree_ll_s) = _runtime.reals("collective_all_reduce_tree_ll_time_s", ("hop_net_tree_ll_s", "hop_nvlink_tree_ll_s"), (hop_net_tree_ll_s, hop_nvlink_tree_ll_s))
             inv0 = 2*hop_nvlink_tree_ll_s
             inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_tree_ll_time_s",
-        ("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_tree_ll_time_s",
+            ("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -532,8 +532,10 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
         tmp1 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_tree_ll128_s + 2*hop_net_tree_ll128_s*xp.log(nodes)/xp.log(2) + 2*hop_nvlink_tree_ll128_s*(ranks_per_node - 1) + 2*msg_bytes/xp.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, xp.where(tmp0, 0.7777777777777778, 0.9375)*xp.minimum(ring_channels*tree_channel_max_bw_bytes_per_s, 0.92*xp.where(tmp0, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used))))
         return _runtime.broadcast(xp, out, (alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*hop_nvlink_tree_ll128_s
             inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
@@ -541,15 +543,13 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
             (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s) = _runtime.reals("collective_all_reduce_tree_ll128_time_s", ("hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s"), (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s))
             inv0 = 2*hop_nvlink_tree_ll128_s
             inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_tree_ll128_time_s",
-        ("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=4,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_tree_ll128_time_s",
+            ("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=4,
+            masks=1,
+        )
         for out, r0, r1, r2, r3, m0, alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -625,8 +625,10 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
         tmp0 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_tree_simple_s + 2*hop_net_tree_simple_s*xp.log(nodes)/xp.log(2) + 2*hop_nvlink_tree_simple_s*(ranks_per_node - 1) + 2*msg_bytes/xp.minimum(ring_channels*tree_channel_max_bw_bytes_per_s, 0.92*xp.where(xp.less(nodes, 2), tmp0, xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))
         return _runtime.broadcast(xp, out, (alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2*hop_nvlink_tree_simple_s
             inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
@@ -634,15 +636,13 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
             (hop_net_tree_simple_s, hop_nvlink_tree_simple_s) = _runtime.reals("collective_all_reduce_tree_simple_time_s", ("hop_net_tree_simple_s", "hop_nvlink_tree_simple_s"), (hop_net_tree_simple_s, hop_nvlink_tree_simple_s))
             inv0 = 2*hop_nvlink_tree_simple_s
             inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_tree_simple_time_s",
-        ("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=3,
-        masks=1,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_tree_simple_time_s",
+            ("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=3,
+            masks=1,
+        )
         for out, r0, r1, r2, m0, alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -703,7 +703,7 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
+    # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -713,16 +713,25 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
         tmp2 = 2*tmp0
         out = xp.where(xp.logical_and(xp.greater(nvls, 0), xp.logical_and(xp.greater(ranks, 1), xp.less(nodes, 2))), hop_nvlink_nvls_s + msg_bytes*tmp2/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*tmp2*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/ranks))), xp.inf)
         return _runtime.broadcast(xp, out, (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
-    call = _runtime.Call(
-        "collective_all_reduce_nvls_simple_time_s",
-        ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-        (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-        reals=5,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater(nvls, 0)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (nvls,) = _runtime.reals("collective_all_reduce_nvls_simple_time_s", ("nvls",), (nvls,))
+            inv0 = numpy.greater(nvls, 0)
+        call = _runtime.Call(
+            "collective_all_reduce_nvls_simple_time_s",
+            ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+            (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
+            reals=5,
+            masks=3,
+        )
+        for out, r0, r1, r2, r3, r4, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+            # inv0_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -730,19 +739,17 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = 2*tmp0 -> r2
             numpy.multiply(r0, 2.0, out=r2)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nvls, 0),
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))),
-            #     hop_nvlink_nvls_s +
+            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
+            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
             #     msg_bytes*tmp2/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp1,
             #     nvls_efficiency*tmp2*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/ranks))), numpy.inf)
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m0)
             numpy.greater(ranks, 1.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
+            numpy.less(nodes, 2.0, out=m2)
+            numpy.logical_and(m1, m2, out=m1)
+            numpy.logical_and(m1, m0, out=m1)
             numpy.multiply(r2, msg_bytes, out=r0)
             numpy.multiply(ranks, ranks, out=r3)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r4)
@@ -754,7 +761,7 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             numpy.multiply(r3, r4, out=r3)
             numpy.divide(r0, r3, out=r0)
             numpy.add(r0, hop_nvlink_nvls_s, out=r0)
-            numpy.copyto(out, r0, where=m0)
+            numpy.copyto(out, r0, where=m1)
     return call.out
 
 
@@ -870,8 +877,10 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
         tmp17 = tmp15*tmp16
         out = xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp3*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp5/xp.minimum(tmp6, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp5/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) + xp.minimum(alpha_tree_simple_s + hop_net_tree_simple_s*tmp7 + tmp13/tmp12, xp.minimum(alpha_tree_ll_s + hop_net_tree_ll_s*tmp7 + tmp13/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp12), xp.minimum(alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp7 + tmp13/xp.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, tmp12*xp.where(tmp8, 0.7777777777777778, 0.9375)), xp.minimum(tmp17/xp.minimum(tmp11, tmp6) + xp.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp15), xp.minimum(tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) + xp.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15, alpha_ring_ll_s + hop_net_tree_ll_s*tmp15), tmp16*(tmp14 - 1.5)*xp.where(tmp8, tmp1, 1/tmp9) + xp.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15, alpha_ring_simple_s + hop_net_tree_simple_s*tmp15)))))), xp.inf)
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 2/numpy.log(2)
@@ -879,15 +888,13 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 2/numpy.log(2)
-    call = _runtime.Call(
-        "collective_all_reduce_hierarchical_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
-        reals=21,
-        masks=3,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_reduce_hierarchical_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
+            reals=21,
+            masks=3,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -1172,7 +1179,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 204 (SymPy count_ops of the CSE form below); NumPy calls per block: 198.
+    # ops: 206 (SymPy count_ops of the CSE form below); NumPy calls per block: 198.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1217,33 +1224,37 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
         tmp39 = tmp26*tmp38
         out = xp.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12, xp.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/xp.minimum(tmp14, tmp15*tmp9) + tmp16, xp.minimum(hop_nvlink_tree_ll_s*tmp1 + tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13, xp.minimum(tmp23/xp.minimum(tmp28, tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s + tmp25*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp22/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp18, 2*nvls_efficiency*tmp17*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), xp.inf), xp.minimum(tmp23/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s + tmp25*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(msg_bytes*(tmp20 - 1.5)*xp.where(tmp4, tmp29, 1/tmp6)/ranks + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21, alpha_ring_simple_s + tmp25*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp32/xp.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp32/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + xp.minimum(tmp12 + tmp37/tmp36, xp.minimum(tmp13 + tmp37/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp36), xp.minimum(tmp16 + tmp37/xp.minimum(tmp14, tmp15*tmp36), xp.minimum(tmp39/xp.minimum(tmp28, tmp35) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp26, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp26), xp.minimum(tmp39/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp34) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp26, alpha_ring_ll_s + hop_net_tree_ll_s*tmp26), tmp38*(tmp24 - 1.5)*xp.where(tmp4, tmp29, 1/tmp33) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp26, alpha_ring_simple_s + hop_net_tree_simple_s*tmp26)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=39,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_reduce_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6),
+            reals=39,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
+            # inv4_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
             # tmp1 = 2*tmp0 -> r1
@@ -1252,15 +1263,15 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
             # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
             # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = 0.92*tmp7 -> r7
             numpy.multiply(r6, 0.92, out=r7)
             # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
@@ -1280,7 +1291,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
             # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
             numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m0)
+            numpy.copyto(r14, 0.7777777777777778, where=m1)
             # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
             numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
             numpy.add(r15, alpha_tree_ll128_s, out=r15)
@@ -1304,8 +1315,8 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.subtract(r22, r21, out=r22)
             # tmp26 = tmp24 - 2 -> r23
             numpy.subtract(r21, 2.0, out=r23)
-            # tmp27 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp27 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
             numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r24)
             # tmp29 = inv1/ring_channels -> r25
@@ -1319,7 +1330,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(r28, r3, out=r28)
             # tmp34 = numpy.where(tmp4, tmp3, tmp33) -> r4
             numpy.copyto(r4, r28)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp35 = 0.92*tmp34 -> r29
             numpy.multiply(r4, 0.92, out=r29)
             # tmp36 = numpy.minimum(tmp2, tmp35) -> r30
@@ -1337,18 +1348,17 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             #     numpy.minimum(tmp23/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s +
             #     inv2*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp7) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21,
-            #     alpha_ring_ll_s + inv4*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s +
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
             #     tmp22/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf), numpy.minimum(msg_bytes*(tmp20 -
-            #     1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks + numpy.where(tmp4,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21, alpha_ring_simple_s +
-            #     inv5*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
+            #     tmp18)/ranks))), numpy.inf),
+            #     numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
+            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s +
+            #     inv5*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     numpy.minimum(msg_bytes*(tmp20 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks +
+            #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21,
+            #     alpha_ring_simple_s + inv6*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5),
@@ -1385,38 +1395,22 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(out, r33, out=out)
             numpy.minimum(r24, r7, out=r33)
             numpy.divide(r20, r33, out=r33)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv2, r22, out=r34)
                 numpy.copyto(r35, hop_net_ring_ll128_s)
-                numpy.copyto(r35, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r35, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r35, r23, out=r35)
                 numpy.add(r34, r35, out=r34)
                 numpy.add(r34, alpha_ring_ll128_s, out=r34)
             numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r35)
             numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
-            numpy.add(r33, r34, out=r33)
-            numpy.minimum(out, r33, out=out)
-            numpy.multiply(r6, 0.5, out=r33)
-            numpy.minimum(r33, ll_max_bw_bytes_per_s, out=r33)
-            numpy.divide(r20, r33, out=r33)
-            if not m0.all():
-                numpy.multiply(inv4, r22, out=r34)
-                numpy.copyto(r35, hop_net_ring_ll_s)
-                numpy.copyto(r35, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r35, r23, out=r35)
-                numpy.add(r34, r35, out=r34)
-                numpy.add(r34, alpha_ring_ll_s, out=r34)
-            numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r35)
-            numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(out, r33, out=out)
             numpy.copyto(r33, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(ranks, ranks, out=r34)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r35)
             numpy.multiply(r35, inv3, out=r35)
@@ -1427,30 +1421,45 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.multiply(r34, r35, out=r34)
             numpy.divide(r19, r34, out=r34)
             numpy.add(r34, hop_nvlink_nvls_s, out=r34)
-            numpy.copyto(r33, r34, where=m2)
+            numpy.copyto(r33, r34, where=m3)
+            numpy.minimum(out, r33, out=out)
+            numpy.multiply(r6, 0.5, out=r33)
+            numpy.minimum(r33, ll_max_bw_bytes_per_s, out=r33)
+            numpy.divide(r20, r33, out=r33)
+            if not m1.all():
+                numpy.multiply(inv5, r22, out=r34)
+                numpy.copyto(r35, hop_net_ring_ll_s)
+                numpy.copyto(r35, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r35, r23, out=r35)
+                numpy.add(r34, r35, out=r34)
+                numpy.add(r34, alpha_ring_ll_s, out=r34)
+            numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r35)
+            numpy.add(r35, alpha_ring_ll_s, out=r35)
+            numpy.copyto(r34, r35, where=m1)
+            numpy.add(r33, r34, out=r33)
             numpy.minimum(out, r33, out=out)
             numpy.subtract(r17, 1.5, out=r33)
             numpy.divide(1.0, r5, out=r34)
-            numpy.copyto(r34, r25, where=m0)
+            numpy.copyto(r34, r25, where=m1)
             numpy.multiply(r33, r34, out=r33)
             numpy.multiply(r33, msg_bytes, out=r33)
             numpy.divide(r33, ranks, out=r33)
-            if not m0.all():
-                numpy.multiply(inv5, r22, out=r34)
+            if not m1.all():
+                numpy.multiply(inv6, r22, out=r34)
                 numpy.copyto(r35, hop_net_ring_simple_s)
-                numpy.copyto(r35, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r35, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r35, r23, out=r35)
                 numpy.add(r34, r35, out=r34)
                 numpy.add(r34, alpha_ring_simple_s, out=r34)
             numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r35)
             numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.copyto(r34, r35, where=m0)
+            numpy.copyto(r34, r35, where=m1)
             numpy.add(r33, r34, out=r33)
             numpy.minimum(out, r33, out=out)
             numpy.copyto(r33, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r34)
             numpy.subtract(ranks_per_node, 0.5, out=r35)
             numpy.multiply(r35, r25, out=r35)
@@ -1490,7 +1499,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r37, alpha_ring_ll128_s, out=r37)
             numpy.multiply(r23, hop_nvlink_ring_ll128_s, out=r38)
             numpy.add(r38, alpha_ring_ll128_s, out=r38)
-            numpy.copyto(r37, r38, where=m0)
+            numpy.copyto(r37, r38, where=m1)
             numpy.add(r36, r37, out=r36)
             numpy.minimum(r35, r36, out=r35)
             numpy.multiply(r4, 0.5, out=r36)
@@ -1500,23 +1509,23 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r37, alpha_ring_ll_s, out=r37)
             numpy.multiply(r23, hop_nvlink_ring_ll_s, out=r38)
             numpy.add(r38, alpha_ring_ll_s, out=r38)
-            numpy.copyto(r37, r38, where=m0)
+            numpy.copyto(r37, r38, where=m1)
             numpy.add(r36, r37, out=r36)
             numpy.minimum(r35, r36, out=r35)
             numpy.subtract(r21, 1.5, out=r36)
             numpy.divide(1.0, r28, out=r37)
-            numpy.copyto(r37, r25, where=m0)
+            numpy.copyto(r37, r25, where=m1)
             numpy.multiply(r36, r37, out=r36)
             numpy.multiply(r36, r31, out=r36)
             numpy.multiply(r23, hop_net_tree_simple_s, out=r37)
             numpy.add(r37, alpha_ring_simple_s, out=r37)
             numpy.multiply(r23, hop_nvlink_ring_simple_s, out=r38)
             numpy.add(r38, alpha_ring_simple_s, out=r38)
-            numpy.copyto(r37, r38, where=m0)
+            numpy.copyto(r37, r38, where=m1)
             numpy.add(r36, r37, out=r36)
             numpy.minimum(r35, r36, out=r35)
             numpy.add(r34, r35, out=r34)
-            numpy.copyto(r33, r34, where=m2)
+            numpy.copyto(r33, r34, where=m3)
             numpy.minimum(out, r33, out=out)
     return call.out
 
@@ -1661,7 +1670,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 205 (SymPy count_ops of the CSE form below); NumPy calls per block: 199.
+    # ops: 207 (SymPy count_ops of the CSE form below); NumPy calls per block: 199.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -1706,33 +1715,37 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp39 = tmp26*tmp38
         out = msg_bytes/xp.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12, xp.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/xp.minimum(tmp14, tmp15*tmp9) + tmp16, xp.minimum(hop_nvlink_tree_ll_s*tmp1 + tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13, xp.minimum(tmp23/xp.minimum(tmp28, tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s + tmp25*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp22/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp18, 2*nvls_efficiency*tmp17*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), xp.inf), xp.minimum(tmp23/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s + tmp25*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(msg_bytes*(tmp20 - 1.5)*xp.where(tmp4, tmp29, 1/tmp6)/ranks + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21, alpha_ring_simple_s + tmp25*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp32/xp.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp32/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + xp.minimum(tmp12 + tmp37/tmp36, xp.minimum(tmp13 + tmp37/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp36), xp.minimum(tmp16 + tmp37/xp.minimum(tmp14, tmp15*tmp36), xp.minimum(tmp39/xp.minimum(tmp28, tmp35) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp26, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp26), xp.minimum(tmp39/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp34) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp26, alpha_ring_ll_s + hop_net_tree_ll_s*tmp26), tmp38*(tmp24 - 1.5)*xp.where(tmp4, tmp29, 1/tmp33) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp26, alpha_ring_simple_s + hop_net_tree_simple_s*tmp26)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=40,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_reduce_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6),
+            reals=40,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
+            # inv4_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
             # tmp1 = 2*tmp0 -> r1
@@ -1741,15 +1754,15 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
             # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
             # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = 0.92*tmp7 -> r7
             numpy.multiply(r6, 0.92, out=r7)
             # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
@@ -1769,7 +1782,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
             # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
             numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m0)
+            numpy.copyto(r14, 0.7777777777777778, where=m1)
             # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
             numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
             numpy.add(r15, alpha_tree_ll128_s, out=r15)
@@ -1793,8 +1806,8 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.subtract(r22, r21, out=r22)
             # tmp26 = tmp24 - 2 -> r23
             numpy.subtract(r21, 2.0, out=r23)
-            # tmp27 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp27 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
             numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r24)
             # tmp29 = inv1/ring_channels -> r25
@@ -1808,7 +1821,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r28, r3, out=r28)
             # tmp34 = numpy.where(tmp4, tmp3, tmp33) -> r4
             numpy.copyto(r4, r28)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp35 = 0.92*tmp34 -> r29
             numpy.multiply(r4, 0.92, out=r29)
             # tmp36 = numpy.minimum(tmp2, tmp35) -> r30
@@ -1826,18 +1839,17 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     numpy.minimum(tmp23/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s +
             #     inv2*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp7) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21,
-            #     alpha_ring_ll_s + inv4*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s +
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
             #     tmp22/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf), numpy.minimum(msg_bytes*(tmp20 -
-            #     1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks + numpy.where(tmp4,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21, alpha_ring_simple_s +
-            #     inv5*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
+            #     tmp18)/ranks))), numpy.inf),
+            #     numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
+            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s +
+            #     inv5*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     numpy.minimum(msg_bytes*(tmp20 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks +
+            #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21,
+            #     alpha_ring_simple_s + inv6*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5),
@@ -1874,38 +1886,22 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r33, r34, out=r33)
             numpy.minimum(r24, r7, out=r34)
             numpy.divide(r20, r34, out=r34)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv2, r22, out=r35)
                 numpy.copyto(r36, hop_net_ring_ll128_s)
-                numpy.copyto(r36, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r36, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r36, r23, out=r36)
                 numpy.add(r35, r36, out=r35)
                 numpy.add(r35, alpha_ring_ll128_s, out=r35)
             numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r36)
             numpy.add(r36, alpha_ring_ll128_s, out=r36)
-            numpy.copyto(r35, r36, where=m0)
-            numpy.add(r34, r35, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.multiply(r6, 0.5, out=r34)
-            numpy.minimum(r34, ll_max_bw_bytes_per_s, out=r34)
-            numpy.divide(r20, r34, out=r34)
-            if not m0.all():
-                numpy.multiply(inv4, r22, out=r35)
-                numpy.copyto(r36, hop_net_ring_ll_s)
-                numpy.copyto(r36, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r36, r23, out=r36)
-                numpy.add(r35, r36, out=r35)
-                numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r36)
-            numpy.add(r36, alpha_ring_ll_s, out=r36)
-            numpy.copyto(r35, r36, where=m0)
+            numpy.copyto(r35, r36, where=m1)
             numpy.add(r34, r35, out=r34)
             numpy.minimum(r33, r34, out=r33)
             numpy.copyto(r34, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(ranks, ranks, out=r35)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r36)
             numpy.multiply(r36, inv3, out=r36)
@@ -1916,30 +1912,45 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(r35, r36, out=r35)
             numpy.divide(r19, r35, out=r35)
             numpy.add(r35, hop_nvlink_nvls_s, out=r35)
-            numpy.copyto(r34, r35, where=m2)
+            numpy.copyto(r34, r35, where=m3)
+            numpy.minimum(r33, r34, out=r33)
+            numpy.multiply(r6, 0.5, out=r34)
+            numpy.minimum(r34, ll_max_bw_bytes_per_s, out=r34)
+            numpy.divide(r20, r34, out=r34)
+            if not m1.all():
+                numpy.multiply(inv5, r22, out=r35)
+                numpy.copyto(r36, hop_net_ring_ll_s)
+                numpy.copyto(r36, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r36, r23, out=r36)
+                numpy.add(r35, r36, out=r35)
+                numpy.add(r35, alpha_ring_ll_s, out=r35)
+            numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r36)
+            numpy.add(r36, alpha_ring_ll_s, out=r36)
+            numpy.copyto(r35, r36, where=m1)
+            numpy.add(r34, r35, out=r34)
             numpy.minimum(r33, r34, out=r33)
             numpy.subtract(r17, 1.5, out=r34)
             numpy.divide(1.0, r5, out=r35)
-            numpy.copyto(r35, r25, where=m0)
+            numpy.copyto(r35, r25, where=m1)
             numpy.multiply(r34, r35, out=r34)
             numpy.multiply(r34, msg_bytes, out=r34)
             numpy.divide(r34, ranks, out=r34)
-            if not m0.all():
-                numpy.multiply(inv5, r22, out=r35)
+            if not m1.all():
+                numpy.multiply(inv6, r22, out=r35)
                 numpy.copyto(r36, hop_net_ring_simple_s)
-                numpy.copyto(r36, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r36, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r36, r23, out=r36)
                 numpy.add(r35, r36, out=r35)
                 numpy.add(r35, alpha_ring_simple_s, out=r35)
             numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r36)
             numpy.add(r36, alpha_ring_simple_s, out=r36)
-            numpy.copyto(r35, r36, where=m0)
+            numpy.copyto(r35, r36, where=m1)
             numpy.add(r34, r35, out=r34)
             numpy.minimum(r33, r34, out=r33)
             numpy.copyto(r34, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r35)
             numpy.subtract(ranks_per_node, 0.5, out=r36)
             numpy.multiply(r36, r25, out=r36)
@@ -1979,7 +1990,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r38, alpha_ring_ll128_s, out=r38)
             numpy.multiply(r23, hop_nvlink_ring_ll128_s, out=r39)
             numpy.add(r39, alpha_ring_ll128_s, out=r39)
-            numpy.copyto(r38, r39, where=m0)
+            numpy.copyto(r38, r39, where=m1)
             numpy.add(r37, r38, out=r37)
             numpy.minimum(r36, r37, out=r36)
             numpy.multiply(r4, 0.5, out=r37)
@@ -1989,23 +2000,23 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r38, alpha_ring_ll_s, out=r38)
             numpy.multiply(r23, hop_nvlink_ring_ll_s, out=r39)
             numpy.add(r39, alpha_ring_ll_s, out=r39)
-            numpy.copyto(r38, r39, where=m0)
+            numpy.copyto(r38, r39, where=m1)
             numpy.add(r37, r38, out=r37)
             numpy.minimum(r36, r37, out=r36)
             numpy.subtract(r21, 1.5, out=r37)
             numpy.divide(1.0, r28, out=r38)
-            numpy.copyto(r38, r25, where=m0)
+            numpy.copyto(r38, r25, where=m1)
             numpy.multiply(r37, r38, out=r37)
             numpy.multiply(r37, r31, out=r37)
             numpy.multiply(r23, hop_net_tree_simple_s, out=r38)
             numpy.add(r38, alpha_ring_simple_s, out=r38)
             numpy.multiply(r23, hop_nvlink_ring_simple_s, out=r39)
             numpy.add(r39, alpha_ring_simple_s, out=r39)
-            numpy.copyto(r38, r39, where=m0)
+            numpy.copyto(r38, r39, where=m1)
             numpy.add(r37, r38, out=r37)
             numpy.minimum(r36, r37, out=r36)
             numpy.add(r35, r36, out=r35)
-            numpy.copyto(r34, r35, where=m2)
+            numpy.copyto(r34, r35, where=m3)
             numpy.minimum(r33, r34, out=r33)
             numpy.divide(msg_bytes, r33, out=out)
     return call.out
@@ -2152,7 +2163,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 205 (SymPy count_ops of the CSE form below); NumPy calls per block: 199.
+    # ops: 207 (SymPy count_ops of the CSE form below); NumPy calls per block: 199.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2197,33 +2208,37 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp39 = tmp26*tmp38
         out = tmp23/xp.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12, xp.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/xp.minimum(tmp14, tmp15*tmp9) + tmp16, xp.minimum(hop_nvlink_tree_ll_s*tmp1 + tmp10/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13, xp.minimum(tmp23/xp.minimum(tmp28, tmp8) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s + tmp25*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), xp.minimum(xp.where(xp.logical_and(tmp4, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp22/((ranks*ranks)*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp18, 2*nvls_efficiency*tmp17*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), xp.inf), xp.minimum(tmp23/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s + tmp25*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(msg_bytes*(tmp20 - 1.5)*xp.where(tmp4, tmp29, 1/tmp6)/ranks + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21, alpha_ring_simple_s + tmp25*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + tmp26*xp.where(tmp27, hop_net_tree_simple_s, hop_net_ring_simple_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), 2*xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp32/xp.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp32/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + xp.minimum(tmp12 + tmp37/tmp36, xp.minimum(tmp13 + tmp37/xp.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp36), xp.minimum(tmp16 + tmp37/xp.minimum(tmp14, tmp15*tmp36), xp.minimum(tmp39/xp.minimum(tmp28, tmp35) + xp.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp26, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp26), xp.minimum(tmp39/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp34) + xp.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp26, alpha_ring_ll_s + hop_net_tree_ll_s*tmp26), tmp38*(tmp24 - 1.5)*xp.where(tmp4, tmp29, 1/tmp33) + xp.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp26, alpha_ring_simple_s + hop_net_tree_simple_s*tmp26)))))), xp.inf))))))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls_efficiency, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
             inv0 = 2/numpy.log(2)
             inv1 = 1/ring_channel_bw_bytes_per_s
             inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
             inv3 = 2*nvls_efficiency
-            inv4 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_reduce_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5),
-        reals=40,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
+            inv4 = numpy.greater(nvls, 0)
+            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_reduce_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6),
+            reals=40,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
+            # inv4_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
             # tmp1 = 2*tmp0 -> r1
@@ -2232,15 +2247,15 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
             # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp4 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
             numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
             # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = 0.92*tmp7 -> r7
             numpy.multiply(r6, 0.92, out=r7)
             # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
@@ -2260,7 +2275,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
             # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
             numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m0)
+            numpy.copyto(r14, 0.7777777777777778, where=m1)
             # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
             numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
             numpy.add(r15, alpha_tree_ll128_s, out=r15)
@@ -2284,8 +2299,8 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.subtract(r22, r21, out=r22)
             # tmp26 = tmp24 - 2 -> r23
             numpy.subtract(r21, 2.0, out=r23)
-            # tmp27 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp27 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
             numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r24)
             # tmp29 = inv1/ring_channels -> r25
@@ -2299,7 +2314,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r28, r3, out=r28)
             # tmp34 = numpy.where(tmp4, tmp3, tmp33) -> r4
             numpy.copyto(r4, r28)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp35 = 0.92*tmp34 -> r29
             numpy.multiply(r4, 0.92, out=r29)
             # tmp36 = numpy.minimum(tmp2, tmp35) -> r30
@@ -2317,18 +2332,17 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     numpy.minimum(tmp23/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
             #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s +
             #     inv2*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp7) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21,
-            #     alpha_ring_ll_s + inv4*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(numpy.where(numpy.logical_and(tmp4,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s +
+            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
+            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
             #     tmp22/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf), numpy.minimum(msg_bytes*(tmp20 -
-            #     1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks + numpy.where(tmp4,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21, alpha_ring_simple_s +
-            #     inv5*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
+            #     tmp18)/ranks))), numpy.inf),
+            #     numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
+            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s +
+            #     inv5*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     numpy.minimum(msg_bytes*(tmp20 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks +
+            #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21,
+            #     alpha_ring_simple_s + inv6*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
             #     hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5),
@@ -2365,38 +2379,22 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r33, r34, out=r33)
             numpy.minimum(r24, r7, out=r34)
             numpy.divide(r20, r34, out=r34)
-            if not m0.all():
+            if not m1.all():
                 numpy.multiply(inv2, r22, out=r35)
                 numpy.copyto(r36, hop_net_ring_ll128_s)
-                numpy.copyto(r36, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r36, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r36, r23, out=r36)
                 numpy.add(r35, r36, out=r35)
                 numpy.add(r35, alpha_ring_ll128_s, out=r35)
             numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r36)
             numpy.add(r36, alpha_ring_ll128_s, out=r36)
-            numpy.copyto(r35, r36, where=m0)
-            numpy.add(r34, r35, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.multiply(r6, 0.5, out=r34)
-            numpy.minimum(r34, ll_max_bw_bytes_per_s, out=r34)
-            numpy.divide(r20, r34, out=r34)
-            if not m0.all():
-                numpy.multiply(inv4, r22, out=r35)
-                numpy.copyto(r36, hop_net_ring_ll_s)
-                numpy.copyto(r36, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r36, r23, out=r36)
-                numpy.add(r35, r36, out=r35)
-                numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r36)
-            numpy.add(r36, alpha_ring_ll_s, out=r36)
-            numpy.copyto(r35, r36, where=m0)
+            numpy.copyto(r35, r36, where=m1)
             numpy.add(r34, r35, out=r34)
             numpy.minimum(r33, r34, out=r33)
             numpy.copyto(r34, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(ranks, ranks, out=r35)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r36)
             numpy.multiply(r36, inv3, out=r36)
@@ -2407,30 +2405,45 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.multiply(r35, r36, out=r35)
             numpy.divide(r19, r35, out=r35)
             numpy.add(r35, hop_nvlink_nvls_s, out=r35)
-            numpy.copyto(r34, r35, where=m2)
+            numpy.copyto(r34, r35, where=m3)
+            numpy.minimum(r33, r34, out=r33)
+            numpy.multiply(r6, 0.5, out=r34)
+            numpy.minimum(r34, ll_max_bw_bytes_per_s, out=r34)
+            numpy.divide(r20, r34, out=r34)
+            if not m1.all():
+                numpy.multiply(inv5, r22, out=r35)
+                numpy.copyto(r36, hop_net_ring_ll_s)
+                numpy.copyto(r36, hop_net_tree_ll_s, where=m2)
+                numpy.multiply(r36, r23, out=r36)
+                numpy.add(r35, r36, out=r35)
+                numpy.add(r35, alpha_ring_ll_s, out=r35)
+            numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r36)
+            numpy.add(r36, alpha_ring_ll_s, out=r36)
+            numpy.copyto(r35, r36, where=m1)
+            numpy.add(r34, r35, out=r34)
             numpy.minimum(r33, r34, out=r33)
             numpy.subtract(r17, 1.5, out=r34)
             numpy.divide(1.0, r5, out=r35)
-            numpy.copyto(r35, r25, where=m0)
+            numpy.copyto(r35, r25, where=m1)
             numpy.multiply(r34, r35, out=r34)
             numpy.multiply(r34, msg_bytes, out=r34)
             numpy.divide(r34, ranks, out=r34)
-            if not m0.all():
-                numpy.multiply(inv5, r22, out=r35)
+            if not m1.all():
+                numpy.multiply(inv6, r22, out=r35)
                 numpy.copyto(r36, hop_net_ring_simple_s)
-                numpy.copyto(r36, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r36, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r36, r23, out=r36)
                 numpy.add(r35, r36, out=r35)
                 numpy.add(r35, alpha_ring_simple_s, out=r35)
             numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r36)
             numpy.add(r36, alpha_ring_simple_s, out=r36)
-            numpy.copyto(r35, r36, where=m0)
+            numpy.copyto(r35, r36, where=m1)
             numpy.add(r34, r35, out=r34)
             numpy.minimum(r33, r34, out=r33)
             numpy.copyto(r34, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r35)
             numpy.subtract(ranks_per_node, 0.5, out=r36)
             numpy.multiply(r36, r25, out=r36)
@@ -2470,7 +2483,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r38, alpha_ring_ll128_s, out=r38)
             numpy.multiply(r23, hop_nvlink_ring_ll128_s, out=r39)
             numpy.add(r39, alpha_ring_ll128_s, out=r39)
-            numpy.copyto(r38, r39, where=m0)
+            numpy.copyto(r38, r39, where=m1)
             numpy.add(r37, r38, out=r37)
             numpy.minimum(r36, r37, out=r36)
             numpy.multiply(r4, 0.5, out=r37)
@@ -2480,23 +2493,23 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r38, alpha_ring_ll_s, out=r38)
             numpy.multiply(r23, hop_nvlink_ring_ll_s, out=r39)
             numpy.add(r39, alpha_ring_ll_s, out=r39)
-            numpy.copyto(r38, r39, where=m0)
+            numpy.copyto(r38, r39, where=m1)
             numpy.add(r37, r38, out=r37)
             numpy.minimum(r36, r37, out=r36)
             numpy.subtract(r21, 1.5, out=r37)
             numpy.divide(1.0, r28, out=r38)
-            numpy.copyto(r38, r25, where=m0)
+            numpy.copyto(r38, r25, where=m1)
             numpy.multiply(r37, r38, out=r37)
             numpy.multiply(r37, r31, out=r37)
             numpy.multiply(r23, hop_net_tree_simple_s, out=r38)
             numpy.add(r38, alpha_ring_simple_s, out=r38)
             numpy.multiply(r23, hop_nvlink_ring_simple_s, out=r39)
             numpy.add(r39, alpha_ring_simple_s, out=r39)
-            numpy.copyto(r38, r39, where=m0)
+            numpy.copyto(r38, r39, where=m1)
             numpy.add(r37, r38, out=r37)
             numpy.minimum(r36, r37, out=r36)
             numpy.add(r35, r36, out=r35)
-            numpy.copyto(r34, r35, where=m2)
+            numpy.copyto(r34, r35, where=m3)
             numpy.minimum(r33, r34, out=r33)
             numpy.divide(r20, r33, out=out)
     return call.out
@@ -2591,22 +2604,22 @@ def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -2696,22 +2709,22 @@ def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -2799,8 +2812,10 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
         tmp0 = xp.less(nodes, 2)
         out = msg_bytes*(ranks - 0.5)*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))/ranks + xp.where(tmp0, alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), alpha_ring_simple_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
@@ -2808,15 +2823,13 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -2888,7 +2901,7 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -2897,34 +2910,41 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
         tmp1 = nvlink_nccl_bw_bytes_per_s/xp.maximum(1, tmp0)
         out = xp.where(xp.logical_and(xp.greater(nvls, 0), xp.logical_and(xp.greater(ranks, 1), xp.less(nodes, 2))), hop_nvlink_nvls_s + msg_bytes/(ranks*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks)))), xp.inf)
         return _runtime.broadcast(xp, out, (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
-    call = _runtime.Call(
-        "collective_all_gather_nvls_simple_time_s",
-        ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-        (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-        reals=4,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater(nvls, 0)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (nvls,) = _runtime.reals("collective_all_gather_nvls_simple_time_s", ("nvls",), (nvls,))
+            inv0 = numpy.greater(nvls, 0)
+        call = _runtime.Call(
+            "collective_all_gather_nvls_simple_time_s",
+            ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+            (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
+            reals=4,
+            masks=3,
+        )
+        for out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+            # inv0_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
             numpy.maximum(1.0, r0, out=r1)
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nvls, 0),
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))),
-            #     hop_nvlink_nvls_s +
+            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
+            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
             #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks)))), numpy.inf)
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m0)
             numpy.greater(ranks, 1.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
+            numpy.less(nodes, 2.0, out=m2)
+            numpy.logical_and(m1, m2, out=m1)
+            numpy.logical_and(m1, m0, out=m1)
             numpy.multiply(r0, r0, out=r2)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
             numpy.multiply(r2, r3, out=r2)
@@ -2936,7 +2956,7 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             numpy.multiply(r2, ranks, out=r2)
             numpy.divide(msg_bytes, r2, out=r2)
             numpy.add(r2, hop_nvlink_nvls_s, out=r2)
-            numpy.copyto(out, r2, where=m0)
+            numpy.copyto(out, r2, where=m1)
     return call.out
 
 
@@ -3023,22 +3043,22 @@ def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
         tmp12 = tmp11*tmp7
         out = xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp12/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) + xp.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s + hop_net_tree_ll_s*tmp7), xp.minimum(tmp12/xp.minimum(tmp6, 0.92*tmp10) + xp.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp11*(nodes - 0.5)*xp.where(tmp8, tmp1, 1/tmp9) + xp.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s + hop_net_tree_simple_s*tmp7))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp3*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp5/xp.minimum(tmp6, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp5/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_gather_hierarchical_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=15,
-        masks=3,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_gather_hierarchical_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=15,
+            masks=3,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -3240,7 +3260,7 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 143 (SymPy count_ops of the CSE form below); NumPy calls per block: 143.
+    # ops: 145 (SymPy count_ops of the CSE form below); NumPy calls per block: 143.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3268,29 +3288,33 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
         tmp21 = tmp10*tmp20
         out = xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp12, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp2*(ranks - 0.5)*xp.where(tmp3, tmp13, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp21/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp21/xp.minimum(tmp12, 0.92*tmp19) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*xp.where(tmp3, tmp13, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=23,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_gather_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=23,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -3298,8 +3322,8 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -3308,15 +3332,15 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
             numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
             # tmp13 = inv0/ring_channels -> r11
@@ -3332,26 +3356,25 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(r15, r3, out=r15)
             # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
             numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp20 = tmp16/nodes -> r16
             numpy.divide(r13, nodes, out=r16)
             # tmp21 = tmp10*tmp20 -> r17
             numpy.multiply(r9, r16, out=r17)
-            # out = numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            # out = numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+            #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
             #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
@@ -3368,10 +3391,9 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r18)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r19)
             numpy.multiply(r18, r19, out=r18)
@@ -3382,58 +3404,58 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.minimum(r18, r1, out=r18)
             numpy.divide(r2, r18, out=r18)
             numpy.add(r18, hop_nvlink_nvls_s, out=r18)
-            numpy.copyto(out, r18, where=m2)
+            numpy.copyto(out, r18, where=m3)
             numpy.multiply(r6, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r7, r18, out=r18)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r19, hop_net_ring_ll_s)
-                numpy.copyto(r19, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv1, r8, out=r20)
+                numpy.multiply(inv2, r8, out=r20)
                 numpy.add(r19, r20, out=r19)
                 numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(out, r18, out=out)
             numpy.multiply(r6, 0.92, out=r18)
             numpy.minimum(r18, r10, out=r18)
             numpy.divide(r7, r18, out=r18)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r19, hop_net_ring_ll128_s)
-                numpy.copyto(r19, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv2, r8, out=r20)
+                numpy.multiply(inv3, r8, out=r20)
                 numpy.add(r19, r20, out=r19)
                 numpy.add(r19, alpha_ring_ll128_s, out=r19)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r20)
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(out, r18, out=out)
             numpy.subtract(ranks, 0.5, out=r18)
             numpy.divide(1.0, r5, out=r19)
-            numpy.copyto(r19, r11, where=m0)
+            numpy.copyto(r19, r11, where=m1)
             numpy.multiply(r18, r19, out=r18)
             numpy.multiply(r18, r2, out=r18)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r19, hop_net_ring_simple_s)
-                numpy.copyto(r19, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv3, r8, out=r20)
+                numpy.multiply(inv4, r8, out=r20)
                 numpy.add(r19, r20, out=r19)
                 numpy.add(r19, alpha_ring_simple_s, out=r19)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(out, r18, out=out)
             numpy.copyto(r18, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r4, 0.5, out=r19)
             numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
             numpy.divide(r17, r19, out=r19)
@@ -3441,7 +3463,7 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r21)
             numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.multiply(r4, 0.92, out=r20)
             numpy.minimum(r20, r10, out=r20)
@@ -3450,19 +3472,19 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r22)
             numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.copyto(r21, r22, where=m0)
+            numpy.copyto(r21, r22, where=m1)
             numpy.add(r20, r21, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.subtract(nodes, 0.5, out=r20)
             numpy.divide(1.0, r15, out=r21)
-            numpy.copyto(r21, r11, where=m0)
+            numpy.copyto(r21, r11, where=m1)
             numpy.multiply(r20, r21, out=r20)
             numpy.multiply(r20, r16, out=r20)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r22)
             numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.copyto(r21, r22, where=m0)
+            numpy.copyto(r21, r22, where=m1)
             numpy.add(r20, r21, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r20)
@@ -3486,7 +3508,7 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             numpy.add(r21, alpha_ring_ll_s, out=r21)
             numpy.minimum(r20, r21, out=r20)
             numpy.add(r19, r20, out=r19)
-            numpy.copyto(r18, r19, where=m2)
+            numpy.copyto(r18, r19, where=m3)
             numpy.minimum(out, r18, out=out)
     return call.out
 
@@ -3588,7 +3610,7 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 144 (SymPy count_ops of the CSE form below); NumPy calls per block: 144.
+    # ops: 146 (SymPy count_ops of the CSE form below); NumPy calls per block: 144.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3616,29 +3638,33 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp21 = tmp10*tmp20
         out = msg_bytes/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp12, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp2*(ranks - 0.5)*xp.where(tmp3, tmp13, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp21/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp21/xp.minimum(tmp12, 0.92*tmp19) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*xp.where(tmp3, tmp13, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=24,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_gather_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=24,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -3646,8 +3672,8 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -3656,15 +3682,15 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
             numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
             # tmp13 = inv0/ring_channels -> r11
@@ -3680,26 +3706,25 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r15, r3, out=r15)
             # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
             numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp20 = tmp16/nodes -> r16
             numpy.divide(r13, nodes, out=r16)
             # tmp21 = tmp10*tmp20 -> r17
             numpy.multiply(r9, r16, out=r17)
-            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
             #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
@@ -3716,10 +3741,9 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r18, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r19)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
             numpy.multiply(r19, r20, out=r19)
@@ -3730,58 +3754,58 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r19, r1, out=r19)
             numpy.divide(r2, r19, out=r19)
             numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m2)
+            numpy.copyto(r18, r19, where=m3)
             numpy.multiply(r6, 0.5, out=r19)
             numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
             numpy.divide(r7, r19, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_ll_s)
-                numpy.copyto(r20, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv1, r8, out=r21)
+                numpy.multiply(inv2, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
             numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r6, 0.92, out=r19)
             numpy.minimum(r19, r10, out=r19)
             numpy.divide(r7, r19, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_ll128_s)
-                numpy.copyto(r20, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv2, r8, out=r21)
+                numpy.multiply(inv3, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.subtract(ranks, 0.5, out=r19)
             numpy.divide(1.0, r5, out=r20)
-            numpy.copyto(r20, r11, where=m0)
+            numpy.copyto(r20, r11, where=m1)
             numpy.multiply(r19, r20, out=r19)
             numpy.multiply(r19, r2, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_simple_s)
-                numpy.copyto(r20, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv3, r8, out=r21)
+                numpy.multiply(inv4, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r4, 0.5, out=r20)
             numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
             numpy.divide(r17, r20, out=r20)
@@ -3789,7 +3813,7 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r21, alpha_ring_ll_s, out=r21)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
             numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m0)
+            numpy.copyto(r21, r22, where=m1)
             numpy.add(r20, r21, out=r20)
             numpy.multiply(r4, 0.92, out=r21)
             numpy.minimum(r21, r10, out=r21)
@@ -3798,19 +3822,19 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r22, alpha_ring_ll128_s, out=r22)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
             numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m0)
+            numpy.copyto(r22, r23, where=m1)
             numpy.add(r21, r22, out=r21)
             numpy.minimum(r20, r21, out=r20)
             numpy.subtract(nodes, 0.5, out=r21)
             numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r11, where=m0)
+            numpy.copyto(r22, r11, where=m1)
             numpy.multiply(r21, r22, out=r21)
             numpy.multiply(r21, r16, out=r21)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
             numpy.add(r22, alpha_ring_simple_s, out=r22)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
             numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m0)
+            numpy.copyto(r22, r23, where=m1)
             numpy.add(r21, r22, out=r21)
             numpy.minimum(r20, r21, out=r20)
             numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
@@ -3834,7 +3858,7 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r22, alpha_ring_ll_s, out=r22)
             numpy.minimum(r21, r22, out=r21)
             numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m2)
+            numpy.copyto(r19, r20, where=m3)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(msg_bytes, r18, out=out)
     return call.out
@@ -3938,7 +3962,7 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 144 (SymPy count_ops of the CSE form below); NumPy calls per block: 144.
+    # ops: 146 (SymPy count_ops of the CSE form below); NumPy calls per block: 144.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -3966,29 +3990,33 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
         tmp21 = tmp10*tmp20
         out = tmp8/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp12, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp2*(ranks - 0.5)*xp.where(tmp3, tmp13, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp21/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp21/xp.minimum(tmp12, 0.92*tmp19) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*xp.where(tmp3, tmp13, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_all_gather_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=24,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_all_gather_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=24,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -3996,8 +4024,8 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -4006,15 +4034,15 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
             numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
             # tmp13 = inv0/ring_channels -> r11
@@ -4030,26 +4058,25 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r15, r3, out=r15)
             # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
             numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp20 = tmp16/nodes -> r16
             numpy.divide(r13, nodes, out=r16)
             # tmp21 = tmp10*tmp20 -> r17
             numpy.multiply(r9, r16, out=r17)
-            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
             #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
@@ -4066,10 +4093,9 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r18, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r19)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
             numpy.multiply(r19, r20, out=r19)
@@ -4080,58 +4106,58 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.minimum(r19, r1, out=r19)
             numpy.divide(r2, r19, out=r19)
             numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m2)
+            numpy.copyto(r18, r19, where=m3)
             numpy.multiply(r6, 0.5, out=r19)
             numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
             numpy.divide(r7, r19, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_ll_s)
-                numpy.copyto(r20, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv1, r8, out=r21)
+                numpy.multiply(inv2, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
             numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r6, 0.92, out=r19)
             numpy.minimum(r19, r10, out=r19)
             numpy.divide(r7, r19, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_ll128_s)
-                numpy.copyto(r20, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv2, r8, out=r21)
+                numpy.multiply(inv3, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.subtract(ranks, 0.5, out=r19)
             numpy.divide(1.0, r5, out=r20)
-            numpy.copyto(r20, r11, where=m0)
+            numpy.copyto(r20, r11, where=m1)
             numpy.multiply(r19, r20, out=r19)
             numpy.multiply(r19, r2, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_simple_s)
-                numpy.copyto(r20, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv3, r8, out=r21)
+                numpy.multiply(inv4, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r4, 0.5, out=r20)
             numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
             numpy.divide(r17, r20, out=r20)
@@ -4139,7 +4165,7 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r21, alpha_ring_ll_s, out=r21)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
             numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m0)
+            numpy.copyto(r21, r22, where=m1)
             numpy.add(r20, r21, out=r20)
             numpy.multiply(r4, 0.92, out=r21)
             numpy.minimum(r21, r10, out=r21)
@@ -4148,19 +4174,19 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r22, alpha_ring_ll128_s, out=r22)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
             numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m0)
+            numpy.copyto(r22, r23, where=m1)
             numpy.add(r21, r22, out=r21)
             numpy.minimum(r20, r21, out=r20)
             numpy.subtract(nodes, 0.5, out=r21)
             numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r11, where=m0)
+            numpy.copyto(r22, r11, where=m1)
             numpy.multiply(r21, r22, out=r21)
             numpy.multiply(r21, r16, out=r21)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
             numpy.add(r22, alpha_ring_simple_s, out=r22)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
             numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m0)
+            numpy.copyto(r22, r23, where=m1)
             numpy.add(r21, r22, out=r21)
             numpy.minimum(r20, r21, out=r20)
             numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
@@ -4184,7 +4210,7 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             numpy.add(r22, alpha_ring_ll_s, out=r22)
             numpy.minimum(r21, r22, out=r21)
             numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m2)
+            numpy.copyto(r19, r20, where=m3)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(r7, r18, out=out)
     return call.out
@@ -4278,22 +4304,22 @@ def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -4383,22 +4409,22 @@ def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_r
         tmp2 = xp.less(nodes, 2)
         out = msg_bytes*tmp0/(ranks*xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp2, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + xp.where(tmp2, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
             inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
@@ -4486,8 +4512,10 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
         tmp0 = xp.less(nodes, 2)
         out = msg_bytes*(ranks - 0.5)*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))/ranks + xp.where(tmp0, alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), alpha_ring_simple_s + (-nodes + ranks)*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s) + (nodes - 1)*xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
@@ -4495,15 +4523,13 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
             (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -4575,7 +4601,7 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
+    # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4584,34 +4610,41 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
         tmp1 = nvlink_nccl_bw_bytes_per_s/xp.maximum(1, tmp0)
         out = xp.where(xp.logical_and(xp.greater(nvls, 0), xp.logical_and(xp.greater(ranks, 1), xp.less(nodes, 2))), hop_nvlink_nvls_s + msg_bytes/(ranks*xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks)))), xp.inf)
         return _runtime.broadcast(xp, out, (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
-    call = _runtime.Call(
-        "collective_reduce_scatter_nvls_simple_time_s",
-        ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-        (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-        reals=4,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, m0, m1, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+        # Once per call: what depends on the model's and the run's fields alone.
+        try:  # Python floats, the usual case, cost least
+            inv0 = numpy.greater(nvls, 0)
+        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+            (nvls,) = _runtime.reals("collective_reduce_scatter_nvls_simple_time_s", ("nvls",), (nvls,))
+            inv0 = numpy.greater(nvls, 0)
+        call = _runtime.Call(
+            "collective_reduce_scatter_nvls_simple_time_s",
+            ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+            (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
+            reals=4,
+            masks=3,
+        )
+        for out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
+            # inv0_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
             numpy.maximum(1.0, r0, out=r1)
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nvls, 0),
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))),
-            #     hop_nvlink_nvls_s +
+            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
+            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
             #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks)))), numpy.inf)
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m0)
             numpy.greater(ranks, 1.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.logical_and(m0, m1, out=m0)
+            numpy.less(nodes, 2.0, out=m2)
+            numpy.logical_and(m1, m2, out=m1)
+            numpy.logical_and(m1, m0, out=m1)
             numpy.multiply(r0, r0, out=r2)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
             numpy.multiply(r2, r3, out=r2)
@@ -4623,7 +4656,7 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
             numpy.multiply(r2, ranks, out=r2)
             numpy.divide(msg_bytes, r2, out=r2)
             numpy.add(r2, hop_nvlink_nvls_s, out=r2)
-            numpy.copyto(out, r2, where=m0)
+            numpy.copyto(out, r2, where=m1)
     return call.out
 
 
@@ -4710,22 +4743,22 @@ def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_r
         tmp12 = tmp11*tmp7
         out = xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp12/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) + xp.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s + hop_net_tree_ll_s*tmp7), xp.minimum(tmp12/xp.minimum(tmp6, 0.92*tmp10) + xp.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp11*(nodes - 0.5)*xp.where(tmp8, tmp1, 1/tmp9) + xp.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s + hop_net_tree_simple_s*tmp7))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp3*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp5/xp.minimum(tmp6, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 + tmp5/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_reduce_scatter_hierarchical_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=15,
-        masks=3,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_reduce_scatter_hierarchical_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=15,
+            masks=3,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = ranks_per_node - 1 -> r0
             numpy.subtract(ranks_per_node, 1.0, out=r0)
@@ -4927,7 +4960,7 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 143 (SymPy count_ops of the CSE form below); NumPy calls per block: 143.
+    # ops: 145 (SymPy count_ops of the CSE form below); NumPy calls per block: 143.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -4955,29 +4988,33 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
         tmp21 = tmp10*tmp20
         out = xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp12, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp2*(ranks - 0.5)*xp.where(tmp3, tmp13, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp21/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp21/xp.minimum(tmp12, 0.92*tmp19) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*xp.where(tmp3, tmp13, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=23,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_reduce_scatter_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=23,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -4985,8 +5022,8 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -4995,15 +5032,15 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
             numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
             # tmp13 = inv0/ring_channels -> r11
@@ -5019,26 +5056,25 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.minimum(r15, r3, out=r15)
             # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
             numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp20 = tmp16/nodes -> r16
             numpy.divide(r13, nodes, out=r16)
             # tmp21 = tmp10*tmp20 -> r17
             numpy.multiply(r9, r16, out=r17)
-            # out = numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            # out = numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+            #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
             #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
@@ -5055,10 +5091,9 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(out, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r18)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r19)
             numpy.multiply(r18, r19, out=r18)
@@ -5069,58 +5104,58 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.minimum(r18, r1, out=r18)
             numpy.divide(r2, r18, out=r18)
             numpy.add(r18, hop_nvlink_nvls_s, out=r18)
-            numpy.copyto(out, r18, where=m2)
+            numpy.copyto(out, r18, where=m3)
             numpy.multiply(r6, 0.5, out=r18)
             numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
             numpy.divide(r7, r18, out=r18)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r19, hop_net_ring_ll_s)
-                numpy.copyto(r19, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv1, r8, out=r20)
+                numpy.multiply(inv2, r8, out=r20)
                 numpy.add(r19, r20, out=r19)
                 numpy.add(r19, alpha_ring_ll_s, out=r19)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r20)
             numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(out, r18, out=out)
             numpy.multiply(r6, 0.92, out=r18)
             numpy.minimum(r18, r10, out=r18)
             numpy.divide(r7, r18, out=r18)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r19, hop_net_ring_ll128_s)
-                numpy.copyto(r19, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv2, r8, out=r20)
+                numpy.multiply(inv3, r8, out=r20)
                 numpy.add(r19, r20, out=r19)
                 numpy.add(r19, alpha_ring_ll128_s, out=r19)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r20)
             numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(out, r18, out=out)
             numpy.subtract(ranks, 0.5, out=r18)
             numpy.divide(1.0, r5, out=r19)
-            numpy.copyto(r19, r11, where=m0)
+            numpy.copyto(r19, r11, where=m1)
             numpy.multiply(r18, r19, out=r18)
             numpy.multiply(r18, r2, out=r18)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r19, hop_net_ring_simple_s)
-                numpy.copyto(r19, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv3, r8, out=r20)
+                numpy.multiply(inv4, r8, out=r20)
                 numpy.add(r19, r20, out=r19)
                 numpy.add(r19, alpha_ring_simple_s, out=r19)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r20)
             numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
+            numpy.copyto(r19, r20, where=m1)
             numpy.add(r18, r19, out=r18)
             numpy.minimum(out, r18, out=out)
             numpy.copyto(r18, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r4, 0.5, out=r19)
             numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
             numpy.divide(r17, r19, out=r19)
@@ -5128,7 +5163,7 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r21)
             numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.multiply(r4, 0.92, out=r20)
             numpy.minimum(r20, r10, out=r20)
@@ -5137,19 +5172,19 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r22)
             numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.copyto(r21, r22, where=m0)
+            numpy.copyto(r21, r22, where=m1)
             numpy.add(r20, r21, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.subtract(nodes, 0.5, out=r20)
             numpy.divide(1.0, r15, out=r21)
-            numpy.copyto(r21, r11, where=m0)
+            numpy.copyto(r21, r11, where=m1)
             numpy.multiply(r20, r21, out=r20)
             numpy.multiply(r20, r16, out=r20)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r22)
             numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.copyto(r21, r22, where=m0)
+            numpy.copyto(r21, r22, where=m1)
             numpy.add(r20, r21, out=r20)
             numpy.minimum(r19, r20, out=r19)
             numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r20)
@@ -5173,7 +5208,7 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             numpy.add(r21, alpha_ring_ll_s, out=r21)
             numpy.minimum(r20, r21, out=r20)
             numpy.add(r19, r20, out=r19)
-            numpy.copyto(r18, r19, where=m2)
+            numpy.copyto(r18, r19, where=m3)
             numpy.minimum(out, r18, out=out)
     return call.out
 
@@ -5275,7 +5310,7 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 144 (SymPy count_ops of the CSE form below); NumPy calls per block: 144.
+    # ops: 146 (SymPy count_ops of the CSE form below); NumPy calls per block: 144.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5303,29 +5338,33 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
         tmp21 = tmp10*tmp20
         out = msg_bytes/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp12, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp2*(ranks - 0.5)*xp.where(tmp3, tmp13, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp21/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp21/xp.minimum(tmp12, 0.92*tmp19) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*xp.where(tmp3, tmp13, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=24,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_reduce_scatter_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=24,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -5333,8 +5372,8 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -5343,15 +5382,15 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
             numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
             # tmp13 = inv0/ring_channels -> r11
@@ -5367,26 +5406,25 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r15, r3, out=r15)
             # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
             numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp20 = tmp16/nodes -> r16
             numpy.divide(r13, nodes, out=r16)
             # tmp21 = tmp10*tmp20 -> r17
             numpy.multiply(r9, r16, out=r17)
-            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
             #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
@@ -5403,10 +5441,9 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r18, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r19)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
             numpy.multiply(r19, r20, out=r19)
@@ -5417,58 +5454,58 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r19, r1, out=r19)
             numpy.divide(r2, r19, out=r19)
             numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m2)
+            numpy.copyto(r18, r19, where=m3)
             numpy.multiply(r6, 0.5, out=r19)
             numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
             numpy.divide(r7, r19, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_ll_s)
-                numpy.copyto(r20, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv1, r8, out=r21)
+                numpy.multiply(inv2, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
             numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r6, 0.92, out=r19)
             numpy.minimum(r19, r10, out=r19)
             numpy.divide(r7, r19, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_ll128_s)
-                numpy.copyto(r20, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv2, r8, out=r21)
+                numpy.multiply(inv3, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.subtract(ranks, 0.5, out=r19)
             numpy.divide(1.0, r5, out=r20)
-            numpy.copyto(r20, r11, where=m0)
+            numpy.copyto(r20, r11, where=m1)
             numpy.multiply(r19, r20, out=r19)
             numpy.multiply(r19, r2, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_simple_s)
-                numpy.copyto(r20, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv3, r8, out=r21)
+                numpy.multiply(inv4, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r4, 0.5, out=r20)
             numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
             numpy.divide(r17, r20, out=r20)
@@ -5476,7 +5513,7 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r21, alpha_ring_ll_s, out=r21)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
             numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m0)
+            numpy.copyto(r21, r22, where=m1)
             numpy.add(r20, r21, out=r20)
             numpy.multiply(r4, 0.92, out=r21)
             numpy.minimum(r21, r10, out=r21)
@@ -5485,19 +5522,19 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r22, alpha_ring_ll128_s, out=r22)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
             numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m0)
+            numpy.copyto(r22, r23, where=m1)
             numpy.add(r21, r22, out=r21)
             numpy.minimum(r20, r21, out=r20)
             numpy.subtract(nodes, 0.5, out=r21)
             numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r11, where=m0)
+            numpy.copyto(r22, r11, where=m1)
             numpy.multiply(r21, r22, out=r21)
             numpy.multiply(r21, r16, out=r21)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
             numpy.add(r22, alpha_ring_simple_s, out=r22)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
             numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m0)
+            numpy.copyto(r22, r23, where=m1)
             numpy.add(r21, r22, out=r21)
             numpy.minimum(r20, r21, out=r20)
             numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
@@ -5521,7 +5558,7 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r22, alpha_ring_ll_s, out=r22)
             numpy.minimum(r21, r22, out=r21)
             numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m2)
+            numpy.copyto(r19, r20, where=m3)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(msg_bytes, r18, out=out)
     return call.out
@@ -5625,7 +5662,7 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
     Returns:
         float64 array of the arguments' broadcast shape.
     """
-    # ops: 144 (SymPy count_ops of the CSE form below); NumPy calls per block: 144.
+    # ops: 146 (SymPy count_ops of the CSE form below); NumPy calls per block: 144.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
     if xp is not None:
         # Arrays of another array-API library: no out=, so the CSE form as whole arrays on theirs.
@@ -5653,29 +5690,33 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
         tmp21 = tmp10*tmp20
         out = tmp8/xp.minimum(xp.where(xp.logical_and(tmp3, xp.logical_and(xp.greater(nvls, 0), xp.greater(ranks, 1))), hop_nvlink_nvls_s + tmp2/xp.minimum(nvls_channel_max_bw_bytes_per_s, xp.minimum(tmp1, nvls_efficiency*(tmp0*tmp0)*xp.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(ranks*ranks))), xp.inf), xp.minimum(tmp8/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + tmp10*xp.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s) + tmp9*xp.maximum(hop_nvlink_ring_ll_s, net_overhead_s)), xp.minimum(tmp8/xp.minimum(tmp12, 0.92*tmp7) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + tmp10*xp.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s) + tmp9*xp.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)), xp.minimum(tmp2*(ranks - 0.5)*xp.where(tmp3, tmp13, 1/tmp6) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + tmp10*xp.where(tmp11, hop_net_tree_simple_s, hop_net_ring_simple_s) + tmp9*xp.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)), xp.where(xp.logical_and(xp.greater(nodes, 1), xp.greater(ranks_per_node, 1)), xp.minimum(tmp21/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + xp.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10), xp.minimum(tmp21/xp.minimum(tmp12, 0.92*tmp19) + xp.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*xp.where(tmp3, tmp13, 1/tmp18) + xp.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + xp.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5), xp.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 + tmp17/xp.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 + tmp17/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), xp.inf)))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-    call = _runtime.Call(
-        "collective_reduce_scatter_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2", "inv3"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3),
-        reals=24,
-        masks=4,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2, inv3 in call.blocks():
+            inv1 = numpy.greater(nvls, 0)
+            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        call = _runtime.Call(
+            "collective_reduce_scatter_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4),
+            reals=24,
+            masks=5,
+        )
+        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
+            # inv1_mask = numpy.greater(nvls, 0) -> m0
+            numpy.greater(nvls, 0.0, out=m0)
             # tmp0 = ranks - 1 -> r0
             numpy.subtract(ranks, 1.0, out=r0)
             # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
@@ -5683,8 +5724,8 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
             # tmp2 = msg_bytes/ranks -> r2
             numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
+            # tmp3 = numpy.less(nodes, 2) -> m1
+            numpy.less(nodes, 2.0, out=m1)
             # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
             # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
@@ -5693,15 +5734,15 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r3, r4, out=r5)
             # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
             numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m0)
+            numpy.copyto(r6, r3, where=m1)
             # tmp8 = tmp0*tmp2 -> r7
             numpy.multiply(r0, r2, out=r7)
             # tmp9 = -nodes + ranks -> r8
             numpy.subtract(ranks, nodes, out=r8)
             # tmp10 = nodes - 1 -> r9
             numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
+            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+            numpy.equal(ranks_per_node, 1.0, out=m2)
             # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
             numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
             # tmp13 = inv0/ring_channels -> r11
@@ -5717,26 +5758,25 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r15, r3, out=r15)
             # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
             numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m0)
+            numpy.copyto(r4, r3, where=m1)
             # tmp20 = tmp16/nodes -> r16
             numpy.divide(r13, nodes, out=r16)
             # tmp21 = tmp10*tmp20 -> r17
             numpy.multiply(r9, r16, out=r17)
-            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(tmp3,
-            #     numpy.logical_and(numpy.greater(nvls, 0), numpy.greater(ranks, 1))),
-            #     hop_nvlink_nvls_s + tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
+            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
+            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
             #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
             #     tmp1)/(ranks*ranks))), numpy.inf),
             #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
             #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv1*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
             #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv2*tmp9
+            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
             #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
             #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
             #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv3*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
+            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
             #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
             #     numpy.greater(ranks_per_node, 1)),
             #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
@@ -5753,10 +5793,9 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
             #     0.5*tmp4))), numpy.inf)))))
             numpy.copyto(r18, numpy.inf)
-            numpy.greater(nvls, 0.0, out=m2)
             numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
-            numpy.logical_and(m2, m0, out=m2)
+            numpy.logical_and(m3, m0, out=m3)
+            numpy.logical_and(m3, m1, out=m3)
             numpy.multiply(r0, r0, out=r19)
             numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
             numpy.multiply(r19, r20, out=r19)
@@ -5767,58 +5806,58 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.minimum(r19, r1, out=r19)
             numpy.divide(r2, r19, out=r19)
             numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m2)
+            numpy.copyto(r18, r19, where=m3)
             numpy.multiply(r6, 0.5, out=r19)
             numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
             numpy.divide(r7, r19, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_ll_s)
-                numpy.copyto(r20, hop_net_tree_ll_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv1, r8, out=r21)
+                numpy.multiply(inv2, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_ll_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
             numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.multiply(r6, 0.92, out=r19)
             numpy.minimum(r19, r10, out=r19)
             numpy.divide(r7, r19, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_ll128_s)
-                numpy.copyto(r20, hop_net_tree_ll128_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv2, r8, out=r21)
+                numpy.multiply(inv3, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_ll128_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
             numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.subtract(ranks, 0.5, out=r19)
             numpy.divide(1.0, r5, out=r20)
-            numpy.copyto(r20, r11, where=m0)
+            numpy.copyto(r20, r11, where=m1)
             numpy.multiply(r19, r20, out=r19)
             numpy.multiply(r19, r2, out=r19)
-            if not m0.all():
+            if not m1.all():
                 numpy.copyto(r20, hop_net_ring_simple_s)
-                numpy.copyto(r20, hop_net_tree_simple_s, where=m1)
+                numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
                 numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv3, r8, out=r21)
+                numpy.multiply(inv4, r8, out=r21)
                 numpy.add(r20, r21, out=r20)
                 numpy.add(r20, alpha_ring_simple_s, out=r20)
             numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
             numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m0)
+            numpy.copyto(r20, r21, where=m1)
             numpy.add(r19, r20, out=r19)
             numpy.minimum(r18, r19, out=r18)
             numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m2)
-            numpy.greater(ranks_per_node, 1.0, out=m3)
-            numpy.logical_and(m2, m3, out=m2)
+            numpy.greater(nodes, 1.0, out=m3)
+            numpy.greater(ranks_per_node, 1.0, out=m4)
+            numpy.logical_and(m3, m4, out=m3)
             numpy.multiply(r4, 0.5, out=r20)
             numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
             numpy.divide(r17, r20, out=r20)
@@ -5826,7 +5865,7 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r21, alpha_ring_ll_s, out=r21)
             numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
             numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m0)
+            numpy.copyto(r21, r22, where=m1)
             numpy.add(r20, r21, out=r20)
             numpy.multiply(r4, 0.92, out=r21)
             numpy.minimum(r21, r10, out=r21)
@@ -5835,19 +5874,19 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r22, alpha_ring_ll128_s, out=r22)
             numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
             numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m0)
+            numpy.copyto(r22, r23, where=m1)
             numpy.add(r21, r22, out=r21)
             numpy.minimum(r20, r21, out=r20)
             numpy.subtract(nodes, 0.5, out=r21)
             numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r11, where=m0)
+            numpy.copyto(r22, r11, where=m1)
             numpy.multiply(r21, r22, out=r21)
             numpy.multiply(r21, r16, out=r21)
             numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
             numpy.add(r22, alpha_ring_simple_s, out=r22)
             numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
             numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m0)
+            numpy.copyto(r22, r23, where=m1)
             numpy.add(r21, r22, out=r21)
             numpy.minimum(r20, r21, out=r20)
             numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
@@ -5871,7 +5910,7 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             numpy.add(r22, alpha_ring_ll_s, out=r22)
             numpy.minimum(r21, r22, out=r21)
             numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m2)
+            numpy.copyto(r19, r20, where=m3)
             numpy.minimum(r18, r19, out=r18)
             numpy.divide(r7, r18, out=out)
     return call.out
@@ -5961,15 +6000,16 @@ def collective_broadcast_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
         tmp1 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.where(tmp0, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    call = _runtime.Call(
-        "collective_broadcast_ring_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-        reals=2,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_ring_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6041,15 +6081,16 @@ def collective_broadcast_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_l
         tmp1 = ring_channel_bw_bytes_per_s*ring_channels
         out = alpha_ring_ll128_s + msg_bytes/xp.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels, 0.92*xp.where(tmp0, tmp1, xp.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    call = _runtime.Call(
-        "collective_broadcast_ring_ll128_time_s",
-        ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-        (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-        reals=3,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_ring_ll128_time_s",
+            ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+            (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
+            reals=3,
+            masks=2,
+        )
         for out, r0, r1, r2, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6119,22 +6160,22 @@ def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
         tmp0 = xp.less(nodes, 2)
         out = alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/xp.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(xp.equal(ranks_per_node, 1), hop_net_tree_simple_s, hop_net_ring_simple_s))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_ring_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_ring_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6225,22 +6266,22 @@ def collective_broadcast_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alp
         tmp4 = xp.where(tmp0, tmp2, tmp3)
         out = xp.minimum(alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(tmp1, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(alpha_ring_ll128_s + msg_bytes/xp.minimum(0.92*tmp4, ll128_channel_max_bw_bytes_per_s*ring_channels) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/tmp3) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(tmp1, hop_net_tree_simple_s, hop_net_ring_simple_s))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_nccl_time_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_nccl_time_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6359,22 +6400,22 @@ def collective_broadcast_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
         tmp4 = xp.where(tmp0, tmp2, tmp3)
         out = msg_bytes/xp.minimum(alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(tmp1, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(alpha_ring_ll128_s + msg_bytes/xp.minimum(0.92*tmp4, ll128_channel_max_bw_bytes_per_s*ring_channels) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/tmp3) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(tmp1, hop_net_tree_simple_s, hop_net_ring_simple_s))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_algbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=5,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=5,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6495,22 +6536,22 @@ def collective_broadcast_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
         tmp4 = xp.where(tmp0, tmp2, tmp3)
         out = msg_bytes/xp.minimum(alpha_ring_ll_s + msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4) + xp.where(tmp0, hop_nvlink_ring_ll_s, xp.where(tmp1, hop_net_tree_ll_s, hop_net_ring_ll_s)), xp.minimum(alpha_ring_ll128_s + msg_bytes/xp.minimum(0.92*tmp4, ll128_channel_max_bw_bytes_per_s*ring_channels) + xp.where(tmp0, hop_nvlink_ring_ll128_s, xp.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)), alpha_ring_simple_s + msg_bytes*xp.where(tmp0, 1/(ring_channel_bw_bytes_per_s*ring_channels), 1/tmp3) + xp.where(tmp0, hop_nvlink_ring_simple_s, xp.where(tmp1, hop_net_tree_simple_s, hop_net_ring_simple_s))))
         return _runtime.broadcast(xp, out, (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_busbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_broadcast_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=5,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_broadcast_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=5,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -6643,15 +6684,16 @@ def collective_all_to_all_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
         tmp1 = msg_bytes/ranks
         out = xp.where(xp.greater_equal(p2p_ll_threshold_bytes, tmp1), alpha_ring_ll_s + xp.where(xp.less(nodes, 2), hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp1*(ranks_per_node - 1)/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp0), tmp1*(ranks - ranks_per_node)/xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.minimum(tmp0, nic_bw_bytes_per_s*nics_used/ranks_per_node))), xp.inf)
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    call = _runtime.Call(
-        "collective_all_to_all_p2p_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-        reals=5,
-        masks=2,
-    )
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_p2p_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
+            reals=5,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
             # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
             numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
@@ -6733,8 +6775,10 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
         tmp0 = msg_bytes/ranks
         out = xp.where(xp.greater_equal(p2p_ll_threshold_bytes, tmp0), xp.inf, alpha_ring_simple_s + xp.where(xp.less(nodes, 2), hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(tmp0*(ranks_per_node - 0.5)/(ring_channel_bw_bytes_per_s*ring_channels), ranks_per_node*tmp0*(ranks - ranks_per_node)/(nic_bw_bytes_per_s*nics_used)))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
@@ -6742,15 +6786,13 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/ring_channel_bw_bytes_per_s
             inv1 = 1/nic_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_p2p_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=2,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_p2p_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=2,
+            masks=2,
+        )
         for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = msg_bytes/ranks -> r0
             numpy.divide(msg_bytes, ranks, out=r0)
@@ -6837,8 +6879,10 @@ def collective_all_to_all_nccl_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, h
         tmp4 = ring_channel_bw_bytes_per_s*ring_channels
         out = xp.minimum(xp.where(tmp1, xp.inf, alpha_ring_simple_s + xp.where(tmp2, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(ranks_per_node*tmp3/(nic_bw_bytes_per_s*nics_used), tmp0*(ranks_per_node - 0.5)/(ring_channel_bw_bytes_per_s*ring_channels))), xp.where(tmp1, alpha_ring_ll_s + xp.where(tmp2, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp0*(ranks_per_node - 1)/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4), tmp3/xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node))), xp.inf))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/nic_bw_bytes_per_s
             inv1 = 1/ring_channel_bw_bytes_per_s
@@ -6846,15 +6890,13 @@ def collective_all_to_all_nccl_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, h
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/nic_bw_bytes_per_s
             inv1 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_nccl_time_s",
-        ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=6,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_nccl_time_s",
+            ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=6,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = msg_bytes/ranks -> r0
             numpy.divide(msg_bytes, ranks, out=r0)
@@ -6968,8 +7010,10 @@ def collective_all_to_all_nccl_algbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_
         tmp4 = ring_channel_bw_bytes_per_s*ring_channels
         out = msg_bytes/xp.minimum(xp.where(tmp1, xp.inf, alpha_ring_simple_s + xp.where(tmp2, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(ranks_per_node*tmp3/(nic_bw_bytes_per_s*nics_used), tmp0*(ranks_per_node - 0.5)/(ring_channel_bw_bytes_per_s*ring_channels))), xp.where(tmp1, alpha_ring_ll_s + xp.where(tmp2, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp0*(ranks_per_node - 1)/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4), tmp3/xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node))), xp.inf))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/nic_bw_bytes_per_s
             inv1 = 1/ring_channel_bw_bytes_per_s
@@ -6977,15 +7021,13 @@ def collective_all_to_all_nccl_algbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_algbw_bytes_per_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/nic_bw_bytes_per_s
             inv1 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=7,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=7,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = msg_bytes/ranks -> r0
             numpy.divide(msg_bytes, ranks, out=r0)
@@ -7101,8 +7143,10 @@ def collective_all_to_all_nccl_busbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_
         tmp4 = ring_channel_bw_bytes_per_s*ring_channels
         out = tmp0*(ranks - 1)/xp.minimum(xp.where(tmp1, xp.inf, alpha_ring_simple_s + xp.where(tmp2, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.maximum(ranks_per_node*tmp3/(nic_bw_bytes_per_s*nics_used), tmp0*(ranks_per_node - 0.5)/(ring_channel_bw_bytes_per_s*ring_channels))), xp.where(tmp1, alpha_ring_ll_s + xp.where(tmp2, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.maximum(tmp0*(ranks_per_node - 1)/xp.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4), tmp3/xp.minimum(ll_max_bw_bytes_per_s, 0.5*xp.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node))), xp.inf))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/nic_bw_bytes_per_s
             inv1 = 1/ring_channel_bw_bytes_per_s
@@ -7110,15 +7154,13 @@ def collective_all_to_all_nccl_busbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_
             (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_busbw_bytes_per_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
             inv0 = 1/nic_bw_bytes_per_s
             inv1 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_all_to_all_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
-        (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-        reals=7,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_all_to_all_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
+            (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
+            reals=7,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
             # tmp0 = msg_bytes/ranks -> r0
             numpy.divide(msg_bytes, ranks, out=r0)
@@ -7262,22 +7304,22 @@ def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, ho
         tmp1 = 0.5*(ring_channel_bw_bytes_per_s*ring_channels)
         out = xp.where(xp.less_equal(msg_bytes, p2p_ll_threshold_bytes), alpha_ring_ll_s + xp.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp0, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp1), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp1))), xp.inf)
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 0.5*ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 0.5*ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_p2p_ll_time_s",
-        ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=4,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_p2p_ll_time_s",
+            ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=4,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7348,22 +7390,22 @@ def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_
         tmp1 = 1.5*msg_bytes
         out = xp.where(xp.less_equal(msg_bytes, p2p_ll_threshold_bytes), xp.inf, alpha_ring_simple_s + xp.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp0, tmp1/(ring_channel_bw_bytes_per_s*ring_channels), tmp1/xp.minimum(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels)))
         return _runtime.broadcast(xp, out, (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_p2p_simple_time_s",
-        ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=3,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_p2p_simple_time_s",
+            ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=3,
+            masks=2,
+        )
         for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less(nodes, 2) -> m0
             numpy.less(nodes, 2.0, out=m0)
@@ -7444,22 +7486,22 @@ def collective_send_recv_nccl_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, ho
         tmp4 = 0.5*tmp3
         out = xp.minimum(xp.where(tmp0, xp.inf, alpha_ring_simple_s + xp.where(tmp1, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp1, tmp2/(ring_channel_bw_bytes_per_s*ring_channels), tmp2/xp.minimum(nic_bw_bytes_per_s, tmp3))), xp.where(tmp0, alpha_ring_ll_s + xp.where(tmp1, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp1, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp4), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp4))), xp.inf))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_nccl_time_s",
-        ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=7,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_nccl_time_s",
+            ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=7,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
             numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
@@ -7559,22 +7601,22 @@ def collective_send_recv_nccl_algbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_s
         tmp4 = 0.5*tmp3
         out = msg_bytes/xp.minimum(xp.where(tmp0, xp.inf, alpha_ring_simple_s + xp.where(tmp1, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp1, tmp2/(ring_channel_bw_bytes_per_s*ring_channels), tmp2/xp.minimum(nic_bw_bytes_per_s, tmp3))), xp.where(tmp0, alpha_ring_ll_s + xp.where(tmp1, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp1, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp4), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp4))), xp.inf))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_algbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_nccl_algbw_bytes_per_s",
-        ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_nccl_algbw_bytes_per_s",
+            ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
             numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
@@ -7676,22 +7718,22 @@ def collective_send_recv_nccl_busbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_s
         tmp4 = 0.5*tmp3
         out = msg_bytes/xp.minimum(xp.where(tmp0, xp.inf, alpha_ring_simple_s + xp.where(tmp1, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + xp.where(tmp1, tmp2/(ring_channel_bw_bytes_per_s*ring_channels), tmp2/xp.minimum(nic_bw_bytes_per_s, tmp3))), xp.where(tmp0, alpha_ring_ll_s + xp.where(tmp1, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + xp.where(tmp1, msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, tmp4), msg_bytes/xp.minimum(ll_max_bw_bytes_per_s, xp.minimum(nic_bw_bytes_per_s, tmp4))), xp.inf))
         return _runtime.broadcast(xp, out, (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
-    # Once per call: what depends on the model's and the run's fields alone.
+    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
+    # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
+        # Once per call: what depends on the model's and the run's fields alone.
         try:  # Python floats, the usual case, cost least
             inv0 = 1/ring_channel_bw_bytes_per_s
         except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
             (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_busbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
             inv0 = 1/ring_channel_bw_bytes_per_s
-    call = _runtime.Call(
-        "collective_send_recv_nccl_busbw_bytes_per_s",
-        ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
-        (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-        reals=8,
-        masks=2,
-    )
-    # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
-    with numpy.errstate(divide="ignore", invalid="ignore"):
+        call = _runtime.Call(
+            "collective_send_recv_nccl_busbw_bytes_per_s",
+            ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
+            (alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
+            reals=8,
+            masks=2,
+        )
         for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
             # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
             numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)

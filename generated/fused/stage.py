@@ -633,24 +633,17 @@ def _stage_dp_standard_dense_zero_layer(out, a, attn_extra_p, attn_output_gate, 
 
 @_runtime.element
 def _stage_dp_standard_dense_zero_layer_at(a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dh*n_kv
-    tmp2 = 0.5*n_attMM
-    tmp3 = 2*n_qknorm
-    tmp4 = h*o_bias
-    tmp5 = a*dh
-    tmp6 = h*tmp5
-    tmp7 = 0.25*n_attMM
-    tmp8 = attn_output_gate + 1
-    tmp9 = qkv_bias*tmp8
-    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-    tmp12 = (zero3_non_exp == 1)
-    tmp13 = (dh != 0)
-    tmp15 = n_kv/a
-    tmp16 = (h*h)
-    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-    tmp19 = (zero2_non_exp == 1)
-    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0)))
+    tmp0 = 2*n_qknorm
+    tmp1 = a*dh
+    tmp2 = 0.25*n_attMM
+    tmp3 = h*tmp2
+    tmp4 = h + qkv_bias
+    tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+    tmp6 = tmp4*(attn_output_gate + 1)
+    tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp8 = h/a
+    tmp9 = (dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7 if (dh != 0) else tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp9 if (zero3_non_exp == 1) else 0) + (tmp9*(1 + 1/cp) if (zero2_non_exp == 1) else 0))
 
 
 def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -750,24 +743,17 @@ def _stage_dp_unconverted_standard_dense_zero_layer(out, a, attn_extra_p, attn_o
 
 @_runtime.element
 def _stage_dp_unconverted_standard_dense_zero_layer_at(a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dh*n_kv
-    tmp2 = 0.5*n_attMM
-    tmp3 = 2*n_qknorm
-    tmp4 = h*o_bias
-    tmp5 = a*dh
-    tmp6 = h*tmp5
-    tmp7 = 0.25*n_attMM
-    tmp8 = attn_output_gate + 1
-    tmp9 = qkv_bias*tmp8
-    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-    tmp12 = (zero3_non_exp == 1)
-    tmp13 = (dh != 0)
-    tmp15 = n_kv/a
-    tmp16 = (h*h)
-    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-    tmp19 = (zero2_non_exp == 1)
-    return (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0))
+    tmp0 = 2*n_qknorm
+    tmp1 = a*dh
+    tmp2 = 0.25*n_attMM
+    tmp3 = h*tmp2
+    tmp4 = h + qkv_bias
+    tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+    tmp6 = tmp4*(attn_output_gate + 1)
+    tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp8 = h/a
+    tmp9 = (dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7 if (dh != 0) else tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+    return (tmp9 if (zero3_non_exp == 1) else 0) + (tmp9*(1 + 1/cp) if (zero2_non_exp == 1) else 0)
 
 
 def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
@@ -5645,35 +5631,29 @@ def _stage_dp_standard_moe_zero_layer(out, a, attn_extra_p, attn_output_gate, co
 
 @_runtime.element
 def _stage_dp_standard_moe_zero_layer_at(a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp1 = dh*n_kv
-    tmp2 = 0.5*n_attMM
-    tmp3 = 2*n_qknorm
-    tmp4 = h*o_bias
-    tmp5 = a*dh
-    tmp6 = h*tmp5
-    tmp7 = 0.25*n_attMM
-    tmp8 = attn_output_gate + 1
-    tmp9 = qkv_bias*tmp8
-    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-    tmp12 = (zero3_non_exp == 1)
-    tmp13 = (dh != 0)
-    tmp15 = n_kv/a
-    tmp16 = (h*h)
-    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-    tmp18 = (zero3_exp == 1)
-    tmp19 = (n_shared_exp != 0)
-    tmp20 = h*hff_exp*n_ffMM
-    tmp21 = hff_exp*(n_ffMM - 1)
-    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-    tmp24 = h*shared_expert_gate + tmp23
-    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-    tmp27 = 1/(cp*ep*t_exp)
-    tmp28 = tmp24*tmp27
-    tmp29 = tmp23*tmp27
-    tmp30 = (zero2_non_exp == 1)
-    tmp31 = (zero2_exp == 1)
-    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp30) else (tmp17 + tmp17/cp if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp31 else 0))))
+    tmp0 = 2*n_qknorm
+    tmp1 = a*dh
+    tmp2 = 0.25*n_attMM
+    tmp3 = h*tmp2
+    tmp4 = h + qkv_bias
+    tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+    tmp6 = tmp4*(attn_output_gate + 1)
+    tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp8 = h/a
+    tmp9 = (dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7 if (dh != 0) else tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+    tmp10 = 1/cp
+    tmp11 = (zero3_exp == 1)
+    tmp12 = (n_shared_exp != 0)
+    tmp13 = h*hff_exp*n_ffMM
+    tmp14 = hff_exp*(n_ffMM - 1)
+    tmp15 = 1/numpy.maximum(1, etp)
+    tmp16 = n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) + n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+    tmp17 = h*shared_expert_gate + tmp16
+    tmp18 = ((tmp17 == 0) if tmp12 else (tmp16 == 0))
+    tmp19 = tmp10/(ep*t_exp)
+    tmp20 = (zero2_exp == 1)
+    tmp21 = tmp19 + 1/numpy.maximum(ep, t_exp)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp9 if (zero3_non_exp == 1) else 0) + (tmp9*(tmp10 + 1) if (zero2_non_exp == 1) else 0) + (0 if (tmp11 and tmp18) else (tmp17*tmp19 if (tmp11 and tmp12) else (tmp16*tmp19 if tmp11 else 0))) + (0 if (tmp18 and tmp20) else (tmp17*tmp21 if (tmp12 and tmp20) else (tmp16*tmp21 if tmp20 else 0))))
 
 
 def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -5810,35 +5790,29 @@ def _stage_dp_unconverted_standard_moe_zero_layer(out, a, attn_extra_p, attn_out
 
 @_runtime.element
 def _stage_dp_unconverted_standard_moe_zero_layer_at(a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp1 = dh*n_kv
-    tmp2 = 0.5*n_attMM
-    tmp3 = 2*n_qknorm
-    tmp4 = h*o_bias
-    tmp5 = a*dh
-    tmp6 = h*tmp5
-    tmp7 = 0.25*n_attMM
-    tmp8 = attn_output_gate + 1
-    tmp9 = qkv_bias*tmp8
-    tmp10 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-    tmp11 = (dh*tmp3 + tmp10 + tmp2*(h*tmp1 + qkv_bias*tmp1) + tmp7*(tmp4 + tmp6) + tmp7*(tmp5*tmp9 + tmp6*tmp8))/t
-    tmp12 = (zero3_non_exp == 1)
-    tmp13 = (dh != 0)
-    tmp15 = n_kv/a
-    tmp16 = (h*h)
-    tmp17 = (tmp10 + tmp2*(h*qkv_bias*tmp15 + tmp15*tmp16) + tmp7*(tmp16 + tmp4) + tmp7*(h*tmp9 + tmp16*tmp8) + h*tmp3/a)/t
-    tmp18 = (zero3_exp == 1)
-    tmp19 = (n_shared_exp != 0)
-    tmp20 = h*hff_exp*n_ffMM
-    tmp21 = hff_exp*(n_ffMM - 1)
-    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-    tmp24 = h*shared_expert_gate + tmp23
-    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-    tmp27 = 1/(cp*ep*t_exp)
-    tmp28 = tmp24*tmp27
-    tmp29 = tmp23*tmp27
-    tmp30 = (zero2_non_exp == 1)
-    tmp31 = (zero2_exp == 1)
-    return (tmp11 if (tmp12 and tmp13) else (tmp17 if tmp12 else 0)) + (tmp11 + tmp11/cp if (tmp13 and tmp30) else (tmp17 + tmp17/cp if tmp30 else 0)) + (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp31) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp31) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp31 else 0)))
+    tmp0 = 2*n_qknorm
+    tmp1 = a*dh
+    tmp2 = 0.25*n_attMM
+    tmp3 = h*tmp2
+    tmp4 = h + qkv_bias
+    tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+    tmp6 = tmp4*(attn_output_gate + 1)
+    tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp8 = h/a
+    tmp9 = (dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7 if (dh != 0) else tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)/t
+    tmp10 = 1/cp
+    tmp11 = (zero3_exp == 1)
+    tmp12 = (n_shared_exp != 0)
+    tmp13 = h*hff_exp*n_ffMM
+    tmp14 = hff_exp*(n_ffMM - 1)
+    tmp15 = 1/numpy.maximum(1, etp)
+    tmp16 = n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) + n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+    tmp17 = h*shared_expert_gate + tmp16
+    tmp18 = ((tmp17 == 0) if tmp12 else (tmp16 == 0))
+    tmp19 = tmp10/(ep*t_exp)
+    tmp20 = (zero2_exp == 1)
+    tmp21 = tmp19 + 1/numpy.maximum(ep, t_exp)
+    return (tmp9 if (zero3_non_exp == 1) else 0) + (tmp9*(tmp10 + 1) if (zero2_non_exp == 1) else 0) + (0 if (tmp11 and tmp18) else (tmp17*tmp19 if (tmp11 and tmp12) else (tmp16*tmp19 if tmp11 else 0))) + (0 if (tmp18 and tmp20) else (tmp17*tmp21 if (tmp12 and tmp20) else (tmp16*tmp21 if tmp20 else 0)))
 
 
 def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -6359,25 +6333,20 @@ def _stage_dp_mla_q_latent_dense_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, 
 
 @_runtime.element
 def _stage_dp_mla_q_latent_dense_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dc_kv*n_kv
-    tmp2 = a*dc_q
-    tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-    tmp4 = 0.25*n_attMM
-    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-    tmp6 = 2*dh
-    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    tmp8 = n_qknorm*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t
-    tmp10 = (zero3_non_exp == 1)
-    tmp11 = (dh != 0)
-    tmp12 = (qk_nope_head_dim != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t
-    tmp15 = tmp7 + 2*h*n_qknorm/a
-    tmp16 = (tmp15 + tmp5)/t
-    tmp17 = (tmp13 + tmp15)/t
-    tmp19 = (zero2_non_exp == 1)
-    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0)))))
+    tmp0 = dc_kv*n_kv
+    tmp1 = a*dc_q
+    tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp3 = 0.25*n_attMM
+    tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+    tmp5 = 2*dh
+    tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp7 = n_qknorm*tmp5 + tmp6
+    tmp8 = (dh != 0)
+    tmp9 = (qk_nope_head_dim != 0)
+    tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+    tmp11 = tmp6 + 2*h*n_qknorm/a
+    tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp12 if (zero3_non_exp == 1) else 0) + (tmp12*(1 + 1/cp) if (zero2_non_exp == 1) else 0))
 
 
 def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -6493,25 +6462,20 @@ def _stage_dp_unconverted_mla_q_latent_dense_zero_layer(out, a, cp, dc_kv, dc_q,
 
 @_runtime.element
 def _stage_dp_unconverted_mla_q_latent_dense_zero_layer_at(a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dc_kv*n_kv
-    tmp2 = a*dc_q
-    tmp3 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-    tmp4 = 0.25*n_attMM
-    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-    tmp6 = 2*dh
-    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    tmp8 = n_qknorm*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t
-    tmp10 = (zero3_non_exp == 1)
-    tmp11 = (dh != 0)
-    tmp12 = (qk_nope_head_dim != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t
-    tmp15 = tmp7 + 2*h*n_qknorm/a
-    tmp16 = (tmp15 + tmp5)/t
-    tmp17 = (tmp13 + tmp15)/t
-    tmp19 = (zero2_non_exp == 1)
-    return (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0))))
+    tmp0 = dc_kv*n_kv
+    tmp1 = a*dc_q
+    tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp3 = 0.25*n_attMM
+    tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+    tmp5 = 2*dh
+    tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp7 = n_qknorm*tmp5 + tmp6
+    tmp8 = (dh != 0)
+    tmp9 = (qk_nope_head_dim != 0)
+    tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+    tmp11 = tmp6 + 2*h*n_qknorm/a
+    tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t
+    return (tmp12 if (zero3_non_exp == 1) else 0) + (tmp12*(1 + 1/cp) if (zero2_non_exp == 1) else 0)
 
 
 def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
@@ -6887,36 +6851,32 @@ def _stage_dp_mla_q_latent_moe_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dc
 
 @_runtime.element
 def _stage_dp_mla_q_latent_moe_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp0 = (zero3_exp == 1)
-    tmp1 = (n_shared_exp != 0)
-    tmp2 = h*hff_exp*n_ffMM
-    tmp3 = hff_exp*(n_ffMM - 1)
-    tmp5 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-    tmp6 = h*shared_expert_gate + tmp5
-    tmp7 = ((tmp6 == 0) if tmp1 else (tmp5 == 0))
-    tmp9 = 1/(cp*ep*t_exp)
-    tmp10 = tmp6*tmp9
-    tmp11 = tmp5*tmp9
-    tmp13 = dc_kv*n_kv
-    tmp14 = a*dc_q
-    tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-    tmp16 = 0.25*n_attMM
-    tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-    tmp18 = 2*dh
-    tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-    tmp20 = n_qknorm*tmp18 + tmp19
-    tmp21 = (tmp17 + tmp20)/t
-    tmp22 = (zero3_non_exp == 1)
-    tmp23 = (dh != 0)
-    tmp24 = (qk_nope_head_dim != 0)
-    tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-    tmp26 = (tmp20 + tmp25)/t
-    tmp27 = tmp19 + 2*h*n_qknorm/a
-    tmp28 = (tmp17 + tmp27)/t
-    tmp29 = (tmp25 + tmp27)/t
-    tmp30 = (zero2_exp == 1)
-    tmp32 = (zero2_non_exp == 1)
-    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep, t_exp) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep, t_exp) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp if (tmp23 and tmp32) else (tmp28 + tmp28/cp if (tmp24 and tmp32) else (tmp29 + tmp29/cp if tmp32 else 0)))))
+    tmp0 = dc_kv*n_kv
+    tmp1 = a*dc_q
+    tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp3 = 0.25*n_attMM
+    tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+    tmp5 = 2*dh
+    tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp7 = n_qknorm*tmp5 + tmp6
+    tmp8 = (dh != 0)
+    tmp9 = (qk_nope_head_dim != 0)
+    tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+    tmp11 = tmp6 + 2*h*n_qknorm/a
+    tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t
+    tmp13 = 1/cp
+    tmp14 = (zero3_exp == 1)
+    tmp15 = (n_shared_exp != 0)
+    tmp16 = h*hff_exp*n_ffMM
+    tmp17 = hff_exp*(n_ffMM - 1)
+    tmp18 = 1/numpy.maximum(1, etp)
+    tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+    tmp20 = h*shared_expert_gate + tmp19
+    tmp21 = ((tmp20 == 0) if tmp15 else (tmp19 == 0))
+    tmp22 = tmp13/(ep*t_exp)
+    tmp23 = (zero2_exp == 1)
+    tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp12 if (zero3_non_exp == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0))))
 
 
 def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -7067,36 +7027,32 @@ def _stage_dp_unconverted_mla_q_latent_moe_zero_layer(out, a, cp, dc_kv, dc_q, d
 
 @_runtime.element
 def _stage_dp_unconverted_mla_q_latent_moe_zero_layer_at(a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp0 = (zero3_exp == 1)
-    tmp1 = (n_shared_exp != 0)
-    tmp2 = h*hff_exp*n_ffMM
-    tmp3 = hff_exp*(n_ffMM - 1)
-    tmp5 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-    tmp6 = h*shared_expert_gate + tmp5
-    tmp7 = ((tmp6 == 0) if tmp1 else (tmp5 == 0))
-    tmp9 = 1/(cp*ep*t_exp)
-    tmp10 = tmp6*tmp9
-    tmp11 = tmp5*tmp9
-    tmp13 = dc_kv*n_kv
-    tmp14 = a*dc_q
-    tmp15 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-    tmp16 = 0.25*n_attMM
-    tmp17 = tmp16*(tmp13*(dh + qk_nope_head_dim) + tmp14*(dhr + qk_nope_head_dim) + tmp15)
-    tmp18 = 2*dh
-    tmp19 = h*layer_norms*(norm_bias + 1) + h*n_exp
-    tmp20 = n_qknorm*tmp18 + tmp19
-    tmp21 = (tmp17 + tmp20)/t
-    tmp22 = (zero3_non_exp == 1)
-    tmp23 = (dh != 0)
-    tmp24 = (qk_nope_head_dim != 0)
-    tmp25 = tmp16*(tmp13*tmp18 + tmp14*(dh + dhr) + tmp15)
-    tmp26 = (tmp20 + tmp25)/t
-    tmp27 = tmp19 + 2*h*n_qknorm/a
-    tmp28 = (tmp17 + tmp27)/t
-    tmp29 = (tmp25 + tmp27)/t
-    tmp30 = (zero2_exp == 1)
-    tmp32 = (zero2_non_exp == 1)
-    return (0 if (tmp0 and tmp7) else (tmp10 if (tmp0 and tmp1) else (tmp11 if tmp0 else 0))) + (0 if (tmp30 and tmp7) else (tmp10 + tmp6/numpy.maximum(ep, t_exp) if (tmp1 and tmp30) else (tmp11 + tmp5/numpy.maximum(ep, t_exp) if tmp30 else 0))) + (tmp21 if (tmp22 and tmp23 and tmp24) else (tmp26 if (tmp22 and tmp23) else (tmp28 if (tmp22 and tmp24) else (tmp29 if tmp22 else 0)))) + (tmp21 + tmp21/cp if (tmp23 and tmp24 and tmp32) else (tmp26 + tmp26/cp if (tmp23 and tmp32) else (tmp28 + tmp28/cp if (tmp24 and tmp32) else (tmp29 + tmp29/cp if tmp32 else 0))))
+    tmp0 = dc_kv*n_kv
+    tmp1 = a*dc_q
+    tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+    tmp3 = 0.25*n_attMM
+    tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+    tmp5 = 2*dh
+    tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp7 = n_qknorm*tmp5 + tmp6
+    tmp8 = (dh != 0)
+    tmp9 = (qk_nope_head_dim != 0)
+    tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+    tmp11 = tmp6 + 2*h*n_qknorm/a
+    tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t
+    tmp13 = 1/cp
+    tmp14 = (zero3_exp == 1)
+    tmp15 = (n_shared_exp != 0)
+    tmp16 = h*hff_exp*n_ffMM
+    tmp17 = hff_exp*(n_ffMM - 1)
+    tmp18 = 1/numpy.maximum(1, etp)
+    tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+    tmp20 = h*shared_expert_gate + tmp19
+    tmp21 = ((tmp20 == 0) if tmp15 else (tmp19 == 0))
+    tmp22 = tmp13/(ep*t_exp)
+    tmp23 = (zero2_exp == 1)
+    tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp)
+    return (tmp12 if (zero3_non_exp == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0)))
 
 
 def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -7603,25 +7559,20 @@ def _stage_dp_mla_q_direct_dense_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, 
 
 @_runtime.element
 def _stage_dp_mla_q_direct_dense_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dc_kv*n_kv
-    tmp2 = a*h
-    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-    tmp4 = 0.25*n_attMM
-    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-    tmp6 = 2*dh
-    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    tmp8 = n_qknorm*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t
-    tmp10 = (zero3_non_exp == 1)
-    tmp11 = (dh != 0)
-    tmp12 = (qk_nope_head_dim != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t
-    tmp15 = tmp7 + 2*h*n_qknorm/a
-    tmp16 = (tmp15 + tmp5)/t
-    tmp17 = (tmp13 + tmp15)/t
-    tmp19 = (zero2_non_exp == 1)
-    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0)))))
+    tmp0 = dc_kv*n_kv
+    tmp1 = a*h
+    tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+    tmp3 = 0.25*n_attMM
+    tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+    tmp5 = 2*dh
+    tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp7 = n_qknorm*tmp5 + tmp6
+    tmp8 = (dh != 0)
+    tmp9 = (qk_nope_head_dim != 0)
+    tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+    tmp11 = tmp6 + 2*h*n_qknorm/a
+    tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp12 if (zero3_non_exp == 1) else 0) + (tmp12*(1 + 1/cp) if (zero2_non_exp == 1) else 0))
 
 
 def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
@@ -7734,25 +7685,20 @@ def _stage_dp_unconverted_mla_q_direct_dense_zero_layer(out, a, cp, dc_kv, dh, d
 
 @_runtime.element
 def _stage_dp_unconverted_mla_q_direct_dense_zero_layer_at(a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
-    tmp1 = dc_kv*n_kv
-    tmp2 = a*h
-    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-    tmp4 = 0.25*n_attMM
-    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-    tmp6 = 2*dh
-    tmp7 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-    tmp8 = n_qknorm*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t
-    tmp10 = (zero3_non_exp == 1)
-    tmp11 = (dh != 0)
-    tmp12 = (qk_nope_head_dim != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t
-    tmp15 = tmp7 + 2*h*n_qknorm/a
-    tmp16 = (tmp15 + tmp5)/t
-    tmp17 = (tmp13 + tmp15)/t
-    tmp19 = (zero2_non_exp == 1)
-    return (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp19) else (tmp14 + tmp14/cp if (tmp11 and tmp19) else (tmp16 + tmp16/cp if (tmp12 and tmp19) else (tmp17 + tmp17/cp if tmp19 else 0))))
+    tmp0 = dc_kv*n_kv
+    tmp1 = a*h
+    tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+    tmp3 = 0.25*n_attMM
+    tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+    tmp5 = 2*dh
+    tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    tmp7 = n_qknorm*tmp5 + tmp6
+    tmp8 = (dh != 0)
+    tmp9 = (qk_nope_head_dim != 0)
+    tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+    tmp11 = tmp6 + 2*h*n_qknorm/a
+    tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t
+    return (tmp12 if (zero3_non_exp == 1) else 0) + (tmp12*(1 + 1/cp) if (zero2_non_exp == 1) else 0)
 
 
 def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
@@ -8126,36 +8072,32 @@ def _stage_dp_mla_q_direct_moe_zero_layer(out, a, comm_dp_overlap, cp, dc_kv, dh
 
 @_runtime.element
 def _stage_dp_mla_q_direct_moe_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp1 = dc_kv*n_kv
-    tmp2 = a*h
-    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-    tmp4 = 0.25*n_attMM
-    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-    tmp6 = 2*dh
-    tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
-    tmp8 = n_qknorm*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t
-    tmp10 = (zero3_non_exp == 1)
-    tmp11 = (dh != 0)
-    tmp12 = (qk_nope_head_dim != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t
-    tmp15 = tmp7 + 2*h*n_qknorm/a
-    tmp16 = (tmp15 + tmp5)/t
-    tmp17 = (tmp13 + tmp15)/t
-    tmp18 = (zero3_exp == 1)
-    tmp19 = (n_shared_exp != 0)
-    tmp20 = h*hff_exp*n_ffMM
-    tmp21 = hff_exp*(n_ffMM - 1)
-    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-    tmp24 = h*shared_expert_gate + tmp23
-    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-    tmp27 = 1/(cp*ep*t_exp)
-    tmp28 = tmp24*tmp27
-    tmp29 = tmp23*tmp27
-    tmp30 = (zero2_exp == 1)
-    tmp32 = (zero2_non_exp == 1)
-    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp if (tmp11 and tmp32) else (tmp16 + tmp16/cp if (tmp12 and tmp32) else (tmp17 + tmp17/cp if tmp32 else 0)))))
+    tmp0 = dc_kv*n_kv
+    tmp1 = a*h
+    tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+    tmp3 = 0.25*n_attMM
+    tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+    tmp5 = 2*dh
+    tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp7 = n_qknorm*tmp5 + tmp6
+    tmp8 = (dh != 0)
+    tmp9 = (qk_nope_head_dim != 0)
+    tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+    tmp11 = tmp6 + 2*h*n_qknorm/a
+    tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t
+    tmp13 = 1/cp
+    tmp14 = (zero3_exp == 1)
+    tmp15 = (n_shared_exp != 0)
+    tmp16 = h*hff_exp*n_ffMM
+    tmp17 = hff_exp*(n_ffMM - 1)
+    tmp18 = 1/numpy.maximum(1, etp)
+    tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+    tmp20 = h*shared_expert_gate + tmp19
+    tmp21 = ((tmp20 == 0) if tmp15 else (tmp19 == 0))
+    tmp22 = tmp13/(ep*t_exp)
+    tmp23 = (zero2_exp == 1)
+    tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp)
+    return score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*((tmp12 if (zero3_non_exp == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0))))
 
 
 def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -8302,36 +8244,32 @@ def _stage_dp_unconverted_mla_q_direct_moe_zero_layer(out, a, cp, dc_kv, dh, dhr
 
 @_runtime.element
 def _stage_dp_unconverted_mla_q_direct_moe_zero_layer_at(a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    tmp1 = dc_kv*n_kv
-    tmp2 = a*h
-    tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-    tmp4 = 0.25*n_attMM
-    tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-    tmp6 = 2*dh
-    tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
-    tmp8 = n_qknorm*tmp6 + tmp7
-    tmp9 = (tmp5 + tmp8)/t
-    tmp10 = (zero3_non_exp == 1)
-    tmp11 = (dh != 0)
-    tmp12 = (qk_nope_head_dim != 0)
-    tmp13 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-    tmp14 = (tmp13 + tmp8)/t
-    tmp15 = tmp7 + 2*h*n_qknorm/a
-    tmp16 = (tmp15 + tmp5)/t
-    tmp17 = (tmp13 + tmp15)/t
-    tmp18 = (zero3_exp == 1)
-    tmp19 = (n_shared_exp != 0)
-    tmp20 = h*hff_exp*n_ffMM
-    tmp21 = hff_exp*(n_ffMM - 1)
-    tmp23 = n_exp*(mlp_bias*(h + tmp21/numpy.maximum(1, etp)) + tmp20/numpy.maximum(1, etp)) + n_shared_exp*(mlp_bias*(h + tmp21) + tmp20)
-    tmp24 = h*shared_expert_gate + tmp23
-    tmp25 = ((tmp24 == 0) if tmp19 else (tmp23 == 0))
-    tmp27 = 1/(cp*ep*t_exp)
-    tmp28 = tmp24*tmp27
-    tmp29 = tmp23*tmp27
-    tmp30 = (zero2_exp == 1)
-    tmp32 = (zero2_non_exp == 1)
-    return (0 if (tmp18 and tmp25) else (tmp28 if (tmp18 and tmp19) else (tmp29 if tmp18 else 0))) + (0 if (tmp25 and tmp30) else (tmp24/numpy.maximum(ep, t_exp) + tmp28 if (tmp19 and tmp30) else (tmp23/numpy.maximum(ep, t_exp) + tmp29 if tmp30 else 0))) + (tmp9 if (tmp10 and tmp11 and tmp12) else (tmp14 if (tmp10 and tmp11) else (tmp16 if (tmp10 and tmp12) else (tmp17 if tmp10 else 0)))) + (tmp9 + tmp9/cp if (tmp11 and tmp12 and tmp32) else (tmp14 + tmp14/cp if (tmp11 and tmp32) else (tmp16 + tmp16/cp if (tmp12 and tmp32) else (tmp17 + tmp17/cp if tmp32 else 0))))
+    tmp0 = dc_kv*n_kv
+    tmp1 = a*h
+    tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+    tmp3 = 0.25*n_attMM
+    tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+    tmp5 = 2*dh
+    tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+    tmp7 = n_qknorm*tmp5 + tmp6
+    tmp8 = (dh != 0)
+    tmp9 = (qk_nope_head_dim != 0)
+    tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+    tmp11 = tmp6 + 2*h*n_qknorm/a
+    tmp12 = (tmp4 + tmp7 if (tmp8 and tmp9) else (tmp10 + tmp7 if tmp8 else (tmp11 + tmp4 if tmp9 else tmp10 + tmp11)))/t
+    tmp13 = 1/cp
+    tmp14 = (zero3_exp == 1)
+    tmp15 = (n_shared_exp != 0)
+    tmp16 = h*hff_exp*n_ffMM
+    tmp17 = hff_exp*(n_ffMM - 1)
+    tmp18 = 1/numpy.maximum(1, etp)
+    tmp19 = n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) + n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+    tmp20 = h*shared_expert_gate + tmp19
+    tmp21 = ((tmp20 == 0) if tmp15 else (tmp19 == 0))
+    tmp22 = tmp13/(ep*t_exp)
+    tmp23 = (zero2_exp == 1)
+    tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp)
+    return (tmp12 if (zero3_non_exp == 1) else 0) + (tmp12*(tmp13 + 1) if (zero2_non_exp == 1) else 0) + (0 if (tmp14 and tmp21) else (tmp20*tmp22 if (tmp14 and tmp15) else (tmp19*tmp22 if tmp14 else 0))) + (0 if (tmp21 and tmp23) else (tmp20*tmp24 if (tmp15 and tmp23) else (tmp19*tmp24 if tmp23 else 0)))
 
 
 def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
