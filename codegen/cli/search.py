@@ -5,7 +5,7 @@
 [--tp-cross-node] [--keep-infeasible] [--no-memory] [--out FILE.csv|FILE.parquet] [--plot FILE.png] [--scheduler tcp://HOST:PORT]
 [--engine numpy|dask] [--chunk N] [--json]`` prints the top K layouts (degrees, settings, step time
 and its parts, memory per rank and headroom of the slowest stage from ``codegen.pricing.memory``),
-then a summary line. Layouts whose memory per rank (first and last stage, ``codegen.pricing.feasibility``)
+then a summary line. Layouts whose memory per rank (at each layout's peak stage, ``codegen.pricing.memory.MemoryPricer``)
 exceeds the GPU's HBM are dropped unless ``--keep-infeasible``. ``--out`` streams every feasible layout with its figures (CSV always; Parquet
 with the optional ``pyarrow``); an existing file is never overwritten. ``--plot`` draws step time
 against peak memory of the top layouts and their Pareto front (optional ``matplotlib``). A progress

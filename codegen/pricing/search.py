@@ -54,7 +54,7 @@ class SearchSpec:
 
     Attributes mirror :class:`SearchSpace` and the pricers: *system* is a hardware catalog name;
     *original_device* the catalog device of the original's cost (``--objective original``).
-    *memory*: price memory per rank (``codegen.pricing.feasibility``) and drop the layouts that do not
+    *memory*: price memory per rank (``codegen.pricing.memory.MemoryPricer``) and drop the layouts that do not
     fit, unless *keep_infeasible* (then they are ranked too, ``fits`` = 0).
     """
 
@@ -102,9 +102,9 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
         step = StepTimePricer(spec.model, system=system, comm=comm)
     memory = None
     if spec.memory:
-        from .feasibility import BatchMemory
+        from .memory import MemoryPricer
 
-        memory = BatchMemory(spec.model, system=spec.system)
+        memory = MemoryPricer(spec.model, system=spec.system)
     return space, step, original, memory
 
 
@@ -180,10 +180,11 @@ def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows
         out["step_time_s"] = step.step_time(out["stage_flops"], sub.values, out["comm_s"])
         out["objective"] = out["comm_s"] if spec.objective == "comm-time" else out["step_time_s"]
     if memory is not None:
-        got = memory.price(sub.batch, chunk.setting.recompute, chunk.setting.zero)
-        out["memory_peak_bytes"] = got["peak_bytes"]
-        out["headroom_bytes"] = got["headroom_bytes"]
-        out["fits"] = got["fits"].astype(np.int64)
+        # The batch carries the chunk's recompute mode and ZeRO flags (Setting.batch_kwargs).
+        got = memory.price_batch(sub.batch, validated=True)
+        out["memory_peak_bytes"] = got.peak_total
+        out["headroom_bytes"] = got.headroom
+        out["fits"] = got.fits.astype(np.int64)
     return out
 
 

@@ -99,7 +99,8 @@ _PARAMS = ("P_ne", "P_r")
 
 def _hardware_symbol(name: str) -> bool:
     """A symbol of the collective time forms that ``time_bindings`` gives (by its declared unit)."""
-    return SPECS[name].unit in ("s", "bytes/s") or name in ("ring_channels", "nvls", "nvls_efficiency")
+    return SPECS[name].unit in ("s", "bytes/s") or name in ("ring_channels", "nvls", "nvls_efficiency",
+                                                            "p2p_ll_threshold_bytes")
 
 
 def _layer_params(f: Fields) -> dict[str, Any]:
