@@ -32,6 +32,7 @@ from __future__ import annotations
 import concurrent.futures
 import difflib
 import functools
+import hashlib
 import multiprocessing
 import os
 import shutil
@@ -44,6 +45,7 @@ import jinja2
 
 from symbolic.formula import Formula
 
+from . import cache
 from .backends import BACKENDS, NUMPY, Backend
 from .lowering import CodegenError, Lowered, fingerprint, lower
 from .render import COMMAND, environment, header
@@ -201,14 +203,47 @@ def _lower_for(pair: tuple[Formula, tuple[Backend, ...]]) -> list[Lowered | None
 _LOWERED: dict[tuple[str, object, str], Lowered] = {}
 
 
+@functools.cache
+def _compiler_digest() -> str:
+    """A version of everything besides the formula that decides a lowered form: the lowering, printer,
+    backend and simplification code, the per-layout symbols (hoisting) and SymPy's version."""
+    import sympy
+
+    here = Path(__file__).resolve().parent
+    symbolic_dir = here.parent / "symbolic"
+    return cache.source_digest(here / "lowering.py", here / "printer.py", here / "backends.py",
+                               symbolic_dir / "simplify.py", symbolic_dir / "symbols.py",
+                               extra=f"sympy {sympy.__version__}")
+
+
+def _cache_key(formula: Formula, backend: Backend) -> str:
+    import sympy
+
+    text = "\n".join((_compiler_digest(), backend.name, formula.name, sympy.srepr(formula.expr), formula.dimension,
+                      formula.algorithm, formula.unit, formula.doc, formula.source, repr(formula.variant)))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def lower_formulas(formulas: list[Formula], backends: list[Backend]) -> dict[str, dict[str, Lowered]]:
-    """Every formula lowered for every backend that compiles it: backend name → formula name → form."""
+    """Every formula lowered for every backend that compiles it: backend name → formula name → form.
+
+    Lowered forms are kept in this process and in the user's cache (``codegen.cache``, named by a
+    hash of the formula and of the compiler's code), so ``compile --check`` after a ``compile``
+    lowers only what changed; a fresh checkout lowers everything.
+    """
+    wanted = [(f, b) for f in formulas for b in backends
+              if f.dimension not in b.skip and (f.name, f.expr, b.name) not in _LOWERED]
+    for f, b in wanted:
+        low = cache.load("lowered", _cache_key(f, b))
+        if isinstance(low, Lowered) and low.name == f.name:
+            _LOWERED[(f.name, f.expr, b.name)] = low
     todo = [f for f in formulas if any((f.name, f.expr, b.name) not in _LOWERED for b in backends
                                        if f.dimension not in b.skip)]
     for f, row in zip(todo, forked_map(_lower_for, [(f, tuple(backends)) for f in todo])):
         for b, low in zip(backends, row):
             if low is not None:
                 _LOWERED[(f.name, f.expr, b.name)] = low
+                cache.store("lowered", _cache_key(f, b), low)
     return {b.name: {f.name: _LOWERED[(f.name, f.expr, b.name)] for f in formulas if f.dimension not in b.skip}
             for b in backends}
 

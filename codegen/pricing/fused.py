@@ -41,6 +41,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import cache
 from ..configs.layouts import LayoutBatch, check_batch
 from ..inputs import flag
 from .pricer import StagePrices, StagePricer, _arguments, _needed, _Pipelines, _StageTables, _Sums
@@ -59,9 +60,7 @@ def available() -> bool:
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("SYMCOST_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "symcost")
-    return Path(root) / "fused"
+    return cache.directory("fused")
 
 
 _KERNELS: dict[Any, Any] = {}
