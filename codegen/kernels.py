@@ -62,7 +62,11 @@ def _lambdify(formula: Formula) -> Evaluator:
 
     name = formula.name
     symbols = sorted(formula.expr.free_symbols, key=lambda s: s.name)
-    fn = sympy.lambdify(symbols, formula.expr, modules="numpy", cse=True)
+    # lambdify prints an if-then-else condition as numpy.select over booleans, which gives no boolean
+    # array; the same condition as And/Or does.
+    expr = formula.expr.replace(lambda e: isinstance(e, sympy.ITE),
+                                lambda e: sympy.Or(sympy.And(e.args[0], e.args[1]), sympy.And(sympy.Not(e.args[0]), e.args[2])))
+    fn = sympy.lambdify(symbols, expr, modules="numpy", cse=True)
 
     def call(**kwargs: object) -> np.ndarray:
         missing = [s.name for s in symbols if s.name not in kwargs]
