@@ -248,13 +248,15 @@ def test_rendering_twice_gives_the_same_bytes():
     assert render_tree(subset) == first
 
 
-def test_rendering_does_not_depend_on_the_hash_seed():
+def test_rendering_does_not_depend_on_the_hash_seed(tmp_path):
     code = ("import hashlib; from symbolic import registry; from codegen.compiler import render_tree; "
             "files = render_tree([f for f in registry.FORMULAS.values() if f.dimension in ('cp', 'attention')]); "
             "print(hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest())")
     subset = [f for f in registry.FORMULAS.values() if f.dimension in ("cp", "attention")]
     here = hashlib.sha256(repr(sorted(render_tree(subset).items())).encode()).hexdigest()
-    env = dict(os.environ, PYTHONHASHSEED="12345")
+    # An empty cache: the other process lowers every formula itself (a cached form would hide a
+    # dependence on the seed).
+    env = dict(os.environ, PYTHONHASHSEED="12345", SYMCOST_CACHE=str(tmp_path / "cache"))
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
