@@ -1,7 +1,9 @@
 """How long does a cold start take, beside ``python3 -c "import numpy"``? (issue: one pricer, compiled ahead of time)
 
-Each way runs in a fresh interpreter (``-X importtime`` off, bytecode caching as the environment
-has it), alternated round by round so that a slow spell of the machine hits each alike:
+Each way runs in a fresh interpreter, bytecode caching as the environment has it (with
+``PYTHONDONTWRITEBYTECODE`` set, every module of ``generated/`` — its metadata table above all — is
+compiled from source on each start, which costs about 2.5× ``import numpy`` more), alternated round
+by round so that a slow spell of the machine hits each alike:
 
 * ``import_numpy``: ``python3 -c "import numpy"``, the floor every way pays;
 * ``price_one_each``: import the pricer and price one layout (each model file's own) of each
