@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -36,6 +37,7 @@ from symbolic.formula import Formula
 from symbolic.simplify import closed_form
 from symbolic.symbols import SPECS, symbol
 
+from . import cache
 from .compiler import forked_map
 from .render import COMMAND, environment
 
@@ -218,11 +220,35 @@ def _groups(formulas: Sequence[Formula]) -> list[dict[str, Any]]:
     # Closed forms cost seconds per large formula: computed side by side (same result as one by one),
     # once per process and formula.
     ordered = [f for d in order for f in by_dimension[d]]
+    # Kept in the user's cache too (as the lowered forms are), named by the formula and the code that
+    # shows it: compile --check after compile simplifies nothing again.
+    for f in ordered:
+        if (f.name, f.expr) not in _CONTEXTS:
+            context = cache.load("docs", _cache_key(f))
+            if isinstance(context, dict) and context.get("name") == f.name:
+                _CONTEXTS[(f.name, f.expr)] = context
     todo = [f for f in ordered if (f.name, f.expr) not in _CONTEXTS]
     for f, context in zip(todo, forked_map(formula_context, todo)):
         _CONTEXTS[(f.name, f.expr)] = context
+        cache.store("docs", _cache_key(f), context)
     return [{"id": f"dimension-{d}", "dimension": d, "title": titles.get(d, d),
              "formulas": [_CONTEXTS[(f.name, f.expr)] for f in by_dimension[d]]} for d in order]
+
+
+@functools.cache
+def _docs_digest() -> str:
+    """A version of the code that turns a formula into its entry: this module, the simplification
+    passes, the symbols' declarations, and SymPy's version."""
+    here = Path(__file__).resolve().parent
+    symbolic_dir = here.parent / "symbolic"
+    return cache.source_digest(Path(__file__).resolve(), symbolic_dir / "simplify.py", symbolic_dir / "symbols.py",
+                               extra=f"sympy {sympy.__version__}")
+
+
+def _cache_key(formula: Formula) -> str:
+    text = "\n".join((_docs_digest(), formula.name, sympy.srepr(formula.expr), formula.dimension, formula.algorithm,
+                      formula.unit, formula.doc, formula.source, repr(formula.variant)))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 #: ``formula_context`` of each formula the reference listed, by (name, expression).
