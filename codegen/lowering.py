@@ -562,9 +562,9 @@ def hoist(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr, 
     def constant(e: sympy.Basic) -> bool:
         # A condition on model fields alone (``dh ≠ 0``) is hoisted too: a branch it picks is then
         # picked once per call.
-        return e.is_Number or (isinstance(e, (sympy.Expr, sympy.logic.boolalg.Boolean)) and not e.is_Atom
-                               and {x.name for x in e.free_symbols} <= known) or (
-            isinstance(e, sympy.Expr) and {x.name for x in e.free_symbols} <= known)
+        numeric_or_condition = isinstance(e, sympy.Expr) or (
+            isinstance(e, sympy.logic.boolalg.Boolean) and not e.is_Atom)
+        return e.is_Number or (numeric_or_condition and {x.name for x in e.free_symbols} <= known)
 
     def lift(e: sympy.Expr) -> sympy.Expr:
         if e.is_Atom:
