@@ -30,6 +30,7 @@ Public API::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -41,7 +42,7 @@ import hardware
 from hardware import System
 from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
 
-from ..configs.layouts import (Layout, LayoutBatch, LayoutError, build_stages, check_batch, derive_fields,
+from ..configs.layouts import (ARRAY_KEYS, Layout, LayoutBatch, LayoutError, build_stages, check_batch, derive_fields,
                                derive_fields_batch, pipeline_stage_counts)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import finite, flag
@@ -312,6 +313,83 @@ def _candidates(counts: Mapping[str, np.ndarray]) -> list[int]:
     return [i for i in range(len(rows)) if not any(j != i and (rows[j] >= rows[i]).all() for j in range(len(rows)))]
 
 
+def _grouping_keys(batch: LayoutBatch) -> list[np.ndarray]:
+    """The integer keys that vary over *batch* (``ARRAY_KEYS``), ``m`` as the stage formulas read it.
+
+    A layout's stage totals and parts are functions of its keys and of the run settings the
+    batch shares (``derive_fields_batch`` derives every field they read from these alone), so
+    layouts with equal keys have equal memory, to the bit: the pricer evaluates one of them.
+    The micro-batches ``m`` enter only as the micro-batches in flight, ``min(m, X)`` with
+    ``X <= 2p`` (``symbolic.memory.in_flight``: ``p − i`` under 1F1B, ``(p·vp + p − 1 − 2i)/vp
+    < 2p`` interleaved; a rounded quotient stays below the whole number ``2p``), so
+    ``min(m, 2p)`` stands in for ``m``: ``min(min(m, 2p), X) = min(m, X)``, exactly, and layouts
+    that differ only in ``m >= 2p`` share a group (``tests/test_memory_batch.py`` checks that the
+    generated forms read ``m`` nowhere else).
+    """
+    columns = []
+    for name in ARRAY_KEYS:
+        column = getattr(batch, name)
+        if column.strides == (0,):  # one value for every layout (a default or a number given)
+            continue
+        if name == "m":
+            p = batch.p
+            column = np.minimum(column, 2 * (int(p[0]) if p.strides == (0,) else p))
+        columns.append(column)
+    return columns
+
+
+def _group(columns: Sequence[np.ndarray], n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Each layout's group of equal values in every column of *columns* (whole numbers >= 0), and one
+    layout of each group: ``(group of each layout, a member of each group)``.
+
+    The columns are read as digits of one number per layout, each column's maximum + 1 its radix;
+    whenever the number would outgrow a table of a few entries per layout, the digits so far are
+    renumbered by the values present (a table lookup, no sort). With no column, the *n* layouts
+    are one group; ``(None, None)`` when hardly any layouts share their keys (each its own group).
+    """
+    if not columns:
+        return np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    bound = max(4 * n, 1 << 12)
+    key, size = None, 1
+    for column in columns:
+        width = int(column.max()) + 1
+        if width > bound:  # widely spread values: their distinct ones, by a sort
+            distinct, column = np.unique(column, return_inverse=True)
+            width = len(distinct)
+        if size * width > bound:
+            key, size = _renumber(key, size)
+            if size * width > bound:
+                return None, None
+        if key is None:
+            key = np.array(column, dtype=np.int64)
+        else:
+            key *= width
+            key += column
+        size *= width
+    key, size = _renumber(key, size)
+    members = np.empty(size, dtype=np.int64)
+    members[key] = np.arange(n)
+    return key, members
+
+
+def _renumber(key: np.ndarray, size: int) -> tuple[np.ndarray, int]:
+    """*key* (whole numbers below *size*) renumbered ``0 … k − 1`` by the values present, in order, and k."""
+    present = np.zeros(size, dtype=bool)
+    present[key] = True
+    codes = np.cumsum(present)
+    codes -= 1
+    return np.take(codes, key, mode="clip"), int(codes[-1]) + 1
+
+
+def _rows(batch: LayoutBatch, selector: slice | np.ndarray) -> LayoutBatch:
+    """The layouts of *batch* at *selector* (a slice or indices), a key every layout shares kept one value."""
+    if isinstance(selector, slice):
+        return batch.subset(selector)
+    size = len(selector)
+    return dataclasses.replace(batch, **{name: (column[:size] if column.strides == (0,) else column[selector])
+                                          for name in ARRAY_KEYS for column in (getattr(batch, name),)})
+
+
 @dataclass(frozen=True)
 class _Tables:
     """Stage counts by pipeline, for a batch's range of ``p`` and ``vp``.
@@ -432,68 +510,104 @@ class MemoryPricer:
         if not isinstance(batch, LayoutBatch):
             raise TypeError(f"batch: expected a LayoutBatch, got {batch!r}")
         n = len(batch)
-        peak_total, peak_stage = np.empty(n), np.empty(n, dtype=np.int64)
         if n and not validated:
             check_batch(self.model, batch)
         shared = self._shared(batch)
-        tables = self._plan(batch) if n else None
-        index = None if tables is None or tables.radix == 0 else batch.p * tables.radix + batch.vp
-        for start in range(0, n, _BLOCK):
+        if not n:
+            empty = np.empty(0)
+            return MemoryPrices(peak_total=empty, capacity=np.empty(0), headroom=np.empty(0),
+                                fits=np.empty(0, dtype=bool), peak_stage=np.empty(0, dtype=np.int64),
+                                _parts=lambda: {part: np.empty(0) for part in PARTS})
+        tables = self._plan(batch)
+        group, members = _group(_grouping_keys(batch), n)
+        # The stages of each group of layouts with equal keys, evaluated once on one layout of it.
+        g = n if members is None else len(members)
+        best, stage = np.empty(g), np.empty(g, dtype=np.int64)
+        for start in range(0, g, _BLOCK):
             rows = slice(start, start + _BLOCK)
-            block = batch.subset(rows) if n > _BLOCK else batch
-            fields = derive_fields_batch(self.model, block, names=self._fields, validated=True, compact=True)
-            at = None if index is None else index[rows]
-            best, stage = peak_total[rows], peak_stage[rows]
-            for u, (kind, extra) in enumerate(zip(tables.kinds, tables.extra)):
-                values = {**fields, **shared}
-                if extra is not None and at is not None:
-                    # Only the layouts whose pipeline has this many candidates: the others repeat their first.
-                    picked = np.flatnonzero(extra[at])
-                    if not len(picked):
-                        continue
-                    values = {k: (v[picked] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
-                    where = at[picked]
-                else:
-                    picked, where = None, at
-                values.update({k: (v if where is None or not isinstance(v, np.ndarray) else v[where])
-                               for k, v in kind.items()})
-                total = self._call("total", values)
-                if u == 0:
-                    best[...] = total
-                    stage[...] = values["pp_rank"]
-                elif picked is None:
-                    better = total > best
-                    np.copyto(best, total, where=better)
-                    np.copyto(stage, values["pp_rank"], where=better, casting="unsafe")
-                else:
-                    better = total > best[picked]
-                    chosen = picked[better]
-                    best[chosen] = total[better]
-                    stage[chosen] = np.broadcast_to(values["pp_rank"], total.shape)[better]
+            block = _rows(batch, rows if members is None else members[rows])
+            self._peaks(block, tables, shared, best[rows], stage[rows])
+        if group is None:
+            peak_total, peak_stage = best, stage
+        else:
+            peak_total, peak_stage = np.take(best, group, mode="clip"), np.take(stage, group, mode="clip")
         headroom = _headroom(self.capacity, self.settings, peak_total)
         return MemoryPrices(peak_total=peak_total, capacity=np.full(n, self.capacity), headroom=headroom,
                             fits=headroom >= 0, peak_stage=peak_stage,
-                            _parts=functools.partial(self._parts, batch, tables, index, peak_stage, shared))
+                            _parts=functools.partial(self._parts, batch, tables, group, members, stage, shared))
+
+    def _peaks(self, block: LayoutBatch, tables: _Tables, shared: Mapping[str, float], best: np.ndarray,
+               stage: np.ndarray) -> None:
+        """Fill *best* and *stage* with the largest stage total of each layout of *block* and its stage.
+
+        Every candidate stage (:class:`_Tables`) of every layout in one call of the generated total:
+        the layouts' values repeated once per candidate their pipeline has, then the candidates
+        compared in stage order (the first largest kept, as ``stage_memory``'s order gives it).
+        """
+        fields = derive_fields_batch(self.model, block, names=self._fields, validated=True, compact=True)
+        at = None if tables.radix == 0 else block.p * tables.radix + block.vp
+        count = len(block)
+        kinds, picks = [], []
+        for kind, extra in zip(tables.kinds, tables.extra):
+            rows = None if extra is None or at is None else np.flatnonzero(extra[at])
+            if rows is None or len(rows):  # only the layouts whose pipeline has this many candidates
+                kinds.append(kind)
+                picks.append(rows)
+        lengths = [count if rows is None else len(rows) for rows in picks]
+        values: dict[str, Any] = {**shared}
+        if len(picks) == 1:
+            values.update(fields)
+        else:
+            every = np.arange(count)
+            chosen = np.concatenate([every if rows is None else rows for rows in picks])
+            values.update({k: (v[chosen] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in fields.items()})
+        for name in (*STAGE_COUNT_NAMES, "pp_rank"):
+            per_kind = [kind[name] if not isinstance(kind[name], np.ndarray)
+                        else kind[name][at if rows is None else at[rows]] for kind, rows in zip(kinds, picks)]
+            if all(not isinstance(v, np.ndarray) for v in per_kind) and len(set(per_kind)) == 1:
+                values[name] = per_kind[0]
+            else:
+                values[name] = np.concatenate([np.broadcast_to(np.asarray(v, dtype=float), (size,))
+                                               for v, size in zip(per_kind, lengths)])
+        total = np.broadcast_to(self._call("total", values), (sum(lengths),))
+        ranks = np.broadcast_to(values["pp_rank"], (sum(lengths),))
+        best[...] = total[:count]
+        stage[...] = ranks[:count]
+        offset = count
+        for rows, size in zip(picks[1:], lengths[1:]):
+            here, rank = total[offset:offset + size], ranks[offset:offset + size]
+            offset += size
+            if rows is None:
+                better = here > best
+                np.copyto(best, here, where=better)
+                np.copyto(stage, rank, where=better, casting="unsafe")
+            else:
+                better = here > best[rows]
+                won = rows[better]
+                best[won] = here[better]
+                stage[won] = rank[better]
 
     def _call(self, output: str, values: Mapping[str, Any]) -> np.ndarray:
         return self._functions[output](**{a: values[a] for a in self._arguments[output]})
 
-    def _parts(self, batch: LayoutBatch, tables: _Tables | None, index: np.ndarray | None, peak_stage: np.ndarray,
-               shared: Mapping[str, float]) -> dict[str, np.ndarray]:
-        """The parts of each layout's peak stage, block by block."""
-        n = len(batch)
-        out = {part: np.empty(n) for part in PARTS}
-        for start in range(0, n, _BLOCK):
+    def _parts(self, batch: LayoutBatch, tables: _Tables, group: np.ndarray | None, members: np.ndarray | None,
+               peak_stage: np.ndarray, shared: Mapping[str, float]) -> dict[str, np.ndarray]:
+        """The parts of each layout's peak stage: once per group of layouts with equal keys, block by block."""
+        g = len(batch) if members is None else len(members)
+        out = {part: np.empty(g) for part in PARTS}
+        for start in range(0, g, _BLOCK):
             rows = slice(start, start + _BLOCK)
-            block = batch.subset(rows) if n > _BLOCK else batch
+            block = _rows(batch, rows if members is None else members[rows])
             fields = derive_fields_batch(self.model, block, names=self._fields, validated=True, compact=True)
             stage = peak_stage[rows]
-            pipeline = 0 if index is None else index[rows]
+            pipeline = 0 if tables.radix == 0 else block.p * tables.radix + block.vp
             counts = {name: table[pipeline, stage] for name, table in tables.counts.items()}
             values = {**fields, **shared, **counts, "pp_rank": stage.astype(np.float64)}
             for part in PARTS:
                 out[part][rows] = self._call(part, values)
-        return out
+        if group is None:
+            return out
+        return {part: np.take(value, group, mode="clip") for part, value in out.items()}
 
     def _shared(self, batch: LayoutBatch) -> dict[str, float]:
         """The values every layout of the batch shares: the settings and the ZeRO stage."""
