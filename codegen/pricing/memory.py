@@ -313,12 +313,12 @@ def _candidates(counts: Mapping[str, np.ndarray]) -> list[int]:
     return [i for i in range(len(rows)) if not any(j != i and (rows[j] >= rows[i]).all() for j in range(len(rows)))]
 
 
-def _grouping_keys(batch: LayoutBatch) -> list[np.ndarray]:
+def _grouping_keys(batch: LayoutBatch) -> dict[str, np.ndarray]:
     """The integer keys that vary over *batch* (``ARRAY_KEYS``), ``m`` as the stage formulas read it.
 
     A layout's stage totals and parts are functions of its keys and of the run settings the
     batch shares (``derive_fields_batch`` derives every field they read from these alone), so
-    layouts with equal keys have equal memory, to the bit: the pricer evaluates one of them.
+    layouts with equal keys have equal memory, to the bit: the pricer evaluates each group once.
     The micro-batches ``m`` enter only as the micro-batches in flight, ``min(m, X)`` with
     ``X <= 2p`` (``symbolic.memory.in_flight``: ``p − i`` under 1F1B, ``(p·vp + p − 1 − 2i)/vp
     < 2p`` interleaved; a rounded quotient stays below the whole number ``2p``), so
@@ -326,7 +326,7 @@ def _grouping_keys(batch: LayoutBatch) -> list[np.ndarray]:
     that differ only in ``m >= 2p`` share a group (``tests/test_memory_batch.py`` checks that the
     generated forms read ``m`` nowhere else).
     """
-    columns = []
+    columns = {}
     for name in ARRAY_KEYS:
         column = getattr(batch, name)
         if column.strides == (0,):  # one value for every layout (a default or a number given)
@@ -334,59 +334,115 @@ def _grouping_keys(batch: LayoutBatch) -> list[np.ndarray]:
         if name == "m":
             p = batch.p
             column = np.minimum(column, 2 * (int(p[0]) if p.strides == (0,) else p))
-        columns.append(column)
+        columns[name] = column
     return columns
 
 
-def _group(columns: Sequence[np.ndarray], n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Each layout's group of equal values in every column of *columns* (whole numbers >= 0), and one
-    layout of each group: ``(group of each layout, a member of each group)``.
+@dataclass(frozen=True)
+class _Groups:
+    """Layouts with equal keys (:func:`_grouping_keys`), numbered.
 
-    The columns are read as digits of one number per layout, each column's maximum + 1 its radix;
-    whenever the number would outgrow a table of a few entries per layout, the digits so far are
-    renumbered by the values present (a table lookup, no sort). With no column, the *n* layouts
-    are one group; ``(None, None)`` when hardly any layouts share their keys (each its own group).
+    Attributes:
+        number: per layout, its group's number, below ``size`` (int64; the numbers of groups
+            present are not consecutive).
+        size: the range of the numbers: tables over it take each layout's value by its number.
+        present: the numbers of the groups present, ascending.
+        keys: per varying key, its value in each group present (in the order of ``present``).
     """
-    if not columns:
-        return np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    bound = max(4 * n, 1 << 12)
-    key, size = None, 1
-    for column in columns:
-        width = int(column.max()) + 1
+
+    number: np.ndarray
+    size: int
+    present: np.ndarray
+    keys: Mapping[str, np.ndarray]
+
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        """Each layout's entry of *values* (one per group present)."""
+        table = np.empty(self.size, dtype=values.dtype)
+        table[self.present] = values
+        return np.take(table, self.number, mode="clip")  # every number is within the table
+
+
+#: Largest table of group numbers: its lookups stay in the processor's cache.
+_GROUP_TABLE = 1 << 18
+
+
+def _group(columns: Mapping[str, np.ndarray], n: int) -> _Groups | None:
+    """The groups of the *n* layouts with equal values in every column of *columns* (whole numbers).
+
+    The columns are read as the digits of one number per layout (each column's range its radix,
+    two passes per column); whenever the number would outgrow a table of ``_GROUP_TABLE``
+    entries (or four per layout), the digits so far are renumbered by the values present (a
+    table lookup, no sort), and each group's keys are read back from its number at the end. ``None`` when
+    hardly any layouts share their keys: each is its own group.
+    """
+    bound = min(max(4 * n, 1 << 12), _GROUP_TABLE)
+    number: np.ndarray | None = None
+    size, offset = 1, 0
+    # Per renumbering, the numbers present before it; per digit, (key, radix, lowest value, distinct values).
+    steps: list[np.ndarray | list[tuple[str, int, int, np.ndarray | None]]] = [[]]
+    for name, column in columns.items():
+        low, high = int(column.min()), int(column.max())
+        width, distinct = high - low + 1, None
         if width > bound:  # widely spread values: their distinct ones, by a sort
             distinct, column = np.unique(column, return_inverse=True)
-            width = len(distinct)
+            low, width = 0, len(distinct)
         if size * width > bound:
-            key, size = _renumber(key, size)
+            number, size, present = _renumber(number, size, offset)
+            offset = 0
+            steps += [present, []]
+            if size * width > bound and distinct is None:  # the values the column holds, by a table
+                column, width, distinct = _renumber(column, high + 1, 0)
+                low = 0
             if size * width > bound:
-                return None, None
-        if key is None:
-            key = np.array(column, dtype=np.int64)
-        else:
-            key *= width
-            key += column
+                return None
+        if number is None:
+            number, offset = np.array(column, dtype=np.int64), low
+        else:  # number·width + (column − low), the subtraction deferred to the next renumbering
+            number *= width
+            number += column
+            offset = offset * width + low
         size *= width
-    key, size = _renumber(key, size)
-    members = np.empty(size, dtype=np.int64)
-    members[key] = np.arange(n)
-    return key, members
+        steps[-1].append((name, width, low, distinct))
+    if number is None:
+        number, size = np.zeros(n, dtype=np.int64), 1
+    elif offset:
+        number -= offset
+    seen = np.zeros(size, dtype=bool)
+    seen[number] = True
+    present = np.flatnonzero(seen)
+    keys: dict[str, np.ndarray] = {}
+    code = present
+    for step in reversed(steps):
+        if isinstance(step, np.ndarray):  # a renumbering: the number before it
+            code = step[code]
+            continue
+        for name, width, low, distinct in reversed(step):
+            digit = code % width
+            keys[name] = digit + low if distinct is None else distinct[digit]
+            code = code // width
+    return _Groups(number=number, size=size, present=present, keys=keys)
 
 
-def _renumber(key: np.ndarray, size: int) -> tuple[np.ndarray, int]:
-    """*key* (whole numbers below *size*) renumbered ``0 … k − 1`` by the values present, in order, and k."""
-    present = np.zeros(size, dtype=bool)
-    present[key] = True
-    codes = np.cumsum(present)
-    codes -= 1
-    return np.take(codes, key, mode="clip"), int(codes[-1]) + 1
+def _renumber(number: np.ndarray, size: int, offset: int) -> tuple[np.ndarray, int, np.ndarray]:
+    """``number − offset`` (whole numbers below *size*) renumbered ``0 … k − 1`` in the order of the values
+    present: the new numbers, k and the values present. *number* is changed in place when *offset* is not 0."""
+    if offset:
+        number -= offset
+    seen = np.zeros(size, dtype=bool)
+    seen[number] = True
+    present = np.flatnonzero(seen)
+    codes = np.empty(size, dtype=np.int64)
+    codes[present] = np.arange(len(present))
+    return np.take(codes, number, mode="clip"), len(present), present
 
 
-def _rows(batch: LayoutBatch, selector: slice | np.ndarray) -> LayoutBatch:
-    """The layouts of *batch* at *selector* (a slice or indices), a key every layout shares kept one value."""
-    if isinstance(selector, slice):
-        return batch.subset(selector)
-    size = len(selector)
-    return dataclasses.replace(batch, **{name: (column[:size] if column.strides == (0,) else column[selector])
+def _rows(batch: LayoutBatch, groups: _Groups | None, rows: slice) -> LayoutBatch:
+    """Layouts *rows* of *batch* (``groups`` None), or one layout of each group at *rows* of ``groups.present``
+    (a key every layout shares kept one value)."""
+    if groups is None:
+        return batch.subset(rows)
+    size = len(groups.present[rows])
+    return dataclasses.replace(batch, **{name: groups.keys[name][rows] if name in groups.keys else column[:size]
                                           for name in ARRAY_KEYS for column in (getattr(batch, name),)})
 
 
@@ -519,22 +575,18 @@ class MemoryPricer:
                                 fits=np.empty(0, dtype=bool), peak_stage=np.empty(0, dtype=np.int64),
                                 _parts=lambda: {part: np.empty(0) for part in PARTS})
         tables = self._plan(batch)
-        group, members = _group(_grouping_keys(batch), n)
-        # The stages of each group of layouts with equal keys, evaluated once on one layout of it.
-        g = n if members is None else len(members)
+        groups = _group(_grouping_keys(batch), n)
+        # The stages of each group of layouts with equal keys, evaluated once (on its keys).
+        g = n if groups is None else len(groups.present)
         best, stage = np.empty(g), np.empty(g, dtype=np.int64)
         for start in range(0, g, _BLOCK):
             rows = slice(start, start + _BLOCK)
-            block = _rows(batch, rows if members is None else members[rows])
-            self._peaks(block, tables, shared, best[rows], stage[rows])
-        if group is None:
-            peak_total, peak_stage = best, stage
-        else:
-            peak_total, peak_stage = np.take(best, group, mode="clip"), np.take(stage, group, mode="clip")
+            self._peaks(_rows(batch, groups, rows), tables, shared, best[rows], stage[rows])
+        peak_total, peak_stage = (best, stage) if groups is None else (groups.gather(best), groups.gather(stage))
         headroom = _headroom(self.capacity, self.settings, peak_total)
         return MemoryPrices(peak_total=peak_total, capacity=np.full(n, self.capacity), headroom=headroom,
                             fits=headroom >= 0, peak_stage=peak_stage,
-                            _parts=functools.partial(self._parts, batch, tables, group, members, stage, shared))
+                            _parts=functools.partial(self._parts, batch, tables, groups, stage, shared))
 
     def _peaks(self, block: LayoutBatch, tables: _Tables, shared: Mapping[str, float], best: np.ndarray,
                stage: np.ndarray) -> None:
@@ -590,14 +642,14 @@ class MemoryPricer:
     def _call(self, output: str, values: Mapping[str, Any]) -> np.ndarray:
         return self._functions[output](**{a: values[a] for a in self._arguments[output]})
 
-    def _parts(self, batch: LayoutBatch, tables: _Tables, group: np.ndarray | None, members: np.ndarray | None,
-               peak_stage: np.ndarray, shared: Mapping[str, float]) -> dict[str, np.ndarray]:
+    def _parts(self, batch: LayoutBatch, tables: _Tables, groups: _Groups | None, peak_stage: np.ndarray,
+               shared: Mapping[str, float]) -> dict[str, np.ndarray]:
         """The parts of each layout's peak stage: once per group of layouts with equal keys, block by block."""
-        g = len(batch) if members is None else len(members)
+        g = len(batch) if groups is None else len(groups.present)
         out = {part: np.empty(g) for part in PARTS}
         for start in range(0, g, _BLOCK):
             rows = slice(start, start + _BLOCK)
-            block = _rows(batch, rows if members is None else members[rows])
+            block = _rows(batch, groups, rows)
             fields = derive_fields_batch(self.model, block, names=self._fields, validated=True, compact=True)
             stage = peak_stage[rows]
             pipeline = 0 if tables.radix == 0 else block.p * tables.radix + block.vp
@@ -605,9 +657,7 @@ class MemoryPricer:
             values = {**fields, **shared, **counts, "pp_rank": stage.astype(np.float64)}
             for part in PARTS:
                 out[part][rows] = self._call(part, values)
-        if group is None:
-            return out
-        return {part: np.take(value, group, mode="clip") for part, value in out.items()}
+        return out if groups is None else {part: groups.gather(value) for part, value in out.items()}
 
     def _shared(self, batch: LayoutBatch) -> dict[str, float]:
         """The values every layout of the batch shares: the settings and the ZeRO stage."""
