@@ -343,9 +343,9 @@ class _Groups:
     """Layouts with equal keys (:func:`_grouping_keys`), numbered.
 
     Attributes:
-        number: per layout, its group's number, below ``size`` (int64; the numbers of groups
-            present are not consecutive).
-        size: the range of the numbers: tables over it take each layout's value by its number.
+        number: per layout, its group's number, below ``size`` (int64; the numbers of the groups
+            present need not be consecutive).
+        size: the range of the numbers: a table over it gives each layout its group's value.
         present: the numbers of the groups present, ascending.
         keys: per varying key, its value in each group present (in the order of ``present``).
     """
@@ -355,85 +355,142 @@ class _Groups:
     present: np.ndarray
     keys: Mapping[str, np.ndarray]
 
-    def gather(self, values: np.ndarray) -> np.ndarray:
-        """Each layout's entry of *values* (one per group present)."""
+    def table(self, values: np.ndarray) -> np.ndarray:
+        """A table over the group numbers holding *values* (one per group present) at the numbers present."""
         table = np.empty(self.size, dtype=values.dtype)
         table[self.present] = values
-        return np.take(table, self.number, mode="clip")  # every number is within the table
+        return table
+
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        """Each layout's entry of *values* (one per group present)."""
+        return np.take(self.table(values), self.number, mode="clip")  # every number is within the table
 
 
 #: Largest table of group numbers: its lookups stay in the processor's cache.
 _GROUP_TABLE = 1 << 18
 
 
+@dataclass
+class _Digit:
+    """One key as a digit of the group number: ``(value − low)`` (or its rank among ``distinct``, looked up
+    in ``codes`` at ``value − low``, or read from ``column`` as given), below ``width``."""
+
+    column: np.ndarray
+    low: int
+    width: int
+    codes: np.ndarray | None = None
+    distinct: np.ndarray | None = None
+
+    def compact(self) -> None:
+        """Number the values the column holds ``0 … k − 1`` instead of their range (a table, or a sort
+        when the range is wide)."""
+        if self.width <= 1 << 22:
+            seen = np.zeros(self.width, dtype=bool)
+            seen[self.column - self.low] = True
+            present = np.flatnonzero(seen)
+            self.codes = np.empty(self.width, dtype=np.int64)
+            self.codes[present] = np.arange(len(present))
+            self.distinct = present + self.low
+        else:
+            self.distinct, self.column = np.unique(self.column, return_inverse=True)
+            self.low = 0
+        self.width = len(self.distinct)
+
+    def value(self, digit: np.ndarray) -> np.ndarray:
+        """The key of each *digit*."""
+        return digit + self.low if self.distinct is None else self.distinct[digit]
+
+
 def _group(columns: Mapping[str, np.ndarray], n: int) -> _Groups | None:
     """The groups of the *n* layouts with equal values in every column of *columns* (whole numbers).
 
-    The columns are read as the digits of one number per layout (each column's range its radix,
-    two passes per column); whenever the number would outgrow a table of ``_GROUP_TABLE``
-    entries (or four per layout), the digits so far are renumbered by the values present (a
-    table lookup, no sort), and each group's keys are read back from its number at the end. ``None`` when
-    hardly any layouts share their keys: each is its own group.
+    The columns are read as the digits of one number per layout, each column's range its radix;
+    where the number would outgrow a table of ``_GROUP_TABLE`` entries (or four per layout), the
+    number so far is renumbered by the values present (a table lookup, no sort), and the digits
+    go on from there. Each pass runs block by block (``_BLOCK`` layouts, in cache), and each group's keys are read back
+    from its number at the end. ``None`` when hardly any layouts share their keys: each is its
+    own group.
     """
     bound = min(max(4 * n, 1 << 12), _GROUP_TABLE)
-    number: np.ndarray | None = None
-    size, offset = 1, 0
-    # Per renumbering, the numbers present before it; per digit, (key, radix, lowest value, distinct values).
-    steps: list[np.ndarray | list[tuple[str, int, int, np.ndarray | None]]] = [[]]
-    for name, column in columns.items():
-        low, high = int(column.min()), int(column.max())
-        width, distinct = high - low + 1, None
-        if width > bound:  # widely spread values: their distinct ones, by a sort
-            distinct, column = np.unique(column, return_inverse=True)
-            low, width = 0, len(distinct)
-        if size * width > bound:
-            number, size, present = _renumber(number, size, offset)
-            offset = 0
-            steps += [present, []]
-            if size * width > bound and distinct is None:  # the values the column holds, by a table
-                column, width, distinct = _renumber(column, high + 1, 0)
-                low = 0
-            if size * width > bound:
+    if not columns:
+        return _Groups(number=np.zeros(n, dtype=np.int64), size=1, present=np.zeros(1, dtype=np.int64), keys={})
+    digits = {name: _Digit(column, *_range(column)) for name, column in columns.items()}
+    for digit in digits.values():
+        if digit.width > bound:
+            digit.compact()
+    names = list(digits)
+    number = np.empty(n, dtype=np.int64)
+    scratch = np.empty(min(n, _BLOCK), dtype=np.int64)
+    codes: np.ndarray | None = None  # the renumbering of the number so far
+    size, i = 1, 0
+    steps: list[np.ndarray | list[str]] = []  # per pass its digits, and between passes the numbers present
+    while True:
+        segment, total = [], size
+        while i < len(names) and total * digits[names[i]].width <= bound:
+            total *= digits[names[i]].width
+            segment.append(names[i])
+            i += 1
+        if not segment:  # the next key alone outgrows the table beside the groups so far
+            digit = digits[names[i]]
+            if digit.distinct is not None:
                 return None
-        if number is None:
-            number, offset = np.array(column, dtype=np.int64), low
-        else:  # number·width + (column − low), the subtraction deferred to the next renumbering
-            number *= width
-            number += column
-            offset = offset * width + low
-        size *= width
-        steps[-1].append((name, width, low, distinct))
-    if number is None:
-        number, size = np.zeros(n, dtype=np.int64), 1
-    elif offset:
-        number -= offset
-    seen = np.zeros(size, dtype=bool)
-    seen[number] = True
-    present = np.flatnonzero(seen)
+            digit.compact()
+            continue
+        seen = np.zeros(total, dtype=bool)
+        offset = 0  # Σ low·radix of the plain digits, subtracted once per block
+        for name in segment:
+            digit = digits[name]
+            offset = offset * digit.width + (digit.low if digit.codes is None else 0)
+        for start in range(0, n, _BLOCK):
+            rows = slice(start, start + _BLOCK)
+            x = number[rows]
+            spare = scratch[:len(x)]
+            for k, name in enumerate(segment):
+                digit = digits[name]
+                value = digit.column[rows]
+                if digit.codes is not None:
+                    np.subtract(value, digit.low, out=spare)
+                    value = np.take(digit.codes, spare, out=spare, mode="clip")
+                if k == 0 and codes is None:
+                    x[...] = value
+                    continue
+                if k == 0:  # the groups so far, renumbered (each element read before it is written)
+                    np.take(codes, x, out=x, mode="clip")
+                np.multiply(x, digit.width, out=x)
+                np.add(x, value, out=x)
+            if offset:
+                np.subtract(x, offset, out=x)
+            seen[x] = True
+        steps.append(segment)
+        present = np.flatnonzero(seen)
+        if i == len(names):
+            size = total
+            break
+        codes = np.empty(total, dtype=np.int64)
+        codes[present] = np.arange(len(present))
+        size = len(present)
+        steps.append(present)
     keys: dict[str, np.ndarray] = {}
     code = present
     for step in reversed(steps):
         if isinstance(step, np.ndarray):  # a renumbering: the number before it
             code = step[code]
             continue
-        for name, width, low, distinct in reversed(step):
-            digit = code % width
-            keys[name] = digit + low if distinct is None else distinct[digit]
-            code = code // width
+        for name in reversed(step):
+            digit = digits[name]
+            keys[name] = digit.value(code % digit.width)
+            code = code // digit.width
     return _Groups(number=number, size=size, present=present, keys=keys)
 
 
-def _renumber(number: np.ndarray, size: int, offset: int) -> tuple[np.ndarray, int, np.ndarray]:
-    """``number − offset`` (whole numbers below *size*) renumbered ``0 … k − 1`` in the order of the values
-    present: the new numbers, k and the values present. *number* is changed in place when *offset* is not 0."""
-    if offset:
-        number -= offset
-    seen = np.zeros(size, dtype=bool)
-    seen[number] = True
-    present = np.flatnonzero(seen)
-    codes = np.empty(size, dtype=np.int64)
-    codes[present] = np.arange(len(present))
-    return np.take(codes, number, mode="clip"), len(present), present
+def _range(column: np.ndarray) -> tuple[int, int]:
+    """``(lowest value, highest − lowest + 1)`` of a column, block by block (each block read once from memory)."""
+    low, high = None, None
+    for start in range(0, len(column), _BLOCK):
+        block = column[start:start + _BLOCK]
+        a, b = int(block.min()), int(block.max())
+        low, high = (a, b) if low is None else (min(low, a), max(high, b))
+    return low, high - low + 1
 
 
 def _rows(batch: LayoutBatch, groups: _Groups | None, rows: slice) -> LayoutBatch:
