@@ -42,8 +42,8 @@ import hardware
 from hardware import System
 from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
 
-from ..configs.layouts import (ARRAY_KEYS, Layout, LayoutBatch, LayoutError, build_stages, check_batch, derive_fields,
-                               derive_fields_batch, pipeline_stage_counts)
+from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, build_stages, check_batch,
+                               derive_fields, derive_fields_batch, pipeline_stage_counts)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import finite, flag
 from ..kernels import fused_available, fused_function
@@ -369,6 +369,9 @@ class _Groups:
 #: Largest table of group numbers: its lookups stay in the processor's cache.
 _GROUP_TABLE = 1 << 18
 
+#: Fewest layouts a batch is grouped from: below, finding the groups costs more than it saves.
+_GROUP_FROM = 1 << 12
+
 
 @dataclass
 class _Digit:
@@ -515,12 +518,16 @@ class _Tables:
             its first.
         extra: per candidate position, ``None`` where every pipeline has it, else a bool table over
             the pipeline index: which pipelines have that many candidates (the others need no evaluation).
+        stacked: count name and ``pp_rank`` → a number (the same at every candidate position of
+            every pipeline) or a table of the positions' ``kinds`` one after the other, entry
+            ``u·pipelines + index`` for position u (one lookup for the candidates of a block).
     """
 
     radix: int
     counts: Mapping[str, np.ndarray]
     kinds: tuple[Mapping[str, Any], ...]
     extra: tuple[np.ndarray | None, ...]
+    stacked: Mapping[str, Any]
 
 
 @dataclass(frozen=True, eq=False)
@@ -603,9 +610,15 @@ class MemoryPricer:
         self.key = variant_key(model)
         names = {out: f"memory_{self.key}_stage_{_suffix(out)}" for out in PARTS + ("total",)}
         self._functions = {out: _function(name, backend) for out, name in names.items()}
+        self._fused = any(f is not getattr(generated, names[out]) for out, f in self._functions.items())
+        self._spreads: dict[tuple[str, str], np.ndarray] = {}
         self._arguments = {out: generated.FORMULAS[name]["arguments"] for out, name in names.items()}
         arguments = {a for args in self._arguments.values() for a in args}
-        self._fields = tuple(sorted(arguments - _NOT_FIELDS - set(STAGE_COUNT_NAMES)))
+        fields = arguments - _NOT_FIELDS - set(STAGE_COUNT_NAMES)
+        # The fields the layout keys give, derived per call; the model's and the run's, once per set of settings.
+        self._fields = tuple(name for name in LAYOUT_FIELD_NAMES if name in fields)
+        self._model_fields = tuple(sorted(fields - set(LAYOUT_FIELD_NAMES)))
+        self._settings_values: dict[Any, dict[str, Any]] = {}
         self._counts: dict[Any, Mapping[str, np.ndarray] | None] = {}
         self._tables: dict[Any, _Tables] = {}
 
@@ -625,14 +638,14 @@ class MemoryPricer:
         n = len(batch)
         if n and not validated:
             check_batch(self.model, batch)
-        shared = self._shared(batch)
         if not n:
             empty = np.empty(0)
             return MemoryPrices(peak_total=empty, capacity=np.empty(0), headroom=np.empty(0),
                                 fits=np.empty(0, dtype=bool), peak_stage=np.empty(0, dtype=np.int64),
                                 _parts=lambda: {part: np.empty(0) for part in PARTS})
+        shared = self._shared(batch)
         tables = self._plan(batch)
-        groups = _group(_grouping_keys(batch), n)
+        groups = _group(_grouping_keys(batch), n) if n >= _GROUP_FROM else None
         # The stages of each group of layouts with equal keys, evaluated once (on its keys).
         g = n if groups is None else len(groups.present)
         best, stage = np.empty(g), np.empty(g, dtype=np.int64)
@@ -656,28 +669,29 @@ class MemoryPricer:
         fields = derive_fields_batch(self.model, block, names=self._fields, validated=True, compact=True)
         at = None if tables.radix == 0 else block.p * tables.radix + block.vp
         count = len(block)
-        kinds, picks = [], []
-        for kind, extra in zip(tables.kinds, tables.extra):
+        positions, picks = [], []
+        for u, extra in enumerate(tables.extra):
             rows = None if extra is None or at is None else np.flatnonzero(extra[at])
             if rows is None or len(rows):  # only the layouts whose pipeline has this many candidates
-                kinds.append(kind)
+                positions.append(u)
                 picks.append(rows)
         lengths = [count if rows is None else len(rows) for rows in picks]
         values: dict[str, Any] = {**shared}
         if len(picks) == 1:
             values.update(fields)
+            kind = tables.kinds[0]
+            values.update({name: (value if at is None or not isinstance(value, np.ndarray) else value[at])
+                           for name, value in kind.items()})
         else:
-            every = np.arange(count)
-            chosen = np.concatenate([every if rows is None else rows for rows in picks])
+            chosen = np.concatenate([np.arange(count) if rows is None else rows for rows in picks])
             values.update({k: (v[chosen] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in fields.items()})
-        for name in (*STAGE_COUNT_NAMES, "pp_rank"):
-            per_kind = [kind[name] if not isinstance(kind[name], np.ndarray)
-                        else kind[name][at if rows is None else at[rows]] for kind, rows in zip(kinds, picks)]
-            if all(not isinstance(v, np.ndarray) for v in per_kind) and len(set(per_kind)) == 1:
-                values[name] = per_kind[0]
-            else:
-                values[name] = np.concatenate([np.broadcast_to(np.asarray(v, dtype=float), (size,))
-                                               for v, size in zip(per_kind, lengths)])
+            # Each row's entry of the stacked tables: its candidate position, then its pipeline.
+            pipelines = len(tables.counts["n_body"])
+            flat = np.repeat(np.asarray(positions, dtype=np.int64) * pipelines, lengths)
+            if at is not None:
+                flat += at[chosen]
+            values.update({name: (value if not isinstance(value, np.ndarray) else np.take(value, flat, mode="clip"))
+                           for name, value in tables.stacked.items()})
         total = np.broadcast_to(self._call("total", values), (sum(lengths),))
         ranks = np.broadcast_to(values["pp_rank"], (sum(lengths),))
         best[...] = total[:count]
@@ -697,7 +711,26 @@ class MemoryPricer:
                 stage[won] = rank[better]
 
     def _call(self, output: str, values: Mapping[str, Any]) -> np.ndarray:
-        return self._functions[output](**{a: values[a] for a in self._arguments[output]})
+        arguments = {a: values[a] for a in self._arguments[output]}
+        if self._fused:
+            # The fused target hands its kernel an argument of the output's length as it is, and spreads a
+            # number over that length first (numpy.broadcast_to, microseconds per argument): the numbers
+            # arrive spread already, as views of one long stride-0 array per number (the same values).
+            size = max((len(v) for v in arguments.values() if isinstance(v, np.ndarray) and v.ndim), default=0)
+            if size > 1:
+                arguments = {a: (v if isinstance(v, np.ndarray) and v.ndim else self._spread(a, v, size))
+                             for a, v in arguments.items()}
+        return self._functions[output](**arguments)
+
+    def _spread(self, name: str, value: Any, size: int) -> np.ndarray:
+        """*value* as a read-only stride-0 array of *size* floats (a view of one kept per argument and value)."""
+        key = (name, float(value).hex())  # hex: -0.0 and 0.0 apart
+        spread = self._spreads.get(key)
+        if spread is None or len(spread) < size:
+            if len(self._spreads) >= 4096:
+                self._spreads.clear()
+            spread = self._spreads[key] = np.broadcast_to(np.float64(value), (max(size, _BLOCK),))
+        return spread[:size]
 
     def _parts(self, batch: LayoutBatch, tables: _Tables, groups: _Groups | None, peak_stage: np.ndarray,
                shared: Mapping[str, float]) -> dict[str, np.ndarray]:
@@ -716,13 +749,23 @@ class MemoryPricer:
                 out[part][rows] = self._call(part, values)
         return out if groups is None else {part: groups.gather(value) for part, value in out.items()}
 
-    def _shared(self, batch: LayoutBatch) -> dict[str, float]:
-        """The values every layout of the batch shares: the settings and the ZeRO stage."""
-        s = self.settings
-        zero = zero_level_of(batch) if s.zero_level is None else s.zero_level
-        return {"bytes_compute": s.bytes_compute, "dropout": s.dropout, "flash_attention": s.flash_attention,
-                "bytes_logits": s.bytes_logits, "bytes_p": s.bytes_p, "bytes_grad": s.bytes_grad,
-                "bytes_optimizer": s.bytes_optimizer, "zero_level": float(zero)}
+    def _shared(self, batch: LayoutBatch) -> dict[str, Any]:
+        """The values every layout of the (non-empty) batch shares: the settings, the ZeRO stage and the fields
+        of the model and the run settings (``derive_fields_batch`` on one layout, once per set of run settings)."""
+        key = batch.settings()
+        values = self._settings_values.get(key)
+        if values is None:
+            s = self.settings
+            zero = zero_level_of(batch) if s.zero_level is None else s.zero_level
+            values = {"bytes_compute": s.bytes_compute, "dropout": s.dropout, "flash_attention": s.flash_attention,
+                      "bytes_logits": s.bytes_logits, "bytes_p": s.bytes_p, "bytes_grad": s.bytes_grad,
+                      "bytes_optimizer": s.bytes_optimizer, "zero_level": float(zero)}
+            values.update(derive_fields_batch(self.model, batch.subset(slice(0, 1)), names=self._model_fields,
+                                              validated=True, compact=True))
+            if len(self._settings_values) >= 64:
+                self._settings_values.clear()
+            self._settings_values[key] = values
+        return values
 
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray] | None:
         """The stage counts of the batch's layouts with pipeline (p, vp), as ``build_stages`` gives them;
@@ -782,5 +825,14 @@ class MemoryPricer:
                     table[list(column)] = list(column.values())
                     kind[name] = table
             kinds.append(kind)
-        tables = self._tables[key] = _Tables(radix=radix, counts=counts, kinds=tuple(kinds), extra=tuple(extra))
+        stacked: dict[str, Any] = {}
+        for name in (*STAGE_COUNT_NAMES, "pp_rank"):
+            column = [kind[name] for kind in kinds]
+            if not any(isinstance(value, np.ndarray) for value in column) and len(set(column)) == 1:
+                stacked[name] = column[0]
+            else:
+                stacked[name] = np.concatenate([np.broadcast_to(np.asarray(value, dtype=float), (size,))
+                                                for value in column])
+        tables = self._tables[key] = _Tables(radix=radix, counts=counts, kinds=tuple(kinds), extra=tuple(extra),
+                                             stacked=stacked)
         return tables
