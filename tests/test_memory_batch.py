@@ -147,6 +147,89 @@ def test_peak_memory_is_non_increasing_in_each_sharding_degree(key):
     assert np.all(more <= base * (1 + 1e-12)), key
 
 
+# ---------------------------------------------------------------- groups of layouts with equal keys
+
+
+def _prices(pricer, batch):
+    prices = pricer.price_batch(batch, validated=True)
+    return (prices.peak_total, prices.peak_stage, prices.headroom, prices.fits, prices.capacity,
+            *(prices.parts()[part] for part in PARTS))
+
+
+def _assert_identical(got, want):
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("name,settings", [("qwen3-72b", {}), ("deepseek-v3", {"recompute": "selective"}),
+                                           ("llama2-7b", {"recompute": "none", "grad_shard": True})])
+def test_grouped_prices_equal_every_layout_priced_alone(name, settings, monkeypatch):
+    """A batch large enough to be grouped (m up to 300, so min(m, 2p) merges many) prices bit for bit as
+    without groups, every layout evaluated on its own keys."""
+    model, batch = random_batch(name, 3000, seed=31, **settings)
+    copies = [batch, *(dataclasses.replace(batch, m=batch.m * k + 5) for k in (7, 11))]  # m well past 2p too
+    batch = LayoutBatch.from_arrays(model.layout, **{k: np.concatenate([getattr(c, k) for c in copies])
+                                                     for k in ("d", "t", "p", "cp", "m", "b", "vp", "ep")}, **settings)
+    assert len(batch) >= memory._GROUP_FROM
+    pricer = MemoryPricer(model, system=SYSTEM)
+    groups = memory._group(memory._grouping_keys(batch), len(batch))
+    assert groups is not None and len(groups.present) < len(batch) // 2
+    grouped = _prices(pricer, batch)
+    monkeypatch.setattr(memory, "_GROUP_FROM", len(batch) + 1)
+    _assert_identical(grouped, _prices(MemoryPricer(model, system=SYSTEM), batch))
+    assert_same_as_one_at_a_time(model, batch.subset(np.arange(0, len(batch), len(batch) // 25)),
+                                 MemoryPricer(model, system=SYSTEM).price_batch(
+                                     batch.subset(np.arange(0, len(batch), len(batch) // 25))))
+
+
+@pytest.mark.parametrize("table", [1 << 18, 1 << 9, 1 << 5])
+def test_groups_partition_the_layouts_by_their_keys(table, monkeypatch):
+    """Every way of numbering (one pass, renumberings, a column's own values, a sort of a wide column, or
+    no groups at all) puts two layouts in one group exactly when all their keys are equal, and reads each
+    group's keys back."""
+    monkeypatch.setattr(memory, "_GROUP_TABLE", table)
+    rng = np.random.default_rng(table)
+    n = 20_000
+    columns = {"a": rng.choice([1, 2, 4, 8, 64], n), "b": rng.integers(3, 9, n), "c": rng.choice([0, 300], n),
+               "d": rng.choice([5, 10 ** 9, 10 ** 12], n), "e": np.full(n, 3)}
+    groups = memory._group(columns, n)
+    rows = np.stack(list(columns.values()), axis=1)
+    distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+    if groups is None:
+        assert table < len(distinct), "groups are given up only when they outgrow the table"
+        return
+    assert len(groups.present) == len(distinct)
+    number = groups.number
+    # Same group number <=> same keys: the numbers map one to one onto np.unique's rows.
+    pairs = np.unique(np.stack([number, inverse.ravel()], axis=1), axis=0)
+    assert len(pairs) == len(distinct)
+    where = np.searchsorted(groups.present, number)
+    assert np.array_equal(groups.present[where], number)
+    for name, column in columns.items():
+        assert np.array_equal(groups.keys[name][where], column), name
+    assert memory._group({}, 5).number.tolist() == [0] * 5
+
+
+def test_the_stage_forms_read_m_only_as_the_capped_in_flight_count():
+    """The pricer groups layouts by min(m, 2p): every memory stage form reads m only as min(m, X) with X <= 2p."""
+    import sympy
+
+    from symbolic.memory import stage_formulas, variants
+    from symbolic.symbols import syms
+
+    m, p, vp, rank = syms("m", "p", "vp", "pp_rank")
+    grid = [(q, v, i) for q in (1, 2, 3, 5, 8, 16, 64) for v in (1, 2, 3, 4, 7) for i in range(q)]
+    for variant in variants():
+        forms = stage_formulas(variant)
+        for part in (*PARTS, "total"):
+            expr = getattr(forms, part).expr
+            capped = [e for e in expr.atoms(sympy.Min) if m in e.args]
+            assert m not in expr.xreplace({e: sympy.Dummy() for e in capped}).free_symbols, (variant.key, part)
+            for e in capped:
+                bound = sympy.lambdify((p, vp, rank), sympy.Min(*(x for x in e.args if x != m)))
+                assert all(bound(q, v, i) <= 2 * q for q, v, i in grid), (variant.key, part, e)
+
+
 def test_memory_pricer_imports_no_sympy():
     code = ("import sys; from codegen.pricing.memory import MemoryPricer; from codegen.configs.models import "
             "load_model; from codegen.configs.layouts import LayoutBatch; m = load_model('qwen3-72b'); "
