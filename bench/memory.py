@@ -10,16 +10,23 @@ alternated round by round so that a slow spell of the machine hits both alike:
   the stages' communication.
 * ``memory``: ``codegen.pricing.memory.MemoryPricer`` (system ``dgx_h100``,
   the default settings), ``price_batch(batch, validated=True)``: each
-  layout's peak stage, its total and parts, headroom and fits.
+  layout's peak stage, its total, headroom and fits (the peak stage's parts
+  are evaluated when first read, which a feasibility search does not do;
+  they are not timed).
 
 Both get the same ``LayoutBatch`` (built and checked before the clock starts),
 as a searcher that has already kept valid layouts calls them. Before timing,
-the memory pricer is compared with ``stage_memory`` (one layout at a time) on
-a subset, exactly. Prints a table, then one JSON line::
+the memory pricer's prices of the whole batch (grouped as any batch of 4096
+layouts or more is: ``MemoryPricer`` evaluates each group of layouts with
+equal keys once) are compared with ``stage_memory`` (one layout at a time) on
+its first layouts, exactly, parts included. Prints a table, then one JSON line::
 
-    {"n": N, "models": {"qwen3-72b": {"stage": R, "memory": R, "memory_over_stage": X}, "deepseek-v3": {…}}}
+    {"n": N, "models": {"qwen3-72b": {"stage": R, "memory": R, "memory_over_stage": X,
+                                      "stage_ms_per_call": T, "memory_ms_per_call": T}, "deepseek-v3": {…}}}
 
-with rates in layouts per second.
+with rates in layouts per second and milliseconds per ``price_batch`` call of
+N layouts (``--n 1000`` shows the cost per call of a small batch; below
+200,000 layouts each round times ``200,000 // N`` calls and divides).
 
 Usage: ``python3 bench/memory.py [--n 1000000] [--repeat 3] [--check-n 50] [--seed 0]``
 """
@@ -57,8 +64,8 @@ def _seconds(fn: Callable[[], Any]) -> float:
 
 
 def _check(model: Any, batch: LayoutBatch, pricer: MemoryPricer, k: int) -> None:
-    """The batch pricer against stage_memory on the first *k* layouts, exactly."""
-    got = pricer.price_batch(batch.subset(slice(0, k)), validated=True)
+    """The batch pricer on the whole batch against stage_memory on its first *k* layouts, exactly."""
+    got = pricer.price_batch(batch, validated=True)
     for i in range(min(k, len(batch))):
         stages = stage_memory(model, batch.layout(i), system=SYSTEM)["stages"]
         peak = max(range(len(stages)), key=lambda j: (stages[j]["total"], -j))
@@ -76,16 +83,24 @@ def _model_rates(name: str, n: int, repeat: int, check_n: int, seed: int) -> dic
     stage = StagePricer(model, device="A2")
     memory = MemoryPricer(model, system=SYSTEM)
     _check(model, batch, memory, check_n)
-    ways = {"stage": lambda: stage.price_batch(batch, validated=True),
-            "memory": lambda: memory.price_batch(batch, validated=True)}
+    calls = max(1, 200_000 // n)  # a small batch: several calls per round, timed together
+
+    def repeated(pricer: Any) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(calls):
+                pricer.price_batch(batch, validated=True)
+        return run
+
+    ways = {"stage": repeated(stage), "memory": repeated(memory)}
     for fn in ways.values():  # warm the caches (stage counts, plans) outside the clock
         fn()
     times: dict[str, list[float]] = {way: [] for way in ways}
     for _ in range(repeat):  # alternately, so that both see the same state of the machine
         for way, fn in ways.items():
-            times[way].append(_seconds(fn))
+            times[way].append(_seconds(fn) / calls)
     rates = {way: n / statistics.median(t) for way, t in times.items()}
     rates["memory_over_stage"] = rates["memory"] / rates["stage"]
+    rates.update({f"{way}_ms_per_call": 1e3 * statistics.median(t) for way, t in times.items()})
     return rates
 
 
@@ -100,10 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     models = {name: _model_rates(name, args.n, args.repeat, args.check_n, args.seed) for name in MODELS}
     print(f"{args.n:,} random valid layouts per model; StagePricer (A2, FLOP) and MemoryPricer ({SYSTEM}), "
           f"validated=True; layouts per second, median of {args.repeat} alternated rounds")
-    print(f"{'model':<12} {'stage':>14} {'memory':>14} {'memory/stage':>13}")
+    print(f"{'model':<12} {'stage':>14} {'memory':>14} {'memory/stage':>13} {'stage ms/call':>14} "
+          f"{'memory ms/call':>15}")
     for name, rates in models.items():
-        print(f"{name:<12} {rates['stage']:>14,.0f} {rates['memory']:>14,.0f} {rates['memory_over_stage']:>13.2f}")
-    print(json.dumps({"n": args.n, "models": {name: {way: round(rate, 3 if way == "memory_over_stage" else 1)
+        print(f"{name:<12} {rates['stage']:>14,.0f} {rates['memory']:>14,.0f} {rates['memory_over_stage']:>13.2f} "
+              f"{rates['stage_ms_per_call']:>14.3f} {rates['memory_ms_per_call']:>15.3f}")
+    print(json.dumps({"n": args.n, "models": {name: {way: round(rate, 1 if way in ("stage", "memory") else 4)
                                                       for way, rate in rates.items()}
                                                for name, rates in models.items()}}))
     return 0
