@@ -576,11 +576,18 @@ class MemoryPricer:
 
     The numbers of :func:`stage_memory` layout by layout, exactly: each layout's stages are
     evaluated by ``memory_<variant>_stage_total_bytes`` on the same values. To be cheap per
-    layout, the stage counts come from small tables over the pipeline shapes ``(p, vp)``
-    (``pipeline_stage_counts``, the offset and recompute list where they apply), gathered by
-    each layout's pipeline, and only the stages that can hold a pipeline's peak are evaluated
-    (:func:`_candidates`: usually the first and the last); the parts of the peak stage are
-    evaluated when first read.
+    layout:
+
+    * layouts with equal keys have equal memory (:func:`_grouping_keys`; ``m`` read as
+      ``min(m, 2p)``, all the in-flight count can tell apart), so a batch of ``_GROUP_FROM``
+      layouts or more is grouped (:func:`_group`: a few table lookups per layout, no sort) and
+      each group evaluated once, then gathered back per layout;
+    * the stage counts come from small tables over the pipeline shapes ``(p, vp)``
+      (``pipeline_stage_counts``, the offset and recompute list where they apply), and only the
+      stages that can hold a pipeline's peak are evaluated (:func:`_candidates`: usually the
+      first and the last), all of them in one call of the generated total per block;
+    * the fields of the model and the run settings are derived once per set of settings;
+    * the parts of the peak stage are evaluated (per group) when first read.
 
     Args:
         model: a bundled model name, a YAML path or a loaded ``ModelConfig``.
@@ -652,10 +659,23 @@ class MemoryPricer:
         for start in range(0, g, _BLOCK):
             rows = slice(start, start + _BLOCK)
             self._peaks(_rows(batch, groups, rows), tables, shared, best[rows], stage[rows])
-        peak_total, peak_stage = (best, stage) if groups is None else (groups.gather(best), groups.gather(stage))
-        headroom = _headroom(self.capacity, self.settings, peak_total)
+        if groups is None:
+            peak_total, peak_stage = best, stage
+            headroom = _headroom(self.capacity, self.settings, peak_total)
+            fits = headroom >= 0
+        else:  # each layout's group's values, block by block (its group numbers read once, in cache)
+            totals, stages = groups.table(best), groups.table(stage)
+            peak_total, peak_stage = np.empty(n), np.empty(n, dtype=np.int64)
+            headroom, fits = np.empty(n), np.empty(n, dtype=bool)
+            for start in range(0, n, _BLOCK):
+                rows = slice(start, start + _BLOCK)
+                number = groups.number[rows]
+                np.take(totals, number, out=peak_total[rows], mode="clip")
+                np.take(stages, number, out=peak_stage[rows], mode="clip")
+                headroom[rows] = _headroom(self.capacity, self.settings, peak_total[rows])
+                np.greater_equal(headroom[rows], 0, out=fits[rows])
         return MemoryPrices(peak_total=peak_total, capacity=np.full(n, self.capacity), headroom=headroom,
-                            fits=headroom >= 0, peak_stage=peak_stage,
+                            fits=fits, peak_stage=peak_stage,
                             _parts=functools.partial(self._parts, batch, tables, groups, stage, shared))
 
     def _peaks(self, block: LayoutBatch, tables: _Tables, shared: Mapping[str, float], best: np.ndarray,
