@@ -184,9 +184,9 @@ def test_grouped_prices_equal_every_layout_priced_alone(name, settings, monkeypa
 
 @pytest.mark.parametrize("table", [1 << 18, 1 << 9, 1 << 5])
 def test_groups_partition_the_layouts_by_their_keys(table, monkeypatch):
-    """Every way of numbering (one pass, renumberings, a column's own values, a sort of a wide column, or
-    no groups at all) puts two layouts in one group exactly when all their keys are equal, and reads each
-    group's keys back."""
+    """Every way of numbering (one pass, renumberings, a column's own values, a sort of a wide column, a
+    table grown past the cache) puts two layouts in one group exactly when all their keys are equal, and
+    reads each group's keys back; with too few layouts sharing their keys there are no groups."""
     monkeypatch.setattr(memory, "_GROUP_TABLE", table)
     rng = np.random.default_rng(table)
     n = 20_000
@@ -195,9 +195,6 @@ def test_groups_partition_the_layouts_by_their_keys(table, monkeypatch):
     groups = memory._group(columns, n)
     rows = np.stack(list(columns.values()), axis=1)
     distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
-    if groups is None:
-        assert table < len(distinct), "groups are given up only when they outgrow the table"
-        return
     assert len(groups.present) == len(distinct)
     number = groups.number
     # Same group number <=> same keys: the numbers map one to one onto np.unique's rows.
@@ -208,6 +205,8 @@ def test_groups_partition_the_layouts_by_their_keys(table, monkeypatch):
     for name, column in columns.items():
         assert np.array_equal(groups.keys[name][where], column), name
     assert memory._group({}, 5).number.tolist() == [0] * 5
+    # Every layout its own group, and 7 values beside them: more than four table entries per layout.
+    assert memory._group({"a": np.arange(n), "b": np.arange(n) % 7}, n) is None
 
 
 def test_the_stage_forms_read_m_only_as_the_capped_in_flight_count():

@@ -410,11 +410,14 @@ def _group(columns: Mapping[str, np.ndarray], n: int) -> _Groups | None:
     The columns are read as the digits of one number per layout, each column's range its radix;
     where the number would outgrow a table of ``_GROUP_TABLE`` entries (or four per layout), the
     number so far is renumbered by the values present (a table lookup, no sort), and the digits
-    go on from there. Each pass runs block by block (``_BLOCK`` layouts, in cache), and each group's keys are read back
-    from its number at the end. ``None`` when hardly any layouts share their keys: each is its
-    own group.
+    go on from there; a key whose range alone outgrows the table beside the groups so far is
+    numbered by the values it holds, and past that the table may grow to four entries per
+    layout. Each pass runs block by block (``_BLOCK`` layouts, in cache), and each group's keys
+    are read back from its number at the end. ``None`` when even that table is too small (too
+    few layouts share their keys): each is its own group.
     """
-    bound = min(max(4 * n, 1 << 12), _GROUP_TABLE)
+    limit = max(4 * n, 1 << 12)
+    bound = min(limit, _GROUP_TABLE)
     if not columns:
         return _Groups(number=np.zeros(n, dtype=np.int64), size=1, present=np.zeros(1, dtype=np.int64), keys={})
     digits = {name: _Digit(column, *_range(column)) for name, column in columns.items()}
@@ -435,9 +438,12 @@ def _group(columns: Mapping[str, np.ndarray], n: int) -> _Groups | None:
             i += 1
         if not segment:  # the next key alone outgrows the table beside the groups so far
             digit = digits[names[i]]
-            if digit.distinct is not None:
+            if digit.distinct is None:  # number the values it holds instead of their range
+                digit.compact()
+            elif bound < limit:  # many groups: a table past the cache still beats a layout at a time
+                bound = limit
+            else:
                 return None
-            digit.compact()
             continue
         seen = np.zeros(total, dtype=bool)
         offset = 0  # Σ low·radix of the plain digits, subtracted once per block
