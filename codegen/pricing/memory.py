@@ -493,13 +493,9 @@ def _group(columns: Mapping[str, np.ndarray], n: int) -> _Groups | None:
 
 
 def _range(column: np.ndarray) -> tuple[int, int]:
-    """``(lowest value, highest − lowest + 1)`` of a column, block by block (each block read once from memory)."""
-    low, high = None, None
-    for start in range(0, len(column), _BLOCK):
-        block = column[start:start + _BLOCK]
-        a, b = int(block.min()), int(block.max())
-        low, high = (a, b) if low is None else (min(low, a), max(high, b))
-    return low, high - low + 1
+    """``(lowest value, highest − lowest + 1)`` of a column."""
+    low = int(column.min())
+    return low, int(column.max()) - low + 1
 
 
 def _rows(batch: LayoutBatch, groups: _Groups | None, rows: slice) -> LayoutBatch:
