@@ -34,7 +34,7 @@ import numpy as np
 
 from ..configs.models import ModelConfig
 from .enumeration import DEGREE_KEYS, RECOMPUTE_MODES, Chunk, SearchSpace
-from .step_time import EXPOSED_DIMENSIONS
+from .step_time import exposed_comm
 
 __all__ = ["OBJECTIVES", "SearchSpec", "SearchResult", "price_chunk", "chunk_best", "pareto_front", "reduce_top", "merge_top", "search",
            "COLUMNS"]
@@ -108,18 +108,6 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
     return space, step, original, memory
 
 
-@functools.lru_cache(maxsize=64)
-def _row_flops(spec: SearchSpec, cp_algo: str, recompute: str) -> np.ndarray:
-    """The slowest stage's FLOPs per rank of every structure row (b·m = global_batch / d), once per process."""
-    space, step, _, _ = _context(spec)
-    table = dict(space.structures[cp_algo])
-    table["b"] = np.ones_like(table["d"])
-    table["m"] = spec.global_batch // table["d"]
-    flops = step.stage_flops(table, recompute)
-    flops.flags.writeable = False
-    return flops
-
-
 #: Columns of a result table besides the degrees and the settings.
 COLUMNS = ("index", *DEGREE_KEYS, *SETTING_COLUMNS, "objective", "step_time_s", "compute_s", "bubble_s", "comm_s",
            "stage_flops", "original_cost", "memory_peak_bytes", "headroom_bytes", "fits")
@@ -145,10 +133,7 @@ def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
     table["cp_algo"] = np.full(n, list(dict.fromkeys(algos)).index(setting.cp_algo), np.int64)
     nan = np.full(n, np.nan)
     if step is not None:
-        flops = None
-        if chunk.row is not None:
-            flops = _row_flops(spec, setting.cp_algo, setting.recompute)[chunk.row]
-        parts = step.price(chunk.values, setting.recompute, None, flops=flops)  # comm 0: a lower bound
+        parts = step.price(chunk.values, setting.recompute, None, zero=setting.zero)  # comm 0: a lower bound
         for key in ("step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops"):
             table[key] = parts[key]
         table["original_cost"] = nan
@@ -174,10 +159,9 @@ def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows
     out = {k: v[rows] for k, v in table.items()}
     sub = Chunk(chunk.setting, {k: v[rows] for k, v in chunk.values.items()}, chunk.index[rows], spec.model)
     if step is not None and step.comm is not None:
-        parts = step.comm(sub)
-        comm = sum(np.asarray(parts[k], dtype=np.float64) for k in EXPOSED_DIMENSIONS if k in parts)
+        comm = exposed_comm(step.comm(sub), chunk.setting.recompute)
         out["comm_s"] = np.broadcast_to(comm, rows.shape).astype(np.float64)
-        out["step_time_s"] = step.step_time(out["stage_flops"], sub.values, out["comm_s"])
+        out["step_time_s"] = step.step_time(out["compute_s"], sub.values, out["comm_s"])
         out["objective"] = out["comm_s"] if spec.objective == "comm-time" else out["step_time_s"]
     if memory is not None:
         # The batch carries the chunk's recompute mode and ZeRO flags (Setting.batch_kwargs).
