@@ -65,11 +65,14 @@ def test_top_k_stable_over_chunk_sizes():
     assert (np.diff(obj) >= 0).all()
 
 
-def test_search_rows_priced_as_the_pricer_prices_them():
-    """The search prices its rows as StepTimePricer prices the same layouts alone."""
-    got = search(_spec(recompute=("selective",)), top=20)
+@pytest.mark.parametrize("name,devices,batch,zero", [("qwen3-72b", 64, 128, 1), ("deepseek-v3", 256, 256, 0)])
+def test_search_rows_priced_as_the_pricer_prices_them(name, devices, batch, zero):
+    """The search prices its rows (per structure row, HBM bytes affine in m) as StepTimePricer prices the
+    same layouts alone."""
+    spec = SearchSpec(load_model(name), devices, batch, "dgx_h100", recompute=("selective",), zero_levels=(zero,))
+    got = search(spec, top=20)
     values = {k: got.table[k] for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")}
-    direct = StepTimePricer(load_model("qwen3-72b"), system="dgx_h100").price(values, "selective")
+    direct = StepTimePricer(load_model(name), system="dgx_h100").price(values, "selective", zero=zero)
     for key in ("compute_s", "bubble_s", "stage_flops"):
         np.testing.assert_allclose(got.table[key], direct[key], rtol=1e-12)
     # step = compute + bubble + exposed comm (0 without the time family)

@@ -179,17 +179,23 @@ class StepTimePricer:
             out.append(self._flops(**self._args(self._arguments, per, values, extra)))
         return np.maximum(out[0], out[1])
 
-    def compute(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(compute seconds, FLOPs, HBM bytes) per rank per step of the slower of the first and last stage."""
+    def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
+                    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(FLOPs, HBM bytes) per rank per step of the first and of the last stage of each layout."""
         stages, extra = self._stages(values, recompute, zero)
-        best = None
+        out = []
         for layers, output in stages:
             per = {"n_layers_stage": layers, "n_output": output,
                    "n_full_rec": layers if recompute == "full" else 0,
                    "n_sel_rec": layers if recompute == "selective" else 0}
-            flops = self._flops(**self._args(self._arguments, per, values, extra))
-            moved = self._bytes(**self._args(self._bytes_arguments, per, values, extra))
+            out.append((self._flops(**self._args(self._arguments, per, values, extra)),
+                        self._bytes(**self._args(self._bytes_arguments, per, values, extra))))
+        return out
+
+    def slowest(self, parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(compute seconds, FLOPs, HBM bytes) of the slower stage of *parts* (:meth:`stage_parts`)."""
+        best = None
+        for flops, moved in parts:
             seconds = generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
                                                      compute_efficiency=self.efficiency, stage_hbm_bytes=moved,
                                                      hbm_bytes_per_s=self.hbm, hbm_efficiency=self.hbm_efficiency)
@@ -201,20 +207,26 @@ class StepTimePricer:
                 best = tuple(np.where(slower, new, old) for new, old in zip((seconds, flops, moved), best))
         return best
 
+    def compute(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(compute seconds, FLOPs, HBM bytes) per rank per step of the slower of the first and last stage."""
+        return self.slowest(self.stage_parts(values, recompute, zero))
+
     def step_time(self, compute_s: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray) -> np.ndarray:
         """Step seconds of layouts whose compute seconds and exposed communication are known."""
         bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
         return compute_s * (1 + bubble) + comm
 
-    def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None, zero: int | None = None
-              ) -> dict[str, np.ndarray]:
+    def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None, zero: int | None = None,
+              parts: list[tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
         """:data:`PARTS` per layout of *values* (``{key: (n,) int64}``, keys of ``LayoutBatch``).
 
         *zero*: the ZeRO level (the optimizer update is sharded over DP from level 1); default the chunk's, else 1.
+        *parts*: the layouts' :meth:`stage_parts` when the caller has them.
         """
         if zero is None:
             zero = chunk.setting.zero if chunk is not None else 1
-        compute, flops, _ = self.compute(values, recompute, zero)
+        compute, flops, _ = self.slowest(parts if parts is not None else self.stage_parts(values, recompute, zero))
         bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
         if self.comm is not None and chunk is not None:
             comm = exposed_comm(self.comm(chunk), recompute)
