@@ -187,25 +187,36 @@ def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
 
 
 def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows: np.ndarray,
-              memory_priced: Any = None) -> dict[str, np.ndarray]:
+              memory_priced: Any = None, bound: float = np.inf) -> dict[str, np.ndarray]:
     """The *rows* (ascending) of *table* with their exposed communication (when the time family is present)
     and memory per rank, headroom and fits (when memory is priced) filled in, the objective updated.
-    *memory_priced*: the rows' memory when the caller has it (``peak_total``, ``headroom``, ``fits``)."""
+
+    *memory_priced*: the rows' memory when the caller has it (``peak_total``, ``headroom``, ``fits``).
+    *bound*: rows whose exact objective exceeds it are left out (they cannot enter the top K).
+    """
     _, step, _, memory = _context(spec)
-    out = {k: v[rows] for k, v in table.items()}
     sub = _subchunk(spec, chunk, rows)
+    filled: dict[str, np.ndarray] = {}
     if step is not None and step.comm is not None:
-        comm = exposed_comm(step.comm(sub), chunk.setting.recompute)
-        out["comm_s"] = np.broadcast_to(comm, rows.shape).astype(np.float64)
-        out["step_time_s"] = step.step_time(out["compute_s"], sub.values, out["comm_s"])
-        out["objective"] = out["comm_s"] if spec.objective == "comm-time" else out["step_time_s"]
+        comm = np.broadcast_to(exposed_comm(step.comm(sub), chunk.setting.recompute), rows.shape).astype(np.float64)
+        filled["comm_s"] = comm
+        filled["step_time_s"] = step.step_time(table["compute_s"][rows], sub.values, comm)
+        filled["objective"] = comm if spec.objective == "comm-time" else filled["step_time_s"]
     if memory is not None:
         # The batch carries the chunk's recompute mode and ZeRO flags (Setting.batch_kwargs).
         got = memory_priced if memory_priced is not None else memory.price_batch(sub.batch, validated=True)
-        out["memory_peak_bytes"] = np.asarray(got.peak_total)
-        out["headroom_bytes"] = np.asarray(got.headroom)
-        out["fits"] = np.asarray(got.fits).astype(np.int64)
-    return out
+        filled["memory_peak_bytes"] = np.asarray(got.peak_total)
+        filled["headroom_bytes"] = np.asarray(got.headroom)
+        filled["fits"] = np.asarray(got.fits).astype(np.int64)
+    keep = None
+    if np.isfinite(bound):
+        objective = filled.get("objective", table["objective"][rows])
+        keep = ~(objective > bound)
+        rows = rows[keep]
+    out = {k: v[rows] for k, v in table.items() if k not in filled}
+    for k, v in filled.items():
+        out[k] = v if keep is None else v[keep]
+    return {k: out[k] for k in table}
 
 
 def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], None] | None = None,
@@ -255,7 +266,8 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
             rows = rows[fits]
             got = _Memory(prices.peak_total[fits], prices.headroom[fits], np.ones(len(rows), np.int64))
         if len(rows):
-            priced = _complete(spec, chunk, table, rows, memory_priced=got)
+            priced = _complete(spec, chunk, table, rows, memory_priced=got,
+                               bound=bound)
             best = merge_top(best, priced, top)
         if len(best["index"]) >= top:
             bound = min(bound, float(best["objective"][-1]))
