@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 
@@ -65,8 +66,9 @@ def _cold_ratio(rounds: int) -> dict[str, dict[str, float]]:
     out = {}
     for label, off in (("no_bytecode_cache", True), ("bytecode_cache", False)):
         env = dict(os.environ)
-        if off:
+        if off:  # nothing written, and an empty cache folder to read from: every module compiled from source
             env["PYTHONDONTWRITEBYTECODE"] = "1"
+            env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="symcost-no-pycache-")
         else:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             for argv in (SEARCH, EVAL):  # write the caches once, untimed
