@@ -13,12 +13,14 @@ peak means memory does not grow with the grid (it is proportional to ``--chunk``
 
 Prints a table, then one JSON line::
 
-    {"layouts": N, "grid": G, "rates": {"in_process": R, "dask_local": R}, "peak_bytes": {"grid": P, "small_grid": P},
-     "identical": true}
+    {"layouts": N, "grid": G, "rates": {"in_process": R, "dask_local": R}, "cpu_rates": {...},
+     "peak_bytes": {"grid": P, "small_grid": P}, "identical": true, "cold": {...}}
 
-rates are valid layouts priced per second (enumeration included); ``cold`` is the wall time of the
+rates are valid layouts priced per second (enumeration included). ``cold`` is the wall and CPU time of the
 issue's ``symcost search --model deepseek-v3 --devices 16384 --system dgx_h100 --global-batch 4096`` and of
-``symcost eval --model deepseek-v3`` (one layout), each in a fresh process, and their ratio.
+``symcost eval --model deepseek-v3 --device dgx_h100`` (one layout), each in a fresh process, the median of
+``--cold-rounds`` alternated runs, with Python's bytecode cache off (``PYTHONDONTWRITEBYTECODE=1``) and on,
+and their ratios (the CPU ratio is the steadier one on a shared machine). ``--cold-only`` runs only that.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 
@@ -42,38 +45,77 @@ from codegen.pricing.search import SearchSpec, search  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEARCH = ["search", "--model", "deepseek-v3", "--devices", "16384", "--system", "dgx_h100", "--global-batch", "4096",
           "--no-progress"]
-EVAL = ["eval", "--model", "deepseek-v3"]
+EVAL = ["eval", "--model", "deepseek-v3", "--device", "dgx_h100"]
 
 
-def _cold_ratio(rounds: int) -> dict[str, float]:
-    """Wall time of ``symcost search`` (the issue's command) and ``symcost eval`` on one layout, each in a new
-    process, alternated; the best of *rounds* each."""
-    best = {"search_s": float("inf"), "eval_s": float("inf")}
-    for _ in range(rounds):
-        for key, argv in (("search_s", SEARCH), ("eval_s", EVAL)):
-            started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "codegen.cli", *argv], cwd=ROOT, check=True,
-                           stdout=subprocess.DEVNULL)
-            best[key] = min(best[key], time.perf_counter() - started)
-    return {**{k: round(v, 3) for k, v in best.items()}, "ratio": round(best["search_s"] / best["eval_s"], 3)}
+def _cold(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one ``python -m codegen.cli ARGV`` in a new process."""
+    before = os.times()
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "codegen.cli", *argv], cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+                   env=env)
+    wall = time.perf_counter() - started
+    after = os.times()
+    return wall, (after.children_user - before.children_user) + (after.children_system - before.children_system)
+
+
+def _cold_ratio(rounds: int) -> dict[str, dict[str, float]]:
+    """Wall and CPU time of ``symcost search`` (the issue's command) and ``symcost eval`` on one layout, each in
+    a new process, alternated round by round; the median of *rounds* each, with Python's bytecode cache off
+    (``PYTHONDONTWRITEBYTECODE=1``: every module compiled from source) and on (a warm ``__pycache__``)."""
+    out = {}
+    for label, off in (("no_bytecode_cache", True), ("bytecode_cache", False)):
+        env = dict(os.environ)
+        if off:  # nothing written, and an empty cache folder to read from: every module compiled from source
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+            env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="symcost-no-pycache-")
+        else:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            for argv in (SEARCH, EVAL):  # write the caches once, untimed
+                _cold(argv, env)
+        got = {"search": [], "eval": []}
+        for _ in range(rounds):
+            for key, argv in (("search", SEARCH), ("eval", EVAL)):
+                got[key].append(_cold(argv, env))
+        med = {key: (float(np.median([w for w, _ in v])), float(np.median([c for _, c in v]))) for key, v in got.items()}
+        out[label] = {"search_s": round(med["search"][0], 3), "eval_s": round(med["eval"][0], 3),
+                      "ratio": round(med["search"][0] / med["eval"][0], 3),
+                      "search_cpu_s": round(med["search"][1], 3), "eval_cpu_s": round(med["eval"][1], 3),
+                      "cpu_ratio": round(med["search"][1] / med["eval"][1], 3)}
+    return out
+
+
+def _print_cold(cold: dict[str, dict[str, float]]) -> None:
+    for label, c in cold.items():
+        print(f"  cold process ({label}): symcost search {c['search_s']:.2f} s, symcost eval {c['eval_s']:.2f} s, "
+              f"ratio {c['ratio']:.2f} (CPU {c['search_cpu_s']:.2f} s / {c['eval_cpu_s']:.2f} s = {c['cpu_ratio']:.2f})")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--chunk", type=int, default=1 << 18)
+    parser.add_argument("--cold-rounds", type=int, default=5, help="cold processes of each command (median)")
+    parser.add_argument("--cold-only", action="store_true", help="only the cold-process ratio")
     args = parser.parse_args()
+    if args.cold_only:
+        cold = _cold_ratio(args.cold_rounds)
+        _print_cold(cold)
+        print(json.dumps({"cold": cold}))
+        return 0
     model = load_model("deepseek-v3")
     spec = SearchSpec(model, 16384, 4096, "dgx_h100", zero_levels=(0, 1, 2, 3), cp_algos=("colossalai_cp", "hybrid_cp", "ulysses_cp"))
     small = SearchSpec(model, 16384, 4096, "dgx_h100", zero_levels=(1,))
     search(small, top=10, chunk=args.chunk)  # warm: imports, the space's structure tables
     best = {"in_process": float("inf"), "dask_local": float("inf")}
+    best_cpu = dict(best)
     results = {}
     for _ in range(args.rounds):
         for name, engine in (("in_process", "numpy"), ("dask_local", "dask")):
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             results[name] = search(spec, top=10, chunk=args.chunk, engine=engine)
             best[name] = min(best[name], time.perf_counter() - started)
+            best_cpu[name] = min(best_cpu[name], time.process_time() - cpu)
     a, b = results["in_process"], results["dask_local"]
     same = a.layouts == b.layouts and all(np.array_equal(a.table[k], b.table[k], equal_nan=True) for k in a.table)
     peaks = {}
@@ -83,15 +125,17 @@ def main() -> int:
         peaks[label] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     rates = {k: a.layouts / v for k, v in best.items()}
-    cold = _cold_ratio(args.rounds)
+    cpu_rates = {k: a.layouts / v for k, v in best_cpu.items()}
+    cold = _cold_ratio(args.cold_rounds)
     print(f"grid {a.grid:,} points, {a.layouts:,} valid layouts; chunk {args.chunk:,}")
     for k, v in best.items():
-        print(f"  {k:<11} {v:7.2f} s  {rates[k]:12,.0f} layouts/s")
+        print(f"  {k:<11} {v:7.2f} s  {rates[k]:12,.0f} layouts/s  (CPU {best_cpu[k]:.2f} s, "
+              f"{cpu_rates[k]:,.0f} layouts/s)")
     print(f"  peak traced memory: full grid {peaks['grid'] / 2**20:.1f} MiB, small grid "
           f"{peaks['small_grid'] / 2**20:.1f} MiB; top K identical: {same}")
-    print(f"  cold process: symcost search {cold['search_s']:.2f} s, symcost eval {cold['eval_s']:.2f} s, "
-          f"ratio {cold['ratio']:.2f}")
+    _print_cold(cold)
     print(json.dumps({"layouts": a.layouts, "grid": a.grid, "rates": {k: round(v) for k, v in rates.items()},
+                      "cpu_rates": {k: round(v) for k, v in cpu_rates.items()},
                       "peak_bytes": peaks, "identical": same, "cold": cold}))
     return 0 if same else 1
 

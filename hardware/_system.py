@@ -190,6 +190,9 @@ class Gpu:
         compute_efficiency: achieved fraction of the BF16 peak a training step's matrix multiplies reach,
             one published figure per GPU generation (the catalog comment names it); ``None`` where none
             is published (the step-time objective then refuses the system).
+        hbm_bytes_per_s: datasheet peak HBM bandwidth, bytes/s; ``None`` where not stated.
+        hbm_efficiency: achieved fraction of that peak for large memory-bound transfers, one published
+            figure per GPU generation; ``None`` where none is published.
     """
 
     model: str
@@ -200,6 +203,8 @@ class Gpu:
     peak_flops_bf16_per_s: float
     peak_flops_fp8_per_s: float | None = None
     compute_efficiency: float | None = None
+    hbm_bytes_per_s: float | None = None
+    hbm_efficiency: float | None = None
 
     def __post_init__(self) -> None:
         _text("model", self.model)
@@ -215,6 +220,10 @@ class Gpu:
                                _positive_real("peak_flops_fp8_per_s", self.peak_flops_fp8_per_s))
         if self.compute_efficiency is not None:
             object.__setattr__(self, "compute_efficiency", _fraction("compute_efficiency", self.compute_efficiency))
+        if self.hbm_bytes_per_s is not None:
+            object.__setattr__(self, "hbm_bytes_per_s", _positive_real("hbm_bytes_per_s", self.hbm_bytes_per_s))
+        if self.hbm_efficiency is not None:
+            object.__setattr__(self, "hbm_efficiency", _fraction("hbm_efficiency", self.hbm_efficiency))
 
 
 @dataclass(frozen=True)

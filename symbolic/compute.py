@@ -27,7 +27,7 @@ from sympy import Ne, Piecewise
 
 from .attention import head_width
 from .formula import Formula
-from .params import _attention
+from .params import _attention, _dense_ffn, _norms, _router, _routed_experts, _shared_experts
 from .symbols import syms
 from .vocabulary import AttentionParams
 
@@ -40,9 +40,14 @@ t, cp, p, m, vp = syms("t", "cp", "p", "m", "vp")
 n_layers_stage, n_full_rec, n_sel_rec, n_output = syms("n_layers_stage", "n_full_rec", "n_sel_rec", "n_output")
 stage_flops_sym, peak, efficiency, exposed = syms(
     "stage_flops", "peak_flops_per_s", "compute_efficiency", "exposed_comm_s")
+n_kv, sp, d, ep, zero_level, flash, dropout = syms("n_kv", "sp", "d", "ep", "zero_level", "flash_attention", "dropout")
+hbm_bytes_sym, hbm_bw, hbm_eff = syms("stage_hbm_bytes", "hbm_bytes_per_s", "hbm_efficiency")
 
 NARAYANAN = "Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and the logits)"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core attention)"
+CALCULON = ("Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py and llm.py): "
+            "per-layer operations, each moving its inputs, outputs and weights through HBM, not overlapped with its "
+            "math (processing_mode no_overlap of systems/a100_80g.json and h100_80g_nvl8.json)")
 BUBBLE = "Narayanan et al. 2021 (arXiv:2104.04473), §2.2.1 (1F1B) and §2.2.2 (interleaved): bubble (p-1)/(vp·m)"
 
 
@@ -75,6 +80,67 @@ def stage_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
                      + 3 * n_output * output)
 
 
+#: Bytes of a 16-bit activation element; dropout masks take one byte (Korthikanti et al. 2022, §4.1).
+_E = 2
+
+
+def _rank_weights(variant: AttentionParams, moe: bool) -> sympy.Expr:
+    """Parameters of one layer held by one rank: the non-expert part over TP, routed experts over EP."""
+    if moe:
+        return (_attention(variant) + _norms() + _router() + _shared_experts()) / t + _routed_experts() / ep
+    return (_attention(variant) + _norms() + _dense_ffn()) / t
+
+
+def _layer_hbm(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr]:
+    """HBM bytes of one layer, one micro-batch, one rank: (forward element-wise, backward element-wise,
+    one pass of the GEMM operands, the attention core's forward operands and score element-wise ops)."""
+    tokens = b * s / cp
+    resid = tokens * h / sp  # the residual stream: split over TP by sequence parallelism
+    gathered = tokens * h  # a TP block's gathered input
+    heads = a / t
+    d_v = head_width() if variant is AttentionParams.STANDARD else dh
+    scores = (1 - flash) * b * heads * s * s / cp  # s-by-s score elements unless a fused kernel keeps them on chip
+    if moe:
+        active = (n_chosen_exp + n_shared_exp) * hff_exp
+        act = tokens * active / t
+        ffn_io = tokens * (n_chosen_exp + n_shared_exp) * n_ffMM * (h + hff_exp) / t
+    else:
+        act = tokens * hff / t
+        ffn_io = tokens * (n_ffMM * h + n_ffMM * hff / t)
+    # Attention projections: Q, K, V read the gathered input, O writes an h-wide output; the projected widths
+    # (Q, K, V outputs and O's input) are the attention weights over h, split by TP.
+    attn_io = tokens * (4 * h + _attention(variant) / (h * t))
+    core = 4 * tokens * heads * d_v  # Q, K, V in and the context out of the attention core
+    gemm = _E * (attn_io + ffn_io + _rank_weights(variant, moe) + core + 2 * scores)
+    # Per block (attention, MLP): layer norm in + out, dropout in + out + mask, residual add 2 in + 1 out.
+    softmax = scores * (2 * _E + dropout * (2 * _E + 1))
+    fwd = 2 * resid * (2 * _E + dropout * (2 * _E + 1) + 3 * _E) + n_ffMM * _E * act + softmax
+    # Backward: layer norm (input gradient and weight gradient), dropout, residual, the fork summing the two
+    # users' gradients (3 elements), and the attention block's gathered input forked to Q, K and V (4 elements).
+    bwd = (2 * resid * (4 * _E + dropout * (2 * _E + 1) + 3 * _E + 3 * _E) + 4 * _E * gathered
+           + n_ffMM * _E * act + softmax)
+    attention_core = _E * (core + 2 * scores) + softmax
+    return fwd, bwd, gemm, attention_core
+
+
+def stage_hbm_bytes(variant: AttentionParams, moe: bool) -> sympy.Expr:
+    """HBM bytes one rank of a pipeline stage moves per step in memory-bound work.
+
+    Per layer and micro-batch: the element-wise operations (forward and backward), the GEMMs' operands
+    (inputs, outputs and weights; forward once, backward twice: input and weight gradients), the
+    recomputed forward pass (full) or attention core (selective); per step, the Adam update of the rank's
+    parameters (30 bytes each: fp32 gradient, weight and two moments read, the three written, the 16-bit
+    weight copy written), over the data-parallel group under ZeRO level >= 1.
+    """
+    fwd, bwd, gemm, core = _layer_hbm(variant, moe)
+    per_layer = fwd + bwd + 3 * gemm
+    body = m * (n_layers_stage * per_layer + n_full_rec * (fwd + gemm) + n_sel_rec * core)
+    output = m * n_output * _E * 3 * (b * s / cp * (h + v / t) + h * v / t)
+    shards = Piecewise((d, sympy.Ge(zero_level, 1)), (1, True))
+    optimizer = 30 * (n_layers_stage * _rank_weights(variant, moe) + n_output * h * v / t) / shards
+    return body + output + optimizer
+
+
 def _f(name: str, expr: sympy.Expr, algorithm: str, unit: str, doc: str, source: str) -> Formula:
     return Formula(name=f"compute_{name}", expr=expr, dimension="compute", algorithm=algorithm, unit=unit,
                    doc=doc, source=source)
@@ -92,15 +158,21 @@ def _build() -> tuple[Formula, ...]:
                           "FLOPs per rank per step of one pipeline stage: three passes of its layers and output "
                           "layer, plus the recomputed forward passes (full) or attention scores (selective).",
                           f"{NARAYANAN}; {KORTHIKANTI}"))
+            out.append(_f(f"{key}_stage_hbm_bytes", stage_hbm_bytes(variant, moe), key, "bytes",
+                          "HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise "
+                          "operations, GEMM operands and weights, recomputation, the Adam update.",
+                          f"{CALCULON}; {KORTHIKANTI} (1-byte dropout masks)"))
     out.append(_f("output_forward_flop", 2 * h * v, "output", "FLOP",
                   "Forward FLOPs per token of the output layer (logits).", NARAYANAN))
-    out.append(_f("stage_time_s", stage_flops_sym / (peak * efficiency), "time", "s",
-                  "Seconds per step one rank of a stage computes: its FLOPs over the achieved FLOP/s "
-                  "(peak × compute efficiency of the GPU generation, hardware catalog).",
-                  "FLOPs / (peak FLOP/s × efficiency)"))
+    compute = stage_flops_sym / (peak * efficiency) + hbm_bytes_sym / (hbm_bw * hbm_eff)
+    out.append(_f("stage_time_s", compute, "time", "s",
+                  "Seconds per step one rank of a stage computes: its matrix-multiply FLOPs over the achieved "
+                  "GEMM FLOP/s (peak × the generation's GEMM efficiency) plus its memory-bound bytes over the "
+                  "achieved HBM bandwidth (peak × the generation's HBM efficiency), not overlapped.",
+                  f"{CALCULON}; efficiencies: the hardware catalog"))
     out.append(_f("pipeline_bubble", (p - 1) / (vp * m), "pipeline", "1",
                   "Idle fraction of the ideal step time a pipeline adds under 1F1B / interleaved schedules.", BUBBLE))
-    out.append(_f("step_time_s", stage_flops_sym / (peak * efficiency) * (1 + (p - 1) / (vp * m)) + exposed,
+    out.append(_f("step_time_s", compute * (1 + (p - 1) / (vp * m)) + exposed,
                   "step", "s",
                   "Seconds per training step: the slowest stage's compute stretched by the pipeline bubble, plus "
                   "the communication that cannot overlap with it.", f"{BUBBLE}; exposed communication: docs/search.md"))

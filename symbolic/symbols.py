@@ -261,6 +261,11 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("peak_flops_per_s", "positive", "FLOP/s", "datasheet dense peak FLOP/s of one GPU in the training dtype"),
     ("compute_efficiency", "positive", "1", "achieved fraction of the peak FLOP/s (one per GPU generation)"),
     ("exposed_comm_s", "nonnegative", "s", "communication seconds per step that do not overlap with compute"),
+    ("stage_hbm_bytes", "nonnegative", "bytes",
+     "HBM bytes one rank of a pipeline stage moves per step in memory-bound work (element-wise ops, GEMM operands, "
+     "the optimizer step)"),
+    ("hbm_bytes_per_s", "positive", "bytes/s", "datasheet peak HBM bandwidth of one GPU"),
+    ("hbm_efficiency", "positive", "1", "achieved fraction of the peak HBM bandwidth (one per GPU generation)"),
 )
 
 
@@ -295,7 +300,7 @@ PER_LAYOUT: frozenset[str] = frozenset({
     "gathers", "reduces", "comm_volume", "overlap", "P_ne", "P_r", "P_s",
     # A collective call: its size and its group, placed on the system.
     "msg_bytes", "ranks", "ranks_per_node", "nodes", "nics_used", "ring_channels", "group_size", "group_stride",
-    "n_layers_stage", "n_moe_layers_stage", "stage_flops", "exposed_comm_s",
+    "n_layers_stage", "n_moe_layers_stage", "stage_flops", "exposed_comm_s", "stage_hbm_bytes",
 })
 if not PER_LAYOUT <= set(SPECS):  # pragma: no cover - a typo here would silently slow the evaluators
     raise ValueError(f"PER_LAYOUT names undeclared symbols: {sorted(PER_LAYOUT - set(SPECS))}")

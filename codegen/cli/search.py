@@ -154,16 +154,19 @@ def _progress(enabled: bool):
     state: dict[str, Any] = {"bar": None, "start": time.perf_counter()}
     if not enabled:
         return None, state
-    try:
-        from tqdm import tqdm
-    except ImportError:  # the optional extra: no bar
-        return None, state
 
     def update(done: int, total: int) -> None:
+        if state["bar"] is False:  # tqdm, the optional extra, is not installed: no bar
+            return
         if state["bar"] is None:
             if time.perf_counter() - state["start"] < 1.0 and done < total:
                 return
             if done >= total:
+                return
+            try:  # imported only when a search runs longer than a second
+                from tqdm import tqdm
+            except ImportError:
+                state["bar"] = False
                 return
             state["bar"] = tqdm(total=total, unit="layout", unit_scale=True, file=sys.stderr, leave=False)
             state["bar"].update(done)
@@ -216,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if writer is not None:
             writer.close()
-        if state["bar"] is not None:
+        if state["bar"]:
             state["bar"].close()
     rows = result.rows()
     for row in rows:

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..configs.models import ModelConfig
 from .enumeration import DEGREE_KEYS, RECOMPUTE_MODES, Chunk, SearchSpace
-from .step_time import EXPOSED_DIMENSIONS
+from .step_time import exposed_comm
 
 __all__ = ["OBJECTIVES", "SearchSpec", "SearchResult", "price_chunk", "chunk_best", "pareto_front", "reduce_top", "merge_top", "search",
            "COLUMNS"]
@@ -104,20 +104,40 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
     if spec.memory:
         from .memory import MemoryPricer
 
-        memory = MemoryPricer(spec.model, system=spec.system)
+        # The NumPy evaluators: the same numbers as the fused (numba) ones, without numba's import and kernel
+        # load (about a second in a cold process), and as fast on the few rows a top-K search prices.
+        memory = MemoryPricer(spec.model, system=spec.system, backend="numpy")
     return space, step, original, memory
 
 
 @functools.lru_cache(maxsize=64)
-def _row_flops(spec: SearchSpec, cp_algo: str, recompute: str) -> np.ndarray:
-    """The slowest stage's FLOPs per rank of every structure row (b·m = global_batch / d), once per process."""
+def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) -> tuple[np.ndarray, ...]:
+    """Per structure row, the first and last stages' FLOPs and HBM bytes as affine forms of ``m``, once per process.
+
+    A row fixes ``b·m = global_batch / d``. The FLOPs depend on ``b·m`` alone; the HBM bytes are ``m`` times
+    a per-micro-batch amount affine in ``b`` (activations ∝ b, weights read once per micro-batch) plus the
+    optimizer update: ``base + slope·m`` at fixed ``b·m``. Evaluated at ``m = 1`` and ``m = 2`` (``b`` the
+    matching real number) per row. Returns (flops, base, slope) of the first stage, then of the last.
+    """
     space, step, _, _ = _context(spec)
     table = dict(space.structures[cp_algo])
-    table["b"] = np.ones_like(table["d"])
-    table["m"] = spec.global_batch // table["d"]
-    flops = step.stage_flops(table, recompute)
-    flops.flags.writeable = False
-    return flops
+    batch = spec.global_batch / table["d"]
+    out = []
+    one = {**table, "b": batch, "m": np.ones_like(batch)}
+    two = {**table, "b": batch / 2, "m": np.full_like(batch, 2.0)}
+    for (flops, at_one), (_, at_two) in zip(step.stage_parts(one, recompute, zero),
+                                            step.stage_parts(two, recompute, zero)):
+        slope = at_two - at_one
+        out.extend(np.broadcast_to(x, batch.shape).copy() for x in (flops, at_one - slope, slope))
+    for x in out:
+        x.flags.writeable = False
+    return tuple(out)
+
+
+def _stage_parts(spec: SearchSpec, chunk: Chunk, rows: tuple[np.ndarray, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The chunk's layouts' (FLOPs, HBM bytes) of the first and last stage, from their structure rows' forms."""
+    r, m = chunk.row, chunk.values["m"]
+    return [(rows[0][r], rows[1][r] + rows[2][r] * m), (rows[3][r], rows[4][r] + rows[5][r] * m)]
 
 
 #: Columns of a result table besides the degrees and the settings.
@@ -145,10 +165,10 @@ def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
     table["cp_algo"] = np.full(n, list(dict.fromkeys(algos)).index(setting.cp_algo), np.int64)
     nan = np.full(n, np.nan)
     if step is not None:
-        flops = None
+        stages = None
         if chunk.row is not None:
-            flops = _row_flops(spec, setting.cp_algo, setting.recompute)[chunk.row]
-        parts = step.price(chunk.values, setting.recompute, None, flops=flops)  # comm 0: a lower bound
+            stages = _stage_parts(spec, chunk, _row_stage_parts(spec, setting.cp_algo, setting.recompute, setting.zero))
+        parts = step.price(chunk.values, setting.recompute, None, zero=setting.zero, parts=stages)  # comm 0: a bound
         for key in ("step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops"):
             table[key] = parts[key]
         table["original_cost"] = nan
@@ -166,38 +186,51 @@ def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
     return table
 
 
-def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows: np.ndarray
-              ) -> dict[str, np.ndarray]:
+def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows: np.ndarray,
+              memory_priced: Any = None, bound: float = np.inf) -> dict[str, np.ndarray]:
     """The *rows* (ascending) of *table* with their exposed communication (when the time family is present)
-    and memory per rank, headroom and fits (when memory is priced) filled in, the objective updated."""
+    and memory per rank, headroom and fits (when memory is priced) filled in, the objective updated.
+
+    *memory_priced*: the rows' memory when the caller has it (``peak_total``, ``headroom``, ``fits``).
+    *bound*: rows whose exact objective exceeds it are left out (they cannot enter the top K).
+    """
     _, step, _, memory = _context(spec)
-    out = {k: v[rows] for k, v in table.items()}
-    sub = Chunk(chunk.setting, {k: v[rows] for k, v in chunk.values.items()}, chunk.index[rows], spec.model)
+    sub = _subchunk(spec, chunk, rows)
+    filled: dict[str, np.ndarray] = {}
     if step is not None and step.comm is not None:
-        parts = step.comm(sub)
-        comm = sum(np.asarray(parts[k], dtype=np.float64) for k in EXPOSED_DIMENSIONS if k in parts)
-        out["comm_s"] = np.broadcast_to(comm, rows.shape).astype(np.float64)
-        out["step_time_s"] = step.step_time(out["stage_flops"], sub.values, out["comm_s"])
-        out["objective"] = out["comm_s"] if spec.objective == "comm-time" else out["step_time_s"]
+        comm = np.broadcast_to(exposed_comm(step.comm(sub), chunk.setting.recompute), rows.shape).astype(np.float64)
+        filled["comm_s"] = comm
+        filled["step_time_s"] = step.step_time(table["compute_s"][rows], sub.values, comm)
+        filled["objective"] = comm if spec.objective == "comm-time" else filled["step_time_s"]
     if memory is not None:
         # The batch carries the chunk's recompute mode and ZeRO flags (Setting.batch_kwargs).
-        got = memory.price_batch(sub.batch, validated=True)
-        out["memory_peak_bytes"] = got.peak_total
-        out["headroom_bytes"] = got.headroom
-        out["fits"] = got.fits.astype(np.int64)
-    return out
+        got = memory_priced if memory_priced is not None else memory.price_batch(sub.batch, validated=True)
+        filled["memory_peak_bytes"] = np.asarray(got.peak_total)
+        filled["headroom_bytes"] = np.asarray(got.headroom)
+        filled["fits"] = np.asarray(got.fits).astype(np.int64)
+    keep = None
+    if np.isfinite(bound):
+        objective = filled.get("objective", table["objective"][rows])
+        keep = ~(objective > bound)
+        rows = rows[keep]
+    out = {k: v[rows] for k, v in table.items() if k not in filled}
+    for k, v in filled.items():
+        out[k] = v if keep is None else v[keep]
+    return {k: out[k] for k in table}
 
 
-def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], None] | None = None
-               ) -> dict[str, np.ndarray]:
-    """The best *top* rows of one chunk under the spec's memory rule, exactly as pricing every row would give.
+def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], None] | None = None,
+               bound: float = np.inf) -> dict[str, np.ndarray]:
+    """The best *top* rows of one chunk under the spec's memory rule, exactly as pricing every row would give,
+    leaving out rows that cannot beat *bound* (the objective of the K-th best row found elsewhere).
 
     :func:`price_chunk` gives each row its step time without communication: a lower bound of the step
-    time (communication seconds are >= 0), exact when the time family is absent. Communication and memory
-    are then priced only for the best rows by that bound, in growing windows, until *top* feasible rows
-    are found whose exact objective is below the bound of every row not yet priced (without
-    communication: as soon as *top* feasible rows are found, the order being exact). A sink (``--out``),
-    ``keep_infeasible`` and the comm-time objective (whose bound is 0) price every row.
+    time (communication seconds are >= 0), exact when the time family is absent. Branch and bound: rows
+    whose bound exceeds *bound* cannot enter the top K (their objective is larger than K rows' already)
+    and are never priced further; the others are taken in bound order, in growing windows: memory first
+    (the infeasible are dropped), then communication for the feasible ones; the K-th best objective found
+    tightens the bound as it goes, and the walk stops at the first row whose bound exceeds it. A sink
+    (``--out``), ``keep_infeasible`` and the comm-time objective (whose bound is 0) price every row.
     """
     table = price_chunk(spec, chunk)
     _, step, _, memory = _context(spec)
@@ -216,28 +249,45 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
             sink(table)
         return reduce_top(table, top)
     best = _empty()
-    # Windows: few rows when only memory is priced. With communication the bound (compute + bubble) proved
-    # too weak to prune on DeepSeek-V3 (comm differs by seconds among layouts of equal compute): measured,
-    # pricing the whole chunk in one call was faster than growing windows (8.8 s against 9.8 s on 16,384
-    # GPUs), so the window is the chunk; the loop keeps the result exact either way.
-    window = n if comm else 4 * top
-    ordered = _best_rows(table, min(n, 16 * window))  # one partition serves the usual case
+    objective = table["objective"]
+    live = np.flatnonzero(~(objective > bound))  # NaN bounds stay (ranked last, as in the full table)
+    if len(live) == 0:
+        return best
+    order = live[np.lexsort((table["index"][live], np.nan_to_num(objective[live], nan=np.inf)))]
+    window = max(4 * top, 1 << 12)
     start = 0
-    while start < n:
-        if start >= len(ordered):  # deeper than the first candidates: the full order
-            ordered = _order(table)
-        rows = ordered[start:start + window]
-        bound = table["objective"][rows[-1]]  # every row not yet priced has a bound at least this
-        priced = _complete(spec, chunk, table, np.sort(rows))
-        if memory is not None:
-            ok = priced["fits"] == 1
-            priced = {k: v[ok] for k, v in priced.items()}
-        best = merge_top(best, priced, top)
+    while start < len(order):
+        rows = np.sort(order[start:start + window])
         start += len(rows)
-        window *= 4
-        if len(best["index"]) >= top and (not comm or best["objective"][-1] < bound):
+        got = None
+        if memory is not None:  # memory first: only the feasible rows are priced for communication
+            prices = memory.price_batch(_subchunk(spec, chunk, rows).batch, validated=True)
+            fits = np.asarray(prices.fits, dtype=bool)
+            rows = rows[fits]
+            got = _Memory(prices.peak_total[fits], prices.headroom[fits], np.ones(len(rows), np.int64))
+        if len(rows):
+            priced = _complete(spec, chunk, table, rows, memory_priced=got,
+                               bound=bound)
+            best = merge_top(best, priced, top)
+        if len(best["index"]) >= top:
+            bound = min(bound, float(best["objective"][-1]))
+            if not comm:  # the order is exact: the first K feasible rows are the best
+                break
+        if start < len(order) and objective[order[start]] > bound:
             break
+        window *= 4
     return best
+
+
+@dataclass
+class _Memory:
+    peak_total: np.ndarray
+    headroom: np.ndarray
+    fits: np.ndarray
+
+
+def _subchunk(spec: SearchSpec, chunk: Chunk, rows: np.ndarray) -> Chunk:
+    return Chunk(chunk.setting, {k: v[rows] for k, v in chunk.values.items()}, chunk.index[rows], spec.model)
 
 
 def _order(table: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -299,12 +349,20 @@ class SearchResult:
         return out
 
 
+def _kth(best: Mapping[str, np.ndarray], top: int) -> float:
+    """The objective of the K-th best row so far (a bound no row beyond it can beat), or infinity."""
+    if len(best["index"]) < top:
+        return np.inf
+    value = float(best["objective"][top - 1])
+    return value if np.isfinite(value) else np.inf
+
+
 def _block_top(spec: SearchSpec, start: int, stop: int, top: int) -> tuple[dict[str, np.ndarray], int]:
     space, _, _, _ = _context(spec)
     best, count = _empty(), 0
     for chunk in space.block(start, stop):
         count += len(chunk)
-        best = merge_top(best, chunk_best(spec, chunk, top), top)
+        best = merge_top(best, chunk_best(spec, chunk, top, bound=_kth(best, top)), top)
     return best, count
 
 
@@ -389,7 +447,7 @@ def search(spec: SearchSpec, *, top: int = 10, chunk: int = 1 << 18, engine: str
                 hi = min(lo + chunk, space.size)
                 for part in space.block(lo, hi):
                     count += len(part)
-                    best = merge_top(best, chunk_best(spec, part, top, sink), top)
+                    best = merge_top(best, chunk_best(spec, part, top, sink, _kth(best, top)), top)
                 done = hi
                 if progress is not None:
                     progress(done, space.size)

@@ -2,25 +2,29 @@
 
 The closed forms are ``symbolic.compute``'s, compiled into ``generated.compute``:
 ``compute_<variant>_stage_flop`` (FLOPs one rank of a stage computes per step),
-``compute_stage_time_s`` (over the GPU's peak × its generation's compute efficiency, both from the
-hardware catalog's ``[gpu]``), ``compute_pipeline_bubble`` (``(p − 1)/(vp·m)``) and
-``compute_step_time_s``. This module only counts a stage's layers (the even split of
-:func:`codegen.configs.layouts.chunk_layer_counts`, or the model's own offset for its own pipeline)
-and picks the slowest stage: the first (it holds the extra layers of an uneven split) or the last
-(it holds the output layer).
+``compute_<variant>_stage_hbm_bytes`` (HBM bytes of its memory-bound work), ``compute_stage_time_s``
+(FLOPs over the GPU's peak × its generation's GEMM efficiency plus bytes over the peak HBM bandwidth ×
+its HBM efficiency, all from the hardware catalog's ``[gpu]``), ``compute_pipeline_bubble``
+(``(p − 1)/(vp·m)``) and ``compute_step_time_s``. This module only counts a stage's layers (the even
+split of :func:`codegen.configs.layouts.chunk_layer_counts`, or the model's own offset for its own
+pipeline) and picks the slowest stage: the first (it holds the extra layers of an uneven split) or the
+last (it holds the output layer).
 
 Communication. :class:`StepTimePricer` adds the seconds a ``comm`` callable returns per layout
-(``comm(chunk) -> {"tp", "cp", "ep", "dp", "pp": (n,) seconds}``) as exposed, under the assumptions
-of docs/search.md: tensor-, context- and expert-parallel collectives sit on the critical path of
-every layer (Megatron-LM issues them blocking), pipeline sends between stages too, and the data-
-parallel gradient reduction is exposed entirely (no ``--overlap-grad-reduce``). Without ``comm``
-the communication part is 0 and is reported as such.
+(``comm(chunk) -> {"tp", "cp", "ep", "dp", "pp": (n,) seconds}``) as exposed (:func:`exposed_comm`),
+under the assumptions of docs/search.md: tensor-, context- and expert-parallel collectives sit on the
+critical path of every layer, pipeline sends between stages too, the data-parallel gradient reduction
+is exposed entirely (no ``--overlap-grad-reduce``), and full recompute repeats the forward TP
+collectives. Without ``comm`` the communication part is 0 and is reported as such.
 
 Public API::
 
     NoComputeFactsError
-    StepTimePricer(model, *, system, comm=None)
-    pricer.price(values, recompute) -> dict[str, ndarray]   # PARTS
+    StepTimePricer(model, *, system, comm=None, flash_attention=1.0, dropout=0.0)
+    pricer.price(values, recompute, chunk=None, zero=None) -> dict[str, ndarray]   # PARTS
+    pricer.compute(values, recompute, zero=1) -> (compute seconds, FLOPs, HBM bytes)
+    pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
+    exposed_comm(parts, recompute) -> exposed seconds
     stage_layer_counts(model, p, vp) -> (first, last) arrays
     time_family_comm(model, system) -> comm callable, or None without codegen.pricing.time
 """
@@ -39,7 +43,7 @@ from symbolic.vocabulary import attention_variant
 from ..configs.layouts import chunk_layer_counts
 from ..configs.models import ModelConfig
 
-__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "stage_layer_counts", "time_family_comm"]
+__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm"]
 
 #: What :meth:`StepTimePricer.price` returns per layout: step time and its parts (seconds), the
 #: bottleneck stage's FLOPs per rank and the bubble fraction.
@@ -78,17 +82,18 @@ def stage_layer_counts(model: ModelConfig, p: np.ndarray, vp: np.ndarray) -> tup
     return first, last
 
 
-def _gpu_facts(system: System | str) -> tuple[float, float, str]:
+def _gpu_facts(system: System | str) -> tuple[float, float, float, float, str]:
     spec = hardware.load(system) if isinstance(system, str) else system
     gpu = spec.gpu
     if gpu is None:
         raise NoComputeFactsError(f"--system {spec.name}: the catalog entry has no [gpu] table (peak FLOP/s), so no "
                                   f"compute time; systems with one: "
                                   f"{', '.join(n for n in hardware.names() if hardware.load(n).gpu is not None)}")
-    if gpu.compute_efficiency is None:
-        raise NoComputeFactsError(f"--system {spec.name}: its GPU {gpu.model} has no compute_efficiency in the "
-                                  f"catalog (no published figure for its generation), so no compute time")
-    return gpu.peak_flops_bf16_per_s, gpu.compute_efficiency, spec.name
+    for name in ("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency"):
+        if getattr(gpu, name) is None:
+            raise NoComputeFactsError(f"--system {spec.name}: its GPU {gpu.model} has no {name} in the catalog (no "
+                                      f"published figure for its generation), so no compute time")
+    return gpu.peak_flops_bf16_per_s, gpu.compute_efficiency, gpu.hbm_bytes_per_s, gpu.hbm_efficiency, spec.name
 
 
 def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping[str, np.ndarray]] | None:
@@ -117,69 +122,132 @@ def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping
 class StepTimePricer:
     """Step time of layouts of *model* on *system*: compute + bubble + exposed communication.
 
+    Compute of a stage = its matrix-multiply FLOPs over the achieved GEMM FLOP/s plus its memory-bound HBM
+    bytes over the achieved HBM bandwidth (``compute_stage_time_s``; docs/search.md).
+
     Args:
         model: the model. system: a catalog name or :class:`hardware.System` with GPU facts.
         comm: optional ``comm(chunk) -> {dimension: (n,) seconds}`` of the bottleneck stage; the sum over
             :data:`EXPOSED_DIMENSIONS` is the exposed communication.
+        flash_attention: 1 when a fused attention kernel keeps the score matrices on chip (default), 0 when
+            they pass through HBM (Megatron-LM before FlashAttention). dropout: 1 when the layers apply dropout.
 
     Raises:
-        NoComputeFactsError: for a system without GPU peak or compute efficiency.
+        NoComputeFactsError: for a system without GPU peak, GEMM efficiency or HBM facts.
     """
 
     def __init__(self, model: ModelConfig, *, system: System | str,
-                 comm: Callable[[Any], Mapping[str, np.ndarray]] | None = None) -> None:
+                 comm: Callable[[Any], Mapping[str, np.ndarray]] | None = None,
+                 flash_attention: float = 1.0, dropout: float = 0.0) -> None:
         self.model = model
-        self.peak, self.efficiency, self.system = _gpu_facts(system)
+        self.peak, self.efficiency, self.hbm, self.hbm_efficiency, self.system = _gpu_facts(system)
         self.comm = comm
         variant = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
-        name = f"compute_{variant}_{'moe' if model.is_moe else 'dense'}_stage_flop"
-        self._flops = getattr(generated, name)
-        self._arguments = generated.FORMULAS[name]["arguments"]
+        kind = f"{variant}_{'moe' if model.is_moe else 'dense'}"
+        self._flops = getattr(generated, f"compute_{kind}_stage_flop")
+        self._arguments = generated.FORMULAS[f"compute_{kind}_stage_flop"]["arguments"]
+        self._bytes = getattr(generated, f"compute_{kind}_stage_hbm_bytes")
+        self._bytes_arguments = generated.FORMULAS[f"compute_{kind}_stage_hbm_bytes"]["arguments"]
         fields = model.fields()
         if model.layout.s is not None:
             fields["s"] = float(model.layout.s)
-        self._shared = {k: fields[k] for k in self._arguments if k in fields}
+        fields["flash_attention"] = float(flash_attention)
+        fields["dropout"] = float(dropout)
+        names = set(self._arguments) | set(self._bytes_arguments)
+        self._shared = {k: fields[k] for k in names if k in fields}
+        self._sp = bool(model.layout.sp)
 
-    def stage_flops(self, values: Mapping[str, np.ndarray], recompute: str) -> np.ndarray:
-        """FLOPs per rank per step of the slowest stage (first or last) of each layout."""
+    def _stages(self, values: Mapping[str, np.ndarray], recompute: str, zero: int):
+        """(layers, output) of the first and the last stage, and the arguments both formulas share."""
         first, last = stage_layer_counts(self.model, values["p"], values["vp"])
         single = values["p"] == 1
+        extra = {"zero_level": zero, "sp": values["t"] if self._sp else 1}
+        return ((first, single.astype(np.int64)), (last, np.ones_like(first))), extra
+
+    def _args(self, names, per, values, extra):
+        return {k: (per[k] if k in per else values[k] if k in values else extra[k] if k in extra else self._shared[k])
+                for k in names}
+
+    def stage_flops(self, values: Mapping[str, np.ndarray], recompute: str) -> np.ndarray:
+        """FLOPs per rank per step of the slowest stage by FLOPs (first or last) of each layout."""
+        stages, extra = self._stages(values, recompute, 1)
         out = []
-        for layers, output in ((first, single.astype(np.int64)), (last, np.ones_like(first))):
+        for layers, output in stages:
             per = {"n_layers_stage": layers, "n_output": output,
                    "n_full_rec": layers if recompute == "full" else 0,
                    "n_sel_rec": layers if recompute == "selective" else 0}
-            args = {k: (per[k] if k in per else values[k] if k in values else self._shared[k])
-                    for k in self._arguments}
-            out.append(self._flops(**args))
+            out.append(self._flops(**self._args(self._arguments, per, values, extra)))
         return np.maximum(out[0], out[1])
 
-    def step_time(self, flops: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray) -> np.ndarray:
-        """``compute_step_time_s`` of layouts whose stage FLOPs and exposed communication are known."""
-        return generated.compute_step_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
-                                             compute_efficiency=self.efficiency, p=values["p"], vp=values["vp"],
-                                             m=values["m"], exposed_comm_s=comm)
+    def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
+                    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(FLOPs, HBM bytes) per rank per step of the first and of the last stage of each layout."""
+        stages, extra = self._stages(values, recompute, zero)
+        out = []
+        for layers, output in stages:
+            per = {"n_layers_stage": layers, "n_output": output,
+                   "n_full_rec": layers if recompute == "full" else 0,
+                   "n_sel_rec": layers if recompute == "selective" else 0}
+            out.append((self._flops(**self._args(self._arguments, per, values, extra)),
+                        self._bytes(**self._args(self._bytes_arguments, per, values, extra))))
+        return out
 
-    def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None,
-              flops: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    def slowest(self, parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(compute seconds, FLOPs, HBM bytes) of the slower stage of *parts* (:meth:`stage_parts`)."""
+        best = None
+        for flops, moved in parts:
+            seconds = generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
+                                                     compute_efficiency=self.efficiency, stage_hbm_bytes=moved,
+                                                     hbm_bytes_per_s=self.hbm, hbm_efficiency=self.hbm_efficiency)
+            seconds, flops, moved = np.broadcast_arrays(seconds, flops, moved)
+            if best is None:
+                best = (seconds, flops, moved)
+            else:
+                slower = seconds > best[0]
+                best = tuple(np.where(slower, new, old) for new, old in zip((seconds, flops, moved), best))
+        return best
+
+    def compute(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(compute seconds, FLOPs, HBM bytes) per rank per step of the slower of the first and last stage."""
+        return self.slowest(self.stage_parts(values, recompute, zero))
+
+    def step_time(self, compute_s: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray) -> np.ndarray:
+        """Step seconds of layouts whose compute seconds and exposed communication are known."""
+        bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
+        return compute_s * (1 + bubble) + comm
+
+    def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None, zero: int | None = None,
+              parts: list[tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
         """:data:`PARTS` per layout of *values* (``{key: (n,) int64}``, keys of ``LayoutBatch``).
 
-        *flops*: the layouts' :meth:`stage_flops` when the caller has them (a search computes them once per
-        structure row: they read ``b`` and ``m`` only through ``b·m = global_batch / d``).
+        *zero*: the ZeRO level (the optimizer update is sharded over DP from level 1); default the chunk's, else 1.
+        *parts*: the layouts' :meth:`stage_parts` when the caller has them.
         """
-        if flops is None:
-            flops = self.stage_flops(values, recompute)
-        compute = generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
-                                                 compute_efficiency=self.efficiency)
+        if zero is None:
+            zero = chunk.setting.zero if chunk is not None else 1
+        compute, flops, _ = self.slowest(parts if parts is not None else self.stage_parts(values, recompute, zero))
         bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
         if self.comm is not None and chunk is not None:
-            parts = self.comm(chunk)
-            comm = sum(np.asarray(parts[k], dtype=np.float64) for k in EXPOSED_DIMENSIONS if k in parts)
+            comm = exposed_comm(self.comm(chunk), recompute)
             comm = np.broadcast_to(comm, flops.shape)
         else:
-            comm = np.zeros_like(flops)
-        step = generated.compute_step_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
-                                             compute_efficiency=self.efficiency, p=values["p"], vp=values["vp"],
-                                             m=values["m"], exposed_comm_s=comm)
+            comm = np.zeros_like(compute)
+        step = compute * (1 + bubble) + comm
         return {"step_time_s": step, "compute_s": compute, "bubble_s": compute * bubble, "comm_s": comm,
-                "stage_flops": flops, "bubble": bubble}
+                "stage_flops": flops, "bubble": np.broadcast_to(bubble, flops.shape)}
+
+
+def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str) -> np.ndarray:
+    """Exposed communication seconds from the time family's per-dimension seconds of the bottleneck stage.
+
+    The time family prices each collective once per pass (TP: the forward half, the backward half).
+    Full recompute runs a layer's forward pass again, its TP collectives included (Megatron-LM's
+    checkpointed forward re-executes the whole layer): ``tp / 2`` more. Selective recompute repeats the
+    core attention only, which communicates nothing; the all-gather sequence parallelism repeats in the
+    backward pass is issued asynchronously beside the input-gradient GEMM in Megatron-LM and is not added.
+    """
+    total = sum(np.asarray(parts[k], dtype=np.float64) for k in EXPOSED_DIMENSIONS if k in parts)
+    if recompute == "full":
+        total = total + np.asarray(parts.get("tp", 0.0), dtype=np.float64) / 2
+    return total

@@ -6,10 +6,11 @@ two-matrix GeLU MLP, biases and LayerNorm as Megatron-LM builds GPT, the same mo
 ``micro_batch`` → ``b``, ``m = global_batch / (d·b)``, ``sequence_parallel``) and its recompute mode
 (``recompute_mode``: ``full…`` → full, ``selective…`` → selective, else none). The system column is
 matched to a catalog system (:data:`SYSTEMS`); the step time is :class:`codegen.pricing.step_time.
-StepTimePricer`'s: the slowest stage's compute (FLOPs over the GPU's peak × its generation's
-``compute_efficiency``, one constant per GPU generation from a published source, never fitted to
-these rows), the pipeline bubble, and the exposed communication — a separate column, 0 until the
-time family (``codegen.pricing.time``) is wired in.
+StepTimePricer`'s: the slowest stage's compute (matrix-multiply FLOPs over the GPU's peak × its
+generation's GEMM efficiency plus memory-bound HBM bytes over the peak bandwidth × its HBM efficiency,
+one constant each per GPU generation from Calculon's published system files, never fitted to these rows;
+no FlashAttention and dropout on, as Megatron-LM ran in 2022), the pipeline bubble, and the exposed
+communication of the time family (``codegen.pricing.time``).
 
 Public API::
 
@@ -122,7 +123,9 @@ def step_time_rows(path: Path = DEFAULT_DATA, system: str | None = None) -> list
                             n_lay=n_lay, layout=layout, n_ffMM=2, qkv_bias=True, o_bias=True, mlp_bias=True,
                             norm_bias=True, tie_emb_out=True)
         name = _system(row["system"], line, system)
-        pricer = StepTimePricer(model, system=name, comm=time_family_comm(model, name))
+        # Megatron-LM of 2022 (no FlashAttention: the s-by-s scores pass through HBM; dropout 0.1 on).
+        pricer = StepTimePricer(model, system=name, comm=time_family_comm(model, name), flash_attention=0.0,
+                                dropout=1.0)
         values = {k: np.array([x], dtype=np.int64) for k, x in
                   dict(d=d, t=t, p=p, cp=1, ep=1, etp=1, vp=vp, b=b, m=m).items()}
         # Megatron-LM's distributed optimizer was not used in these runs: ZeRO level 0.
