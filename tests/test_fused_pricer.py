@@ -209,3 +209,25 @@ def test_layout_field_keys_name_every_key_a_field_reads():
                 first = np.zeros(group.max() + 1)
                 first[group] = fields[field]  # some layout's value per group of declared keys
                 np.testing.assert_array_equal(fields[field], first[group], err_msg=f"{name} {field}")
+
+
+@needs_numba
+def test_keys_kernel_later_calls_with_other_values(monkeypatch):
+    """A later call reuses the last plan while its values are ones the plan holds, and makes a new plan (of
+    the values of both) when one is not; an invalid layout in a later call raises as the NumPy pricer."""
+    monkeypatch.setattr(fused, "_KEYS_FROM", 1)
+    arrays = _valid_arrays("deepseek-v3", False, 600, seed=29)
+    numpy_pricer, pricer = StagePricer("deepseek-v3"), fused.FusedPricer("deepseek-v3")
+    small = {key: values[arrays["d"] < 16] for key, values in arrays.items()}
+    for given in (small, arrays, small, {key: values[::-1].copy() for key, values in arrays.items()}):
+        got = pricer(**given)
+        np.testing.assert_allclose(got.bottleneck, numpy_pricer(**given).bottleneck, rtol=RTOL, atol=0)
+        np.testing.assert_allclose(got.sum, numpy_pricer(**given).sum, rtol=RTOL, atol=0)
+    assert len(pricer._key_plans) == 2  # the small values', then the union's (reused by the last two calls)
+    broken = {key: values.copy() for key, values in arrays.items()}
+    broken["t"][100] = 3
+    with pytest.raises(LayoutError) as numpy_error:
+        numpy_pricer(**broken)
+    with pytest.raises(LayoutError) as fused_error:
+        pricer(**broken)
+    assert str(fused_error.value) == str(numpy_error.value)

@@ -175,6 +175,7 @@ class FusedPricer(StagePricer):
         self._arrays: dict[int, tuple[np.ndarray, ...]] = {}
         self._key_plans: dict[Any, Any] = {}
         self._scanned: dict[Any, tuple[str, ...]] = {}
+        self._current: dict[Any, Any] = {}
 
     def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
                  **arrays: Any) -> StagePrices:
@@ -231,17 +232,53 @@ class FusedPricer(StagePricer):
             return None  # the batch path raises the same error, naming the layout
         from generated.fused import _runtime
 
+        # The keys every layout shares, by value: those given as one number or left to the model's layout (os
+        # left to it follows d: it is the first layout's, not every layout's).
         layout_key = (head.settings(), tuple((name, int(getattr(head, name)[0])) for name in ARRAY_KEYS
-                                             if name not in columns), tuple(columns), validated)
+                                             if name not in columns and (name in keys or name != "os")),
+                      tuple(columns), validated)
         scanned = self._scanned.get(layout_key)
         if scanned is None:
             scanned = self._scanned[layout_key] = self._scanned_keys(head, keys, tuple(columns), validated)
+        bottleneck, total = np.empty(n), np.empty(n)
+        current = self._current.get(layout_key)
+        if current is not None:
+            # The plan of the last call of this shape: its kernel finds out whether every value is one the
+            # plan tabulated (a searcher's calls mostly hold the same values), so that no scan is needed.
+            kernel, before, after = current[1]
+            found = kernel(bottleneck, total, *before, *columns.values(), *after)
+            if found == -1:
+                return StagePrices(bottleneck=bottleneck, sum=total, stages=None)
+            if found >= 0:
+                return None  # an invalid layout: the batch path raises its error
         seen: dict[str, np.ndarray] = {}
         for name in scanned:
             marks = np.zeros(_VALUES, dtype=np.uint8)
             if _runtime.seen_values(columns[name], marks, 0 if name == "os" else 1):
                 return None
             seen[name] = marks
+        plan = None
+        if current is not None:  # the values of the last plan and these: the plans grow to what the calls hold
+            plan = self._plan_of(layout_key, head, settings, keys, columns, scanned,
+                                 {name: marks | current[0][name] for name, marks in seen.items()}, validated)
+        if plan is None:
+            plan = self._plan_of(layout_key, head, settings, keys, columns, scanned, seen, validated)
+        if plan is None:
+            return None
+        kernel, before, after = plan[1]
+        found = kernel(bottleneck, total, *before, *columns.values(), *after)
+        if found != -1:
+            return None  # an invalid layout (the batch path raises its error); no other value is possible
+        if len(self._current) >= 256:
+            self._current.clear()
+        self._current[layout_key] = plan
+        return StagePrices(bottleneck=bottleneck, sum=total, stages=None)
+
+    def _plan_of(self, layout_key: Any, head: LayoutBatch, settings: dict[str, Any], keys: dict[str, Any],
+                 columns: dict[str, np.ndarray], scanned: tuple[str, ...], seen: dict[str, np.ndarray],
+                 validated: bool) -> tuple[dict[str, np.ndarray], Any] | None:
+        """``(seen, (kernel, before, after))`` for the values marked in *seen*, or ``None`` where the batch path
+        must price (too large a device count or table)."""
         values = {name: np.flatnonzero(marks) for name, marks in seen.items()}
         top = {name: int(values[name][-1]) if name in values else int(getattr(head, name)[0]) for name in ARRAY_KEYS}
         if top["d"] * top["t"] * top["cp"] * top["p"] > DEVICES_MAX:
@@ -256,13 +293,7 @@ class FusedPricer(StagePricer):
             if len(self._key_plans) >= 256:
                 self._key_plans.clear()
             self._key_plans[plan_key] = plan
-        if plan is False:
-            return None
-        kernel, before, after = plan
-        bottleneck, total = np.empty(n), np.empty(n)
-        if kernel(bottleneck, total, *before, *columns.values(), *after) >= 0:
-            return None  # an invalid layout: the batch path raises its error
-        return StagePrices(bottleneck=bottleneck, sum=total, stages=None)
+        return None if plan is False else (seen, plan)
 
     def _batch(self, settings: dict[str, Any], keys: dict[str, Any]) -> LayoutBatch:
         """The batch of *keys* (arrays or numbers) over the model's layout, as ``__call__`` makes it."""
@@ -407,8 +438,8 @@ class FusedPricer(StagePricer):
             parts[parts.index(f"ptab{j - len(groups)}")] = f"tab{j}[0, g{j}]"
         found = bound_values(head, scalars) if scalars else {}
         scalar_values = tuple(float(np.asarray(found[name], dtype=np.float64).reshape(-1)[0]) for name in scalars)
-        coded_keys = tuple(name for name in ARRAY_KEYS if name in coded)
-        codes = tuple(np.cumsum(seen[name], dtype=np.int64) - 1 for name in coded_keys)
+        coded_keys = scanned  # every scanned key's value is checked to be one the plan holds (code >= 0)
+        codes = tuple(np.where(seen[name], np.cumsum(seen[name], dtype=np.int64) - 1, -1) for name in coded_keys)
         functions = sorted({name for group, part in zip(sums.names, parts) if part is None for name in group})
         gates = [(name, 0 if name == "os" else 1, bound(name)) for name in varying if name not in scanned]
         degrees = ("d", "t", "cp", "p")
