@@ -29,10 +29,16 @@ round so that a slow spell of the machine hits each alike:
 * ``generated_checked``: as ``generated``, with every layout checked again
   (``validated=False``, the pricer's default for layouts of unknown origin).
 * ``fused``: ``codegen.pricing.fused.FusedPricer`` on all N layouts, called as
-  ``generated`` is (``validated=True``; derived fields as there), the terms,
-  groups, stage tables, bottleneck and sum in one numba kernel per variant
-  (compiled before the clock, on the comparison call). Left out, with a note,
-  when numba is not installed.
+  ``generated`` is (``validated=True``): one numba kernel per variant reads
+  the key columns once and does the input gate, the derived fields, the
+  level scores, the terms, the groups, the stage tables, the bottleneck and
+  the sum; what follows from the keys alone is tabulated over the values
+  present by the NumPy rules (the kernel's plan, made with the kernel's
+  compilation on the comparison calls before the clock, and reused by later
+  calls holding the same values, as a searcher's calls do).
+  ``fused_checked``: the same with ``validated=False`` (the constraints
+  checked in the same pass). Left out, with a note, when numba is not
+  installed.
 * ``memory_floor``: not a pricer but the least any can do with the same
   input arrays: one pass that reads every layout's keys once and writes one
   number per layout (a numba loop summing the columns; without numba,
@@ -198,10 +204,13 @@ def _model_rates(name: str, n: int, walk_n: int, repeat: int, seed: int) -> dict
         def fused() -> np.ndarray:
             return fast(**arrays, validated=True).bottleneck
 
-        got = fast(**arrays)  # compiles (or loads) the kernels before the clock
-        np.testing.assert_allclose(got.bottleneck, want, rtol=1e-12, atol=0, err_msg=f"{name}: fused and NumPy disagree")
-        np.testing.assert_allclose(got.sum, pricer(**arrays).sum, rtol=1e-12, atol=0,
-                                   err_msg=f"{name}: fused and NumPy sums disagree")
+        for validated in (False, True):  # compiles (or loads) both kernels and makes their plans before the clock
+            got = fast(**arrays, validated=validated)
+            np.testing.assert_allclose(got.bottleneck, want, rtol=1e-12, atol=0,
+                                       err_msg=f"{name}: fused and NumPy disagree")
+            np.testing.assert_allclose(got.sum, pricer(**arrays).sum, rtol=1e-12, atol=0,
+                                       err_msg=f"{name}: fused and NumPy sums disagree")
+
         def fused_checked() -> np.ndarray:
             return fast(**arrays).bottleneck
 

@@ -1,29 +1,47 @@
 """The fused pricer: the stage pricer's numbers from one numba kernel per model variant.
 
 ``FusedPricer`` is ``StagePricer`` (same constructor, ``__call__``/``price_batch`` and
-``StagePrices``) with its block loop replaced, for ``per_stage=False``, by one compiled loop over
-the layouts that evaluates every stage term of the variant, adds the term groups, gathers the
-groups' weights in each kind of stage by the layout's pipeline index, and writes the bottleneck
-(the largest stage, plus the weights common to every kind) and the sum over stages. Each layout's
-values are read once and two numbers written: no temporary array per term or per group.
+``StagePrices``) with its NumPy passes replaced, for ``per_stage=False``, by compiled loops.
+
+**Called with key arrays** (``pricer(d=…, t=…, …)``, int64 columns or single numbers, at least
+``_KEYS_FROM`` layouts): the whole pricer is one loop over the layouts
+(``codegen/templates/numba/pricer_keys.py.jinja``) that reads each layout's keys once and does the
+input gate (bounds and device count), the validation (``validated=False``), the derived fields,
+the TIME path's level scores, the stage terms, their groups, the weights of each kind of stage by
+the layout's pipeline index, and writes the bottleneck and the sum over stages. What follows from
+the keys alone — the first broken constraint, each derived field or score factor, and a term
+group's sum when the values its keys take are few (``_PART_TABLE_LIMIT``) — comes from tables over
+the values present of the keys it reads (``LAYOUT_FIELD_KEYS``, ``constraint_keys``), which the
+NumPy code fills once per set of values: ``layout_violations``, ``derive_fields_batch`` and
+``stages.bind`` (with ``levels.score_factors``), the generated NumPy terms. The kernel looks a
+layout's entry up by the codes of its key values; a group with too many values is computed in the
+kernel from its arguments by the compiler's term arithmetic. The values present come from a scan of
+the keys (``generated.fused._runtime.seen_values``) on the first call of a shape; later calls run the
+last plan straight away and scan only when a layout holds a value it lacks. An invalid layout (or a
+value outside the gate) makes the kernel stop and name it; the batch path then raises
+``StagePricer``'s error, word for word.
+
+**Called with a batch** (``price_batch``, or key arrays the kernel above does not take): the
+derived fields and the validation run in NumPy before a kernel (``pricer.py.jinja``) that
+evaluates the terms, the groups, the stage weights, the bottleneck and the sum.
 
 The pieces come from one place each:
 
 * the term arithmetic is the compiler's: ``generated/fused/stage.py`` holds, per stage formula,
   ``_<name>_at(i, …)`` — the lowered CSE form of one element, the same statements as its loop
-  kernel, inlined by numba into the caller;
+  kernel, inlined by numba into the caller; tabulated groups are the NumPy target's terms;
 * the plan (which terms, how they group, the weight tables over the pipeline shapes ``(p, vp)``)
   is ``StagePricer``'s (``_plan``, ``_Pipelines``), imported, not restated;
 * the derived fields (expert degrees, optimizer shards, levels, …) and the validation are
-  ``codegen.configs.layouts``' (``derive_fields_batch``, ``check_batch``): the NumPy code stays the
-  one source of truth for them, so an invalid layout raises the same ``LayoutError`` as
-  ``StagePricer``. They run before the kernel, over the fields the terms read.
+  ``codegen.configs.layouts``' and ``codegen.pricing.stages``': the NumPy code stays the one
+  source of truth for them, run on the tables' grids, so an invalid layout raises the same
+  ``LayoutError`` as ``StagePricer``.
 
 Which terms a variant holds depends on the model file (run-time data), and the compiler's room
-imports no pricing code, so each variant's kernel is rendered on first use from the Jinja2
-template ``codegen/templates/numba/pricer.py.jinja`` into a per-user cache directory
-(``$SYMCOST_CACHE``, else ``$XDG_CACHE_HOME/symcost`` or ``~/.cache/symcost``), named by a hash of
-its text, and compiled there by numba with ``cache=True`` (later processes load the machine code).
+imports no pricing code, so each variant's kernel is rendered on first use from its Jinja2
+template into a per-user cache directory (``$SYMCOST_CACHE``, else ``$XDG_CACHE_HOME/symcost`` or
+``~/.cache/symcost``), named by a hash of its text, and compiled there by numba with
+``cache=True`` (later processes load the machine code).
 
 Needs numba (``pip install -e '.[fast]'``); without it constructing a ``FusedPricer`` raises
 ImportError naming the extra.
@@ -45,7 +63,7 @@ from .. import cache
 from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_KEYS, LayoutBatch, LayoutError, check_batch, constraint_keys,
                                derive_fields_batch, layout_violations)
 from ..inputs import DEVICES_MAX, bound, flag
-from .pricer import StagePrices, StagePricer, _add, _arguments, _needed, _Pipelines, _sources, _StageTables, _Sums
+from .pricer import StagePrices, StagePricer, _add, _arguments, _needed, _Pipelines, _sources, _StageTables
 from .levels import SCORE_FACTORS
 from .stages import BIND_SOURCES, Fields, bind
 
@@ -239,6 +257,8 @@ class FusedPricer(StagePricer):
                       tuple(columns), validated)
         scanned = self._scanned.get(layout_key)
         if scanned is None:
+            if len(self._scanned) >= 256:
+                self._scanned.clear()
             scanned = self._scanned[layout_key] = self._scanned_keys(head, keys, tuple(columns), validated)
         bottleneck, total = np.empty(n), np.empty(n)
         current = self._current.get(layout_key)
