@@ -467,10 +467,12 @@ class FusedPricer(StagePricer):
         if any(name in varying and name not in scanned for name in degrees):
             devices = "*".join(f"float(v_{name})" if name in varying else f"{float(shared[name])!r}"
                                for name in degrees)
-        module = _module("pricer_keys.py.jinja", gates=gates, devices=devices, devices_max=DEVICES_MAX, key=repr(sums.names), functions=functions, groups=sums.names, parts=parts,
-                         args={name: _arguments(name) for name in functions}, columns=list(varying),
-                         coded=list(coded_keys), tables=table_keys, check=check, pipeline=pipeline,
-                         scalars=[f"s_{name}" for name in scalars], expressions=expressions)
+        module = _module("pricer_keys.py.jinja", key=repr(sums.names), functions=functions, groups=sums.names,
+                         parts=parts, args={name: _arguments(name) for name in functions}, columns=list(varying),
+                         coded=list(coded_keys), tables=table_keys, check=check, pipeline=pipeline, gates=gates,
+                         devices=devices, devices_max=DEVICES_MAX, front_kinds=len(weights[1]),
+                         every_kinds=len(weights[3]), scalars=[f"s_{name}" for name in scalars],
+                         expressions=expressions)
         before = (*weights, radix)
         after = (*codes, *table_args, *check_args, *scalar_values)
         return module.price, before, after
