@@ -29,17 +29,29 @@ round so that a slow spell of the machine hits each alike:
 * ``generated_checked``: as ``generated``, with every layout checked again
   (``validated=False``, the pricer's default for layouts of unknown origin).
 * ``fused``: ``codegen.pricing.fused.FusedPricer`` on all N layouts, called as
-  ``generated`` is (``validated=True``; derived fields as there), the terms,
-  groups, stage tables, bottleneck and sum in one numba kernel per variant
-  (compiled before the clock, on the comparison call). Left out, with a note,
-  when numba is not installed.
+  ``generated`` is (``validated=True``): one numba kernel per variant reads
+  the key columns once and does the input gate, the derived fields, the
+  level scores, the terms, the groups, the stage tables, the bottleneck and
+  the sum; what follows from the keys alone is tabulated over the values
+  present by the NumPy rules (the kernel's plan, made with the kernel's
+  compilation on the comparison calls before the clock, and reused by later
+  calls holding the same values, as a searcher's calls do).
+  ``fused_checked``: the same with ``validated=False`` (the constraints
+  checked in the same pass). Left out, with a note, when numba is not
+  installed.
+* ``memory_floor``: not a pricer but the least any can do with the same
+  input arrays: one pass that reads every layout's keys once and writes one
+  number per layout (a numba loop summing the columns; without numba,
+  ``numpy.add.reduce`` over each column and one ``fill``). ``fused`` near this
+  rate is memory-bound.
 
 Before timing, the bottleneck of every way is compared with the pricer's on the
 subset (relative 1e-9). Prints a table, then one JSON line::
 
-    {"n": N, "rates": {"scalar_walk": R, "generated": R, "fused": R},
+    {"n": N, "rates": {"scalar_walk": R, "generated": R, "fused": R, "memory_floor": R},
      "models": {"qwen3-72b": {"scalar_walk": R, "generated": R, "generated_n1000": R,
-                              "generated_checked": R, "fused": R}, "deepseek-v3": {…}}}
+                              "generated_checked": R, "fused": R, "fused_checked": R,
+                              "memory_floor": R}, "deepseek-v3": {…}}}
 
 with rates in layouts per second (``rates`` repeats qwen3-72b).
 
@@ -127,6 +139,32 @@ def _seconds(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+def _memory_floor(arrays: dict[str, np.ndarray]) -> Callable[[], Any]:
+    """One pass over the layouts' key columns: each read once, one number per layout written."""
+    columns = tuple(np.ascontiguousarray(values) for values in arrays.values())
+    out = np.empty(len(columns[0]))
+    if not fused_pricer.available():
+        def numpy_floor() -> None:
+            for column in columns:
+                np.add.reduce(column)
+            out.fill(0.0)
+
+        return numpy_floor
+    import numba
+
+    @numba.njit(nogil=True)
+    def floor(out: np.ndarray, columns: tuple[np.ndarray, ...]) -> None:
+        for i in range(out.shape[0]):
+            total = 0
+            for column in columns:
+                total += column[i]
+            out[i] = total
+
+    floor(out, columns)  # compiled before the clock
+    np.testing.assert_array_equal(out, sum(columns))
+    return lambda: floor(out, columns)
+
+
 def _model_rates(name: str, n: int, walk_n: int, repeat: int, seed: int) -> dict[str, float]:
     model = load_model(name)
     arrays = random_layouts(model, n, np.random.default_rng(seed))
@@ -166,11 +204,19 @@ def _model_rates(name: str, n: int, walk_n: int, repeat: int, seed: int) -> dict
         def fused() -> np.ndarray:
             return fast(**arrays, validated=True).bottleneck
 
-        got = fast(**arrays)  # compiles (or loads) the kernels before the clock
-        np.testing.assert_allclose(got.bottleneck, want, rtol=1e-12, atol=0, err_msg=f"{name}: fused and NumPy disagree")
-        np.testing.assert_allclose(got.sum, pricer(**arrays).sum, rtol=1e-12, atol=0,
-                                   err_msg=f"{name}: fused and NumPy sums disagree")
+        for validated in (False, True):  # compiles (or loads) both kernels and makes their plans before the clock
+            got = fast(**arrays, validated=validated)
+            np.testing.assert_allclose(got.bottleneck, want, rtol=1e-12, atol=0,
+                                       err_msg=f"{name}: fused and NumPy disagree")
+            np.testing.assert_allclose(got.sum, pricer(**arrays).sum, rtol=1e-12, atol=0,
+                                       err_msg=f"{name}: fused and NumPy sums disagree")
+
+        def fused_checked() -> np.ndarray:
+            return fast(**arrays).bottleneck
+
         ways["fused"] = (fused, n)
+        ways["fused_checked"] = (fused_checked, n)
+    ways["memory_floor"] = (_memory_floor(arrays), n)
     times: dict[str, list[float]] = {way: [] for way in ways}
     for _ in range(repeat):  # alternately, so that every way sees the same state of the machine
         for way, (fn, _count) in ways.items():
@@ -193,16 +239,19 @@ def main(argv: list[str] | None = None) -> int:
     if not fused_pricer.available():
         print("fused: left out (numba is not installed: pip install -e '.[fast]')")
     print(f"{'model':<12} {'scalar_walk':>14} {'generated':>14} {'generated_n1000':>16} {'fused':>14} {'n1000/n':>8} "
-          f"{'fused/gen':>9} {'gen/walk':>9} {'checked':>14}")
+          f"{'fused/gen':>9} {'gen/walk':>9} {'checked':>14} {'fused_checked':>14} {'memory_floor':>14} "
+          f"{'fused/floor':>11}")
     for name, rates in models.items():
         fast = rates.get("fused", float("nan"))
         print(f"{name:<12} {rates['scalar_walk']:>14,.0f} {rates['generated']:>14,.0f} "
               f"{rates['generated_n1000']:>16,.0f} {fast:>14,.0f} {rates['generated_n1000'] / rates['generated']:>8.2f} "
               f"{fast / rates['generated']:>9.2f} {rates['generated'] / rates['scalar_walk']:>9,.0f} "
-              f"{rates['generated_checked']:>14,.0f}")
+              f"{rates['generated_checked']:>14,.0f} {rates.get('fused_checked', float('nan')):>14,.0f} "
+              f"{rates['memory_floor']:>14,.0f} {fast / rates['memory_floor']:>11.2f}")
     first = models[MODELS[0]]
     print(json.dumps({"n": args.n,
-                      "rates": {way: round(first[way], 1) for way in ("scalar_walk", "generated", "fused") if way in first},
+                      "rates": {way: round(first[way], 1) for way in ("scalar_walk", "generated", "fused", "memory_floor")
+                                if way in first},
                       "models": {name: {w: round(r, 1) for w, r in rates.items()} for name, rates in models.items()}}))
     return 0
 

@@ -96,3 +96,138 @@ def test_empty_and_validated():
     assert pricer(d=np.array([], dtype=np.int64)).bottleneck.shape == (0,)
     arrays = _valid_arrays("llama2-7b", False, 50, seed=5)
     np.testing.assert_array_equal(pricer(validated=True, **arrays).bottleneck, pricer(**arrays).bottleneck)
+
+
+# ------------------------------------------------------------------ the kernel over the key columns
+
+
+def _used_keys_kernel(pricer) -> bool:
+    """Whether the last plans the pricer built were kernels over the key columns (not the batch path)."""
+    return bool(pricer._key_plans) and all(plan is not False for plan in pricer._key_plans.values())
+
+
+# Every case with the term groups tabulated; per model one case (FLOP and TIME both) with every group in the kernel.
+KEY_CASES = [(*case, True) for case in CASES] + [(*case, False) for case in CASES[1:6:2]]
+
+
+@needs_numba
+@pytest.mark.parametrize("name, ttype, fsdp, with_recomp, device, recompute, tabulated", KEY_CASES)
+def test_keys_kernel_same_prices_as_the_numpy_pricer(monkeypatch, name, ttype, fsdp, with_recomp, device, recompute,
+                                                      tabulated):
+    """Validation, derived fields, levels, terms and stage sums in the one kernel over the keys (vp and ep
+    vary too): the NumPy pricer's numbers, with the term groups tabulated over the keys' values or computed
+    in the kernel from tabulated arguments."""
+    monkeypatch.setattr(fused, "_KEYS_FROM", 1)
+    if not tabulated:
+        monkeypatch.setattr(fused, "_PART_TABLE_LIMIT", 0)
+    model = load_model(name)
+    arrays = _valid_arrays(name, fsdp, 400, seed=7 + len(name) + fsdp + 2 * with_recomp)
+    settings = dict(device=device, fsdp=fsdp, with_recomp=with_recomp, ttype=ttype, recompute=recompute)
+    want = StagePricer(model, **settings)(**arrays)
+    pricer = fused.FusedPricer(model, **settings)
+    for validated in (False, True):
+        got = pricer(validated=validated, **arrays)
+        assert _used_keys_kernel(pricer)
+        np.testing.assert_allclose(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
+        np.testing.assert_allclose(got.sum, want.sum, rtol=RTOL, atol=0)
+
+
+@needs_numba
+def test_keys_kernel_keys_given_as_numbers_and_os(monkeypatch):
+    """Keys given as one number, an os column (the model's os otherwise follows d), and one pipeline."""
+    monkeypatch.setattr(fused, "_KEYS_FROM", 1)
+    arrays = _valid_arrays("qwen3-72b", False, 300, seed=13)
+    d = arrays["d"]
+    cases = [dict(d=d, t=4, p=8, cp=2, m=144),
+             dict(d=d, t=arrays["t"], p=8, os=np.where(d % 2 == 0, 2, 0).astype(np.int64)),
+             dict(arrays, os=np.zeros(len(d), dtype=np.int64))]
+    for given in cases:
+        want = StagePricer("qwen3-72b")(**given)
+        pricer = fused.FusedPricer("qwen3-72b")
+        got = pricer(**given)
+        assert _used_keys_kernel(pricer)
+        np.testing.assert_allclose(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
+        np.testing.assert_allclose(got.sum, want.sum, rtol=RTOL, atol=0)
+
+
+@needs_numba
+@pytest.mark.parametrize("name, key, index, value", [
+    ("qwen3-72b", "t", 5, 3),        # a constraint the kernel checks (heads)
+    ("deepseek-v3", "ep", 9, 3),     # experts
+    ("qwen3-72b", "m", 7, 0),        # the input gate, on a key the terms do not read (checked in the kernel)
+    ("qwen3-72b", "d", 3, 0),        # the input gate, on a scanned key
+    ("qwen3-72b", "b", 2, 1 << 40),  # beyond the bound
+])
+def test_keys_kernel_invalid_layouts_raise_as_the_numpy_pricer(monkeypatch, name, key, index, value):
+    monkeypatch.setattr(fused, "_KEYS_FROM", 1)
+    arrays = _valid_arrays(name, False, 50, seed=17)
+    arrays[key] = arrays[key].copy()
+    arrays[key][index] = value
+    with pytest.raises(LayoutError) as numpy_error:
+        StagePricer(name)(**arrays)
+    with pytest.raises(LayoutError) as fused_error:
+        fused.FusedPricer(name)(**arrays)
+    assert str(fused_error.value) == str(numpy_error.value)
+    assert f"{index}" in str(fused_error.value)
+
+
+@needs_numba
+def test_keys_kernel_falls_back_to_the_batch_path(monkeypatch):
+    """Values beyond the scan, keys of another type, and short batches take the batch path: the same numbers."""
+    arrays = _valid_arrays("deepseek-v3", False, 200, seed=19)
+    want = StagePricer("deepseek-v3")(**arrays)
+    monkeypatch.setattr(fused, "_KEYS_FROM", 1)
+    monkeypatch.setattr(fused, "_VALUES", 8)  # d and ep reach 32
+    pricer = fused.FusedPricer("deepseek-v3")
+    np.testing.assert_allclose(pricer(**arrays).bottleneck, want.bottleneck, rtol=RTOL, atol=0)
+    assert not pricer._key_plans
+    monkeypatch.setattr(fused, "_VALUES", 1 << 12)
+    listed = {key: values.tolist() for key, values in arrays.items()}
+    np.testing.assert_allclose(pricer(**listed).bottleneck, want.bottleneck, rtol=RTOL, atol=0)
+    assert not pricer._key_plans
+
+
+def test_layout_field_keys_name_every_key_a_field_reads():
+    """LAYOUT_FIELD_KEYS (what the fused pricer tabulates each field over): layouts that agree on a field's
+    declared keys agree on the field, over random (also invalid) layouts of every key and setting."""
+    from codegen.configs.layouts import LAYOUT_FIELD_KEYS, LayoutBatch, derive_fields_batch
+
+    rng = np.random.default_rng(23)
+    n = 4000
+    keys = {"d": rng.choice([1, 2, 3, 4, 6, 8, 16], n), "t": rng.choice([1, 2, 4, 8], n),
+            "p": rng.choice([1, 2, 4], n), "cp": rng.choice([1, 2, 4], n), "ep": rng.choice([1, 2, 4, 8, 16], n),
+            "m": rng.integers(1, 9, n), "b": rng.choice([1, 2], n), "vp": rng.choice([1, 2], n),
+            "etp": rng.choice([1, 2], n), "os": rng.choice([0, 2, 4], n)}
+    for name in ("deepseek-v3", "qwen3-72b"):
+        model = load_model(name)
+        for op, grad_shard, sp in [(True, False, False), (True, True, True), (False, False, True)]:
+            batch = LayoutBatch.from_arrays(model.layout, op=op, grad_shard=grad_shard, sp=sp, **keys)
+            fields = derive_fields_batch(model, batch, names=list(LAYOUT_FIELD_KEYS), validated=True)
+            for field, reads in LAYOUT_FIELD_KEYS.items():
+                _, group = np.unique(np.stack([keys[key] for key in reads], axis=1), axis=0, return_inverse=True)
+                group = group.reshape(-1)
+                first = np.zeros(group.max() + 1)
+                first[group] = fields[field]  # some layout's value per group of declared keys
+                np.testing.assert_array_equal(fields[field], first[group], err_msg=f"{name} {field}")
+
+
+@needs_numba
+def test_keys_kernel_later_calls_with_other_values(monkeypatch):
+    """A later call reuses the last plan while its values are ones the plan holds, and makes a new plan (of
+    the values of both) when one is not; an invalid layout in a later call raises as the NumPy pricer."""
+    monkeypatch.setattr(fused, "_KEYS_FROM", 1)
+    arrays = _valid_arrays("deepseek-v3", False, 600, seed=29)
+    numpy_pricer, pricer = StagePricer("deepseek-v3"), fused.FusedPricer("deepseek-v3")
+    small = {key: values[arrays["d"] < 16] for key, values in arrays.items()}
+    for given in (small, arrays, small, {key: values[::-1].copy() for key, values in arrays.items()}):
+        got = pricer(**given)
+        np.testing.assert_allclose(got.bottleneck, numpy_pricer(**given).bottleneck, rtol=RTOL, atol=0)
+        np.testing.assert_allclose(got.sum, numpy_pricer(**given).sum, rtol=RTOL, atol=0)
+    assert len(pricer._key_plans) == 2  # the small values', then the union's (reused by the last two calls)
+    broken = {key: values.copy() for key, values in arrays.items()}
+    broken["t"][100] = 3
+    with pytest.raises(LayoutError) as numpy_error:
+        numpy_pricer(**broken)
+    with pytest.raises(LayoutError) as fused_error:
+        pricer(**broken)
+    assert str(fused_error.value) == str(numpy_error.value)

@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "ARRAY_KEYS",
     "LAYOUT_CONSTRAINTS",
+    "LAYOUT_FIELD_KEYS",
     "LAYOUT_FIELD_NAMES",
     "Layout",
     "LayoutBatch",
@@ -76,6 +77,7 @@ __all__ = [
     "build_stages",
     "check_batch",
     "chunk_layer_counts",
+    "constraint_keys",
     "derive_fields",
     "derive_fields_batch",
     "dp_comm_level_values",
@@ -876,6 +878,29 @@ _FIELD_RULES: dict[str, Callable[[_Derivation], Any]] = {
 }
 assert tuple(_FIELD_RULES) == LAYOUT_FIELD_NAMES
 
+#: The layout keys each layout field follows from (the keys its rule above reads, through the rule
+#: groups): a field of layouts that agree on these keys is the same. A compiled pricer tabulates a
+#: field over the values of these keys alone (``codegen.pricing.fused``); tests/test_fused_pricer.py
+#: checks the declaration against the rules.
+LAYOUT_FIELD_KEYS: dict[str, tuple[str, ...]] = {
+    **{key: (key,) for key in ("b", "m", "d", "t", "p", "cp", "ep", "vp", "etp")},
+    "t_exp": ("d", "t", "cp", "ep", "etp"),
+    "d_exp": ("d", "t", "cp", "ep", "etp"),
+    "sp": ("t",),
+    "os_max_shard": ("d", "os"),
+    "comm_t": ("t",),
+    "comm_ep": ("ep",),
+    "comm_cp": ("cp",),
+    "comm_d_non_exp": ("d",),
+    "comm_d_exp": ("d", "t", "cp", "ep", "etp"),
+    "shard_p_os_non_exp_partial": ("d", "os", "t", "cp"),
+    "shard_p_os_exp": ("d", "t", "cp", "ep", "etp"),
+    "shard_p_os_exp_partial": ("d", "os", "t", "cp", "ep", "etp"),
+    "shard_embed": ("d", "os", "t", "p"),
+    "gather_embed": ("d", "os"),
+}
+assert tuple(LAYOUT_FIELD_KEYS) == LAYOUT_FIELD_NAMES
+
 
 def _layout_fields(model: ModelConfig, batch: LayoutBatch, names: Sequence[str] | None = None, *,
                    compact: bool = False) -> dict[str, Any]:
@@ -1140,6 +1165,12 @@ def _constraint_rules(model: ModelConfig, batch: LayoutBatch,
         rules += [("recompute_list_length", ("p", "vp"), list_length),
                   ("recompute_list_layers", ("p", "vp"), list_layers)]
     return rules
+
+
+def constraint_keys(model: ModelConfig, batch: LayoutBatch, devices: int | None = None) -> frozenset[str]:
+    """The layout keys the constraints of *model* and *batch*'s settings read (:func:`validate_batch`'s):
+    layouts that agree on these keys are all valid or break the same first constraint."""
+    return frozenset(key for _name, reads, _rule in _constraint_rules(model, batch, devices) for key in reads)
 
 
 def _violation_message(model: ModelConfig, layout: Layout, devices: int | None, constraint: str) -> str:

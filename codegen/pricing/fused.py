@@ -1,29 +1,47 @@
 """The fused pricer: the stage pricer's numbers from one numba kernel per model variant.
 
 ``FusedPricer`` is ``StagePricer`` (same constructor, ``__call__``/``price_batch`` and
-``StagePrices``) with its block loop replaced, for ``per_stage=False``, by one compiled loop over
-the layouts that evaluates every stage term of the variant, adds the term groups, gathers the
-groups' weights in each kind of stage by the layout's pipeline index, and writes the bottleneck
-(the largest stage, plus the weights common to every kind) and the sum over stages. Each layout's
-values are read once and two numbers written: no temporary array per term or per group.
+``StagePrices``) with its NumPy passes replaced, for ``per_stage=False``, by compiled loops.
+
+**Called with key arrays** (``pricer(d=…, t=…, …)``, int64 columns or single numbers, at least
+``_KEYS_FROM`` layouts): the whole pricer is one loop over the layouts
+(``codegen/templates/numba/pricer_keys.py.jinja``) that reads each layout's keys once and does the
+input gate (bounds and device count), the validation (``validated=False``), the derived fields,
+the TIME path's level scores, the stage terms, their groups, the weights of each kind of stage by
+the layout's pipeline index, and writes the bottleneck and the sum over stages. What follows from
+the keys alone — the first broken constraint, each derived field or score factor, and a term
+group's sum when the values its keys take are few (``_PART_TABLE_LIMIT``) — comes from tables over
+the values present of the keys it reads (``LAYOUT_FIELD_KEYS``, ``constraint_keys``), which the
+NumPy code fills once per set of values: ``layout_violations``, ``derive_fields_batch`` and
+``stages.bind`` (with ``levels.score_factors``), the generated NumPy terms. The kernel looks a
+layout's entry up by the codes of its key values; a group with too many values is computed in the
+kernel from its arguments by the compiler's term arithmetic. The values present come from a scan of
+the keys (``generated.fused._runtime.seen_values``) on the first call of a shape; later calls run the
+last plan straight away and scan only when a layout holds a value it lacks. An invalid layout (or a
+value outside the gate) makes the kernel stop and name it; the batch path then raises
+``StagePricer``'s error, word for word.
+
+**Called with a batch** (``price_batch``, or key arrays the kernel above does not take): the
+derived fields and the validation run in NumPy before a kernel (``pricer.py.jinja``) that
+evaluates the terms, the groups, the stage weights, the bottleneck and the sum.
 
 The pieces come from one place each:
 
 * the term arithmetic is the compiler's: ``generated/fused/stage.py`` holds, per stage formula,
   ``_<name>_at(i, …)`` — the lowered CSE form of one element, the same statements as its loop
-  kernel, inlined by numba into the caller;
+  kernel, inlined by numba into the caller; tabulated groups are the NumPy target's terms;
 * the plan (which terms, how they group, the weight tables over the pipeline shapes ``(p, vp)``)
   is ``StagePricer``'s (``_plan``, ``_Pipelines``), imported, not restated;
 * the derived fields (expert degrees, optimizer shards, levels, …) and the validation are
-  ``codegen.configs.layouts``' (``derive_fields_batch``, ``check_batch``): the NumPy code stays the
-  one source of truth for them, so an invalid layout raises the same ``LayoutError`` as
-  ``StagePricer``. They run before the kernel, over the fields the terms read.
+  ``codegen.configs.layouts``' and ``codegen.pricing.stages``': the NumPy code stays the one
+  source of truth for them, run on the tables' grids, so an invalid layout raises the same
+  ``LayoutError`` as ``StagePricer``.
 
 Which terms a variant holds depends on the model file (run-time data), and the compiler's room
-imports no pricing code, so each variant's kernel is rendered on first use from the Jinja2
-template ``codegen/templates/numba/pricer.py.jinja`` into a per-user cache directory
-(``$SYMCOST_CACHE``, else ``$XDG_CACHE_HOME/symcost`` or ``~/.cache/symcost``), named by a hash of
-its text, and compiled there by numba with ``cache=True`` (later processes load the machine code).
+imports no pricing code, so each variant's kernel is rendered on first use from its Jinja2
+template into a per-user cache directory (``$SYMCOST_CACHE``, else ``$XDG_CACHE_HOME/symcost`` or
+``~/.cache/symcost``), named by a hash of its text, and compiled there by numba with
+``cache=True`` (later processes load the machine code).
 
 Needs numba (``pip install -e '.[fast]'``); without it constructing a ``FusedPricer`` raises
 ImportError naming the extra.
@@ -42,14 +60,34 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import cache
-from ..configs.layouts import LayoutBatch, check_batch
-from ..inputs import flag
-from .pricer import StagePrices, StagePricer, _arguments, _needed, _Pipelines, _StageTables, _Sums
+from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_KEYS, LayoutBatch, LayoutError, check_batch, constraint_keys,
+                               derive_fields_batch, layout_violations)
+from ..inputs import DEVICES_MAX, bound, flag
+from .pricer import StagePrices, StagePricer, _add, _arguments, _needed, _Pipelines, _sources, _StageTables
+from .levels import SCORE_FACTORS
+from .stages import BIND_SOURCES, Fields, bind
 
 __all__ = ["FusedPricer", "available"]
 
 #: Layouts per call of the kernel: the derived-field arrays of a block stay in the processor's cache.
 _BLOCK = 1 << 16
+
+#: Fewest layouts a call prices by reading the key columns in one kernel (:meth:`FusedPricer._price_keys`);
+#: fewer go the batch path, whose Python costs less than the scan and the plan.
+_KEYS_FROM = 1 << 12
+
+#: A scanned key's values lie in ``0 .. _VALUES - 1`` (larger ones take the batch path).
+_VALUES = 1 << 12
+
+#: Most entries of a table over the values present of the keys a field or the constraints read.
+_TABLE_LIMIT = 1 << 18
+
+#: Most entries of a table of a term group's sum (:meth:`FusedPricer._key_plan`); larger groups are computed
+#: in the kernel from their arguments.
+_PART_TABLE_LIMIT = 1 << 16
+
+#: Keys :func:`bind` reads for an argument beyond the fields of ``BIND_SOURCES`` (it takes ``ep`` as one value).
+_BIND_KEYS: dict[str, tuple[str, ...]] = {"max_rank_tokens": ("ep",)}
 
 _TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "numba"
 
@@ -73,6 +111,36 @@ def _per_layout_names() -> frozenset[str]:
     return frozenset(getattr(x, "name", x) for x in PER_LAYOUT)
 
 
+def _module(template: str, **context: Any) -> Any:
+    """The module rendered from *template* with *context*, written into the cache folder (named by a hash
+    of its text and of the committed term kernels) and imported; numba compiles its kernel on first call
+    (``cache=True``: later processes load the machine code)."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    text = env.get_template(template).render(**context)
+    import generated.fused.stage as stage  # the committed term kernels, fingerprinted
+
+    digest = hashlib.sha256((text + stage.__doc__ + Path(stage.__file__).read_text()[:400]).encode()
+                            ).hexdigest()[:20]
+    directory = _cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{template.split('.')[0]}_{digest}.py"
+    if not path.exists() or path.read_text() != text:
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    module_name = f"_symcost_fused_{template.split('.')[0]}_{digest}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
 def _kernel(names: tuple[tuple[str, ...], ...], per_layout: frozenset[str]) -> tuple[Any, tuple[str, ...]]:
     """The compiled kernel for the term groups *names* with the arguments *per_layout* as arrays (the
     others numbers), and the argument names it reads after the tables."""
@@ -80,31 +148,9 @@ def _kernel(names: tuple[tuple[str, ...], ...], per_layout: frozenset[str]) -> t
     per_layout = frozenset(per_layout) & frozenset(arguments)
     kernel = _KERNELS.get((names, per_layout))
     if kernel is None:
-        import jinja2
-
-        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), trim_blocks=True,
-                                 lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
         functions = sorted({name for group in names for name in group})
-        key = repr(names)
-        text = env.get_template("pricer.py.jinja").render(
-            key=key, functions=functions, groups=names, arguments=arguments, per_layout=sorted(per_layout),
-            args={name: _arguments(name) for name in functions})
-        import generated.fused.stage as stage  # the committed term kernels, fingerprinted
-
-        digest = hashlib.sha256((text + stage.__doc__ + Path(stage.__file__).read_text()[:400]).encode()
-                                ).hexdigest()[:20]
-        directory = _cache_dir()
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"pricer_{digest}.py"
-        if not path.exists() or path.read_text() != text:
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(text)
-            os.replace(temporary, path)
-        module_name = f"_symcost_fused_pricer_{digest}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
+        module = _module("pricer.py.jinja", key=repr(names), functions=functions, groups=names, arguments=arguments,
+                         per_layout=sorted(per_layout), args={name: _arguments(name) for name in functions})
         kernel = _KERNELS[(names, per_layout)] = module.price
     return kernel, arguments
 
@@ -145,6 +191,292 @@ class FusedPricer(StagePricer):
             raise ImportError("FusedPricer needs numba: pip install -e '.[fast]' (or use StagePricer)")
         super().__init__(*args, **kwargs)
         self._arrays: dict[int, tuple[np.ndarray, ...]] = {}
+        self._key_plans: dict[Any, Any] = {}
+        self._scanned: dict[Any, tuple[str, ...]] = {}
+        self._current: dict[Any, Any] = {}
+
+    def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
+                 **arrays: Any) -> StagePrices:
+        """Prices of the layouts given as arrays; as ``StagePricer.__call__``.
+
+        When every key is an int64 array (or one whole number) and there are at least ``_KEYS_FROM``
+        layouts, one kernel reads the keys themselves (see :meth:`_price_keys`); otherwise, or when a
+        layout is invalid, the batch path (:meth:`price_batch`) prices them and raises its errors.
+        """
+        if per_stage is False:
+            prices = self._price_keys(arrays, flag("validated", validated))
+            if prices is not None:
+                return prices
+        return super().__call__(per_stage=per_stage, validated=validated, **arrays)
+
+    def _price_keys(self, arrays: dict[str, Any], validated: bool) -> StagePrices | None:
+        """Prices from one pass of a kernel over the key columns, or ``None`` where the batch path must price.
+
+        The keys' values are scanned first (``_runtime.seen_values``: the input gate's bounds and the
+        values present); what follows from the keys alone — the first broken constraint
+        (``layout_violations``), the derived fields and the TIME path's score factors (``derive_fields_batch``
+        and ``bind``, hence the level assignment of ``levels``) — is computed by the NumPy rules on the
+        grid of the values present of the keys it reads (``LAYOUT_FIELD_KEYS``, ``constraint_keys``), and
+        the kernel looks each layout's entry up. ``None`` (the batch path then prices, or raises its error)
+        for keys given otherwise, a value outside the scan's range, too large a table, or an invalid layout.
+        """
+        columns: dict[str, np.ndarray] = {}
+        keys: dict[str, Any] = {}
+        n = None
+        for name, value in arrays.items():
+            if name not in ARRAY_KEYS:
+                continue
+            if type(value) is np.ndarray and value.ndim == 1:
+                if value.strides == (0,) and len(value):
+                    value = value[:1]
+                elif value.dtype != np.int64 or not value.flags.c_contiguous:
+                    return None
+                else:
+                    columns[name] = value
+                if n is not None and len(value) != n and name in columns:
+                    return None
+                n = len(value) if name in columns else n
+                keys[name] = value[:1]
+            elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+                keys[name] = value
+            else:
+                return None
+        if n is None or n < _KEYS_FROM or any(len(c) != n for c in columns.values()):
+            return None
+        settings = {name: value for name, value in arrays.items() if name not in ARRAY_KEYS}
+        try:
+            head = self._batch(settings, keys)
+        except (LayoutError, TypeError, ValueError):
+            return None  # the batch path raises the same error, naming the layout
+        from generated.fused import _runtime
+
+        # The keys every layout shares, by value: those given as one number or left to the model's layout (os
+        # left to it follows d: it is the first layout's, not every layout's).
+        layout_key = (head.settings(), tuple((name, int(getattr(head, name)[0])) for name in ARRAY_KEYS
+                                             if name not in columns and (name in keys or name != "os")),
+                      tuple(columns), validated)
+        scanned = self._scanned.get(layout_key)
+        if scanned is None:
+            if len(self._scanned) >= 256:
+                self._scanned.clear()
+            scanned = self._scanned[layout_key] = self._scanned_keys(head, keys, tuple(columns), validated)
+        bottleneck, total = np.empty(n), np.empty(n)
+        current = self._current.get(layout_key)
+        if current is not None:
+            # The plan of the last call of this shape: its kernel finds out whether every value is one the
+            # plan tabulated (a searcher's calls mostly hold the same values), so that no scan is needed.
+            kernel, before, after = current[1]
+            found = kernel(bottleneck, total, *before, *columns.values(), *after)
+            if found == -1:
+                return StagePrices(bottleneck=bottleneck, sum=total, stages=None)
+            if found >= 0:
+                return None  # an invalid layout: the batch path raises its error
+        seen: dict[str, np.ndarray] = {}
+        for name in scanned:
+            marks = np.zeros(_VALUES, dtype=np.uint8)
+            if _runtime.seen_values(columns[name], marks, 0 if name == "os" else 1):
+                return None
+            seen[name] = marks
+        plan = None
+        if current is not None:  # the values of the last plan and these: the plans grow to what the calls hold
+            plan = self._plan_of(layout_key, head, settings, keys, columns, scanned,
+                                 {name: marks | current[0][name] for name, marks in seen.items()}, validated)
+        if plan is None:
+            plan = self._plan_of(layout_key, head, settings, keys, columns, scanned, seen, validated)
+        if plan is None:
+            return None
+        kernel, before, after = plan[1]
+        found = kernel(bottleneck, total, *before, *columns.values(), *after)
+        if found != -1:
+            return None  # an invalid layout (the batch path raises its error); no other value is possible
+        if len(self._current) >= 256:
+            self._current.clear()
+        self._current[layout_key] = plan
+        return StagePrices(bottleneck=bottleneck, sum=total, stages=None)
+
+    def _plan_of(self, layout_key: Any, head: LayoutBatch, settings: dict[str, Any], keys: dict[str, Any],
+                 columns: dict[str, np.ndarray], scanned: tuple[str, ...], seen: dict[str, np.ndarray],
+                 validated: bool) -> tuple[dict[str, np.ndarray], Any] | None:
+        """``(seen, (kernel, before, after))`` for the values marked in *seen*, or ``None`` where the batch path
+        must price (too large a device count or table)."""
+        values = {name: np.flatnonzero(marks) for name, marks in seen.items()}
+        top = {name: int(values[name][-1]) if name in values else int(getattr(head, name)[0]) for name in ARRAY_KEYS}
+        if top["d"] * top["t"] * top["cp"] * top["p"] > DEVICES_MAX:
+            return None
+        plan_key = (layout_key, tuple((name, values[name].tobytes()) for name in scanned))
+        plan = self._key_plans.get(plan_key)
+        if plan is None:
+            try:
+                plan = self._key_plan(head, settings, keys, tuple(columns), scanned, values, seen, validated)
+            except (LayoutError, ValueError):
+                plan = False  # the batch path raises the error, or prices what the tables cannot
+            if len(self._key_plans) >= 256:
+                self._key_plans.clear()
+            self._key_plans[plan_key] = plan
+        return None if plan is False else (seen, plan)
+
+    def _batch(self, settings: dict[str, Any], keys: dict[str, Any]) -> LayoutBatch:
+        """The batch of *keys* (arrays or numbers) over the model's layout, as ``__call__`` makes it."""
+        return LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute, **settings, **keys)
+
+    def _reads(self, name: str, keys: dict[str, Any], varying: Sequence[str]) -> tuple[str, ...]:
+        """The varying keys the value of argument (or field) *name* follows from, in ``ARRAY_KEYS`` order."""
+        if self.ttype == "FLOP" and name in SCORE_FACTORS:
+            return ()  # bind: 1 on the FLOP path
+        reads = {key for source in BIND_SOURCES.get(name, (name,)) for key in
+                 (*LAYOUT_FIELD_KEYS.get(source, ()), *_BIND_KEYS.get(source, ()))}
+        return self._key_reads(reads, keys, varying)
+
+    def _key_reads(self, reads: set[str] | frozenset[str], keys: dict[str, Any], varying: Sequence[str]
+                   ) -> tuple[str, ...]:
+        # Without an os of its own, a batch takes the model layout's where it divides d (from_arrays): os then
+        # follows d, and what reads os reads d.
+        if "os" in reads and "os" not in keys and self.model.layout.os is not None:
+            reads = set(reads) | {"d"}
+        return tuple(key for key in ARRAY_KEYS if key in reads and key in varying)
+
+    def _scanned_keys(self, head: LayoutBatch, keys: dict[str, Any], varying: tuple[str, ...],
+                      validated: bool) -> tuple[str, ...]:
+        """The varying keys whose values present a plan needs: those a term's argument, the pipeline or the
+        constraints read (the kernel checks the others' bounds itself)."""
+        terms = self._terms(head)
+        needed = terms.arguments({output.removesuffix("_recomputed") for output in self.outputs})
+        reads = {key for name in needed for key in self._reads(name, keys, varying)}
+        reads |= {"p", "vp"}
+        if not validated:
+            reads |= set(self._key_reads(constraint_keys(self.model, head), keys, varying))
+        return tuple(key for key in ARRAY_KEYS if key in reads and key in varying)
+
+    def _key_plan(self, head: LayoutBatch, settings: dict[str, Any], keys: dict[str, Any], varying: tuple[str, ...],
+                  scanned: tuple[str, ...], values: dict[str, np.ndarray], seen: dict[str, np.ndarray],
+                  validated: bool) -> tuple[Any, tuple[Any, ...], tuple[Any, ...]]:
+        """The kernel of :meth:`_price_keys` and its arguments before and after the key columns."""
+        shared = {name: int(getattr(head, name)[0]) for name in ARRAY_KEYS}
+        given = {name: shared[name] for name in keys}  # keys not given take the model's layout in every batch
+
+        def key_reads(reads: set[str]) -> tuple[str, ...]:
+            return self._key_reads(reads, keys, varying)
+
+        terms = self._terms(head)
+        probe = self._batch(settings, {**given, **{name: np.array([values[name][0], values[name][-1]])
+                                                  for name in ("p", "vp") if name in varying}})
+        pipelines = _Pipelines.of(probe, functools.partial(self._stage_counts, probe), self._pipelines)
+        sums, tables = self._plan(terms, probe, pipelines)
+        weights = _tables(tables)
+        if pipelines.index is None:
+            radix, pipeline = 0, "0"
+        elif "vp" in varying:
+            radix = int(values["vp"][-1]) + 1
+            pipeline = ("v_p" if "p" in varying else str(shared["p"])) + "*radix + v_vp"
+        else:
+            radix, pipeline = 0, "v_p"
+
+        def grid(names: tuple[str, ...]) -> tuple[LayoutBatch, dict[str, int]]:
+            sizes = [len(values[name]) for name in names]
+            size = int(np.prod(sizes)) if sizes else 1
+            if size > _TABLE_LIMIT:
+                raise ValueError(f"a table of {size} entries")
+            strides, grid_columns = {}, {}
+            for j, name in enumerate(names):
+                inner = int(np.prod(sizes[j + 1:])) if j + 1 < len(sizes) else 1
+                strides[name] = inner
+                grid_columns[name] = np.tile(np.repeat(values[name], inner), size // (inner * sizes[j]))
+            return self._batch(settings, {**given, **grid_columns}), strides
+
+        def bound_values(batch: LayoutBatch, names: Sequence[str]) -> dict[str, Any]:
+            derived = derive_fields_batch(self.model, batch, names=_sources(frozenset(names)), validated=True,
+                                          compact=True)
+            return bind(Fields(derived), names, system=self.system, ttype=self.ttype, score=self._score)
+
+        check = None
+        check_args: tuple[Any, ...] = ()
+        coded: set[str] = set()
+        if not validated:
+            read = key_reads(set(constraint_keys(self.model, head)))
+            batch, strides = grid(read)
+            first = layout_violations(self.model, batch)
+            if not read:
+                if first[0] >= 0:
+                    raise LayoutError("every layout breaks a constraint")  # the batch path names it
+            else:
+                check = read
+                check_args = (np.ascontiguousarray(first), *(strides[name] for name in read))
+                coded |= set(read)
+        expressions: dict[str, str] = {}
+        groups: dict[tuple[str, ...], list[str]] = {}
+        scalars: list[str] = []
+        # A term group whose arguments follow from few values of the keys is tabulated whole: the generated
+        # NumPy terms (StagePricer's arithmetic, in its order) on the grid of those values, one entry a layout.
+        parts: list[str | None] = []
+        part_tables: list[tuple[tuple[str, ...], np.ndarray]] = []
+        computed: set[str] = set()
+        for group in sums.names:
+            arguments = sorted({a for name in group for a in _arguments(name)})
+            reads = self._key_reads({key for a in arguments for key in self._reads(a, keys, varying)}, keys, varying)
+            size = int(np.prod([len(values[key]) for key in reads])) if reads else 1
+            if size > _PART_TABLE_LIMIT:
+                parts.append(None)
+                computed.update(arguments)
+                continue
+            batch, strides = grid(reads)
+            found = bound_values(batch, arguments)
+            import generated
+
+            part = _add([getattr(generated, name)(**{a: found[a] for a in _arguments(name)}) for name in group])
+            parts.append(f"ptab{len(part_tables)}")
+            part_tables.append((reads, np.broadcast_to(np.asarray(part, dtype=np.float64), (size,))[None, :]))
+        for name in sorted(computed):
+            reads = self._reads(name, keys, varying)
+            if name in ARRAY_KEYS and name not in LAYOUT_FIELD_KEYS:
+                raise ValueError(f"{name}: a key that is no field")
+            if not reads:
+                scalars.append(name)
+                expressions[name] = f"s_{name}"
+            elif name in ARRAY_KEYS:
+                expressions[name] = f"float(v_{name})"
+            else:
+                groups.setdefault(reads, []).append(name)
+        table_args: list[Any] = []
+        table_keys: list[tuple[str, ...]] = []
+        for j, (names, members) in enumerate(groups.items()):
+            batch, strides = grid(names)
+            size = len(batch)
+            found = bound_values(batch, members)
+            table_args.append(np.stack([np.broadcast_to(np.asarray(found[m], dtype=np.float64), (size,))
+                                        for m in members]))
+            table_args.extend(strides[name] for name in names)
+            table_keys.append(names)
+            coded |= set(names)
+            for row, member in enumerate(members):
+                expressions[member] = f"tab{j}[{row}, g{j}]"
+        for j, (names, table) in enumerate(part_tables, start=len(groups)):
+            _batch, strides = grid(names)
+            table_args.append(np.ascontiguousarray(table))
+            table_args.extend(strides[name] for name in names)
+            table_keys.append(names)
+            coded |= set(names)
+            parts[parts.index(f"ptab{j - len(groups)}")] = f"tab{j}[0, g{j}]"
+        found = bound_values(head, scalars) if scalars else {}
+        scalar_values = tuple(float(np.asarray(found[name], dtype=np.float64).reshape(-1)[0]) for name in scalars)
+        coded_keys = scanned  # every scanned key's value is checked to be one the plan holds (code >= 0)
+        codes = tuple(np.where(seen[name], np.cumsum(seen[name], dtype=np.int64) - 1, -1) for name in coded_keys)
+        functions = sorted({name for group, part in zip(sums.names, parts) if part is None for name in group})
+        gates = [(name, 0 if name == "os" else 1, bound(name)) for name in varying if name not in scanned]
+        degrees = ("d", "t", "cp", "p")
+        devices = None
+        if any(name in varying and name not in scanned for name in degrees):
+            devices = "*".join(f"float(v_{name})" if name in varying else f"{float(shared[name])!r}"
+                               for name in degrees)
+        module = _module("pricer_keys.py.jinja", key=repr(sums.names), functions=functions, groups=sums.names,
+                         parts=parts, args={name: _arguments(name) for name in functions}, columns=list(varying),
+                         coded=list(coded_keys), tables=table_keys, check=check, pipeline=pipeline, gates=gates,
+                         devices=devices, devices_max=DEVICES_MAX, front_kinds=len(weights[1]),
+                         every_kinds=len(weights[3]), scalars=[f"s_{name}" for name in scalars],
+                         expressions=expressions)
+        before = (*weights, radix)
+        after = (*codes, *table_args, *check_args, *scalar_values)
+        return module.price, before, after
+
 
     def price_batch(self, batch: LayoutBatch, *, per_stage: bool | Sequence[str] = False,
                     validated: bool = False) -> StagePrices:

@@ -23,7 +23,7 @@ except ImportError as exc:  # the fused target is optional; generated/ (NumPy) n
     raise ImportError("generated.fused needs numba: pip install -e '.[fast]', or use generated "
                       "(the NumPy target)") from exc
 
-__all__ = ["element", "kernel", "prepare"]
+__all__ = ["element", "kernel", "prepare", "seen_values"]
 
 #: Compiled on first call and cached on disk (``__pycache__``). error_model="numpy": a division by
 #: zero gives inf or nan as in NumPy rather than raising; no fastmath, so every operation rounds as
@@ -67,3 +67,21 @@ def prepare(function: str, names: tuple[str, ...], values: tuple[object, ...]):
         else:
             flat.append(numpy.broadcast_to(a, shape).reshape(-1))
     return result, result.reshape(-1), tuple(flat)
+
+
+@kernel
+def seen_values(column, seen, lowest):
+    """Mark ``seen[v] = 1`` for every value v of the int64 *column* (one pass); whether a value lies
+    outside ``lowest .. len(seen) - 1`` (those are not marked).
+
+    The fused pricer's scan of a layout key (``codegen.pricing.fused``): the values a batch holds,
+    so that what follows from the keys is tabulated over them, and the input gate's bounds."""
+    outside = False
+    top = seen.shape[0]
+    for i in range(column.shape[0]):
+        v = column[i]
+        if v < lowest or v >= top:
+            outside = True
+        else:
+            seen[v] = 1
+    return outside
