@@ -3,15 +3,18 @@
 For arrays of layouts of one model on a catalog system with GPU and network facts, the
 :class:`TimePricer` gives, per pipeline stage, per dimension (``tp, cp, ep, dp, pp``) and
 collective: calls per step, the nccl-tests size S of one call, bytes per rank per step and
-seconds per step — the generated forms of ``symbolic.stage_time`` (``<dim>_<collective>_stage_*``),
-which price each call with NCCL's own tuner model (``collective_<op>_nccl_time_s``).
+seconds per step. The first three are the generated forms of ``symbolic.stage_time``
+(``<dim>_<collective>_stage_*``); seconds are ``calls × t(S, n)`` with ``t`` the real time of the
+candidate NCCL's tuner picks for one call of S bytes over the item's group of n ranks
+(``codegen.pricing.collective.choose`` on the generated per-candidate forms of
+``symbolic.collective_time``), evaluated once per item.
 
 How it binds them:
 
 * the model's and the layout's fields come from ``derive_fields_batch`` through ``stages.bind``
   (the ZeRO switches follow from ``comm_d_non_exp`` / ``comm_d_exp``);
-* every hardware-side symbol comes from ``hardware._nccl.time_bindings(system)``, read by name, so
-  a constant the collective model adds flows through unchanged;
+* every hardware-side symbol comes from ``hardware._nccl.time_bindings(system)`` (its declared names
+  ``TIME_SYMBOLS``), read by name, so a constant the collective model adds flows through unchanged;
 * each collective's group is placed by the rank order (``codegen.pricing.placement``; Megatron's
   ``tp-cp-ep-dp-pp`` by default): the dense groups with degrees ``tp = t, cp, ep = 1, dp = d, pp = p``,
   the expert groups (EP and the expert data-parallel group) with ``tp = t_exp, cp = 1, ep, dp = d_exp,
@@ -34,11 +37,11 @@ from typing import Any, Mapping
 import numpy as np
 
 import generated
-from symbolic.symbols import SPECS
 
 from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
+from .collective import arguments as collective_arguments, choose
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, bind
 
@@ -48,6 +51,8 @@ __all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS"]
 TIME_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 #: What the per-stage arrays hold per item: calls per step, S of one call, bytes per rank per step, seconds.
 WHATS = ("calls_count", "msg_bytes", "step_bytes", "time_s")
+#: The generated forms of one item (``symbolic.stage_time``): the first three of ``WHATS`` and the group's ranks.
+FORMS = ("calls_count", "msg_bytes", "step_bytes", "ranks_count")
 #: Layouts per block: the temporaries of the collective forms stay in cache.
 _BLOCK = 1 << 13
 _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
@@ -77,9 +82,22 @@ def _items() -> tuple[tuple[str, str, str, str], ...]:
     out = []
     for meta in generated.FORMULAS.values():
         pairs = dict(meta.get("variant", ()))
-        if pairs.get("output") == "time" and pairs.get("what") == "time_s":
+        if pairs.get("output") == "time" and pairs.get("what") == "calls_count":
             out.append((pairs["dimension"], pairs["collective"], pairs["group"], pairs["weight"]))
     return tuple(out)
+
+
+def _ops() -> dict[str, str]:
+    """``"dim.collective"`` → the NCCL collective it runs (``all_reduce``, ``send_recv``, …)."""
+    out = {}
+    for meta in generated.FORMULAS.values():
+        pairs = dict(meta.get("variant", ()))
+        if pairs.get("output") == "time" and pairs.get("what") == "calls_count":
+            out[f"{pairs['dimension']}.{pairs['collective']}"] = pairs["op"]
+    return out
+
+
+OPS = _ops()
 
 
 #: Per item of ``symbolic.stage_time``: (dimension, collective, group, weight), in registry order.
@@ -95,12 +113,8 @@ def _arguments(name: str) -> tuple[str, ...]:
 
 
 _PARAMS = ("P_ne", "P_r")
-
-
-def _hardware_symbol(name: str) -> bool:
-    """A symbol of the collective time forms that ``time_bindings`` gives (by its declared unit)."""
-    return SPECS[name].unit in ("s", "bytes/s") or name in ("ring_channels", "nvls", "nvls_efficiency",
-                                                            "p2p_ll_threshold_bytes")
+#: What the collective forms read besides the hardware (``TIME_SYMBOLS``) and the group's placement.
+_CALL_SYMBOLS = ("msg_bytes", "ranks")
 
 
 def _layer_params(f: Fields) -> dict[str, Any]:
@@ -140,7 +154,7 @@ class TimePricer:
     def __init__(self, model: str | ModelConfig, *, system: str, order: str = DEFAULT_ORDER, fsdp: bool | None = None,
                  recompute: str | None = None, volumes_only: bool = False):
         import hardware
-        from hardware._nccl import time_bindings
+        from hardware._nccl import TIME_SYMBOLS, time_bindings
 
         if isinstance(model, str):
             model = load_model(model)
@@ -161,9 +175,12 @@ class TimePricer:
         self.order = order
         self.fsdp, self.recompute = fsdp, recompute
         self._counts: dict[Any, Mapping[str, np.ndarray]] = {}
-        names = [_item_name(dim, coll, what) for dim, coll, _, _ in ITEMS for what in WHATS]
-        layout_args = {a for n in names for a in _arguments(n) if not _hardware_symbol(a)} - set(_GROUP_SYMBOLS) - {
-            "n_layers_stage", "n_moe_layers_stage"}
+        for op in set(OPS.values()):  # the collective forms read the hardware, the placement, S and n only
+            extra = collective_arguments(op) - TIME_SYMBOLS - set(_GROUP_SYMBOLS) - set(_CALL_SYMBOLS)
+            if extra:
+                raise RuntimeError(f"collective {op}: symbols neither hardware nor placement: {sorted(extra)}")
+        names = [_item_name(dim, coll, what) for dim, coll, _, _ in ITEMS for what in FORMS]
+        layout_args = {a for n in names for a in _arguments(n)} - {"n_layers_stage", "n_moe_layers_stage"}
         self._needed = frozenset(layout_args)
         params = {a for n in generated.FORMULAS if n.startswith("params_") for a in _arguments(n)}
         self._fields = tuple(sorted({s for n in layout_args - set(_PARAMS) for s in BIND_SOURCES.get(n, (n,))}
@@ -305,29 +322,41 @@ class TimePricer:
         placed = self._placements(f) if timed else {g: {} for g in ("tp", "cp", "ep", "dp", "edp", "pp")}
         m = len(batch)
         lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
+        u = lay.shape[1]
         col = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
         per_column: dict[tuple[str, str], np.ndarray] = {}  # (item, what) -> (M, U)
+        forms = [w for w in FORMS if w in whats]
+        if timed:
+            forms += [w for w in ("calls_count", "msg_bytes", "ranks_count") if w not in forms]
         for dim, coll, group, weight in ITEMS:
-            grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placed[group].items()}
-            calls_name = _item_name(dim, coll, "calls_count")
-            for what in whats:
+            key = f"{dim}.{coll}"
+            if weight == "stage":
+                args = dict(col, n_layers_stage=lay, n_moe_layers_stage=moe_lay)
+            else:
+                args = dict(values, n_layers_stage=1.0, n_moe_layers_stage=1.0)
+            got: dict[str, np.ndarray] = {}
+            for what in forms:
                 name = _item_name(dim, coll, what)
-                key = f"{dim}.{coll}"
-                if weight == "stage":
-                    args = dict(col, **grp, n_layers_stage=lay, n_moe_layers_stage=moe_lay)
-                else:
-                    args = dict(values, **placed[group], n_layers_stage=1.0, n_moe_layers_stage=1.0)
-                if what == "time_s" and (key, "calls_count") not in per_column:
-                    calls = getattr(generated, calls_name)(**{a: args[a] for a in _arguments(calls_name)})
-                    if not np.any(calls):  # the collective does not run in this block: 0 s, skip NCCL's model
-                        per_column[(key, what)] = np.zeros((m, lay.shape[1]))
-                        continue
-                value = getattr(generated, name)(**{a: args[a] for a in _arguments(name)})
+                value = np.asarray(getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), dtype=float)
                 if weight != "stage":
                     value = np.broadcast_to(value, (m,))[:, None]
-                    if what != "msg_bytes":
-                        value = value * (lay if weight == "layer" else moe_lay)
-                per_column[(key, what)] = np.broadcast_to(value, (m, lay.shape[1]))
+                got[what] = value  # (M, 1) per layer / MoE layer, (M, U) per stage column
+            if timed:
+                calls = got["calls_count"]
+                if not np.any(calls):  # the collective does not run in this block: 0 s, skip NCCL's model
+                    seconds = np.zeros(calls.shape)
+                else:
+                    grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v)
+                           for k, v in placed[group].items()}
+                    one = choose(OPS[key], dict(self.hardware, **grp, msg_bytes=got["msg_bytes"],
+                                                ranks=got["ranks_count"])).time_s
+                    seconds = np.where(calls > 0, calls * one, 0.0)
+                got["time_s"] = seconds
+            for what in whats:
+                value = got[what]
+                if weight != "stage" and what != "msg_bytes":
+                    value = value * (lay if weight == "layer" else moe_lay)
+                per_column[(key, what)] = np.broadcast_to(value, (m, u))
         keys = [f"{dim}.{coll}" for dim, coll, _, _ in ITEMS]
         if timed:
             dims = {dim: sum(per_column[(k, "time_s")] for k in keys if k.split(".")[0] == dim) for dim in TIME_DIMENSIONS}
