@@ -46,13 +46,15 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
 
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 from sympy import Min, Piecewise
 
 from .formula import Formula
 from .symbols import symbol
 
-__all__ = ["FORMULAS", "OPS", "candidate_labels"]
+__all__ = ["CALL_VARIABLES", "FORMULAS", "LEVEL_PARAMETERS", "NOT_DIFFERENTIATED", "OPS", "candidate_labels"]
 
 _TUNING = "NCCL src/graph/tuning.cc (master 5067397, v2.30)"
 _S = symbol("msg_bytes")
@@ -352,4 +354,60 @@ def _build() -> tuple[Formula, ...]:
     return tuple(out)
 
 
-FORMULAS: tuple[Formula, ...] = _build()
+#: The network levels' α and β for the sensitivity in seconds: each is a relative scale λ applied to every
+#: symbol listed (λ = 1 as bound), so ``∂t/∂λ = Σ sym · ∂t/∂sym``. NVLink (level 0): NCCL's base latencies
+#: (the fixed cost of a call, paid inside the node) and NVLink hop latencies; its bandwidth the ring channel's,
+#: NCCL's NVLink total and the NVLS channel speed. Network (level 1): the network hop latencies and the
+#: per-step network overhead; the NIC's bandwidth. NCCL's per-protocol caps (llMaxBws, perChMax*) are tuning
+#: limits of the protocols, not of a link, and stay fixed.
+LEVEL_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "nvlink_alpha": ("alpha_ring_ll_s", "alpha_ring_ll128_s", "alpha_ring_simple_s", "alpha_tree_ll_s",
+                     "alpha_tree_ll128_s", "alpha_tree_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s",
+                     "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s",
+                     "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s"),
+    "network_alpha": ("hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s", "hop_net_tree_ll_s",
+                      "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s"),
+    "nvlink_beta": ("ring_channel_bw_bytes_per_s", "nvlink_nccl_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s"),
+    "network_beta": ("nic_bw_bytes_per_s",),
+}
+#: What a candidate's time is differentiated in: the call's two variables (the placement held).
+CALL_VARIABLES = ("msg_bytes", "ranks")
+#: Candidates whose derivatives are not generated (a nest of Min over phases: SymPy takes minutes on the
+#: all-reduce's); the pricer takes a central difference of their generated time form instead.
+NOT_DIFFERENTIATED = ("hierarchical",)
+
+
+def _slopes(formulas: tuple[Formula, ...]) -> tuple[Formula, ...]:
+    """Per candidate time form: ``∂t/∂msg_bytes``, ``∂t/∂ranks`` and ``∂t/∂λ`` per level parameter (nonzero ones).
+
+    Named ``<time form>__d_<variable>`` and ``<time form>__scale_<level parameter>``; unit "derivative"
+    (seconds per byte, per rank, per unit of λ). Almost everywhere: ``Min``/``Max``/``Piecewise`` by their
+    active branch (``symbolic.sensitivity``).
+    """
+    from .sensitivity import derivative, derivative_expr
+
+    out: list[Formula] = []
+    for f in formulas:
+        pairs = dict(f.variant)
+        if pairs.get("what") != "time" or pairs["candidate"] in NOT_DIFFERENTIATED:
+            continue
+        for x in CALL_VARIABLES:
+            d = derivative(f, x)
+            if d.expr != 0:
+                out.append(dataclasses.replace(d, variant=(*f.variant[:2], ("what", "slope"), ("by", x))))
+        for level, names in LEVEL_PARAMETERS.items():
+            expr = sympy.Add(*(_sym(n) * derivative_expr(f.expr, n) for n in names if f.expr.has(_sym(n))))
+            if expr != 0:
+                out.append(Formula(
+                    name=f"{f.name}__scale_{level}", expr=expr, dimension=f.dimension, algorithm=f.algorithm,
+                    unit="derivative",
+                    doc=f"Derivative of {f.name} (seconds) in a relative scale of the {level.replace('_', ' ')} "
+                        f"symbols ({', '.join(names)}) all multiplied together, at scale 1: "
+                        f"sum of symbol x d t / d symbol, seconds per unit of the scale (almost everywhere).",
+                    source=f"{f.source}; differentiated by symbolic.sensitivity",
+                    variant=(*f.variant[:2], ("what", "slope"), ("by", level))))
+    return tuple(out)
+
+
+_CANDIDATE_FORMULAS = _build()
+FORMULAS: tuple[Formula, ...] = _CANDIDATE_FORMULAS + _slopes(_CANDIDATE_FORMULAS)

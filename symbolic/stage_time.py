@@ -34,13 +34,16 @@ collectives, gradient bucketing (one DP call per step of the stage's whole gradi
 
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 
 from . import collectives, step_volumes
 from .formula import Formula
 from .symbols import syms
+from .vocabulary import DEGREES
 
-__all__ = ["FORMULAS", "ITEMS"]
+__all__ = ["FORMULAS", "ITEMS", "SLOPE_FORMS", "SLOPE_VARIABLES"]
 
 (t, cp, ep, d, d_exp, p, m, vp, sp, z2, z3, z2e, z3e, layers, moe_layers) = syms(
     "t", "cp", "ep", "d", "d_exp", "p", "m", "vp", "sp", "zero2_non_exp", "zero3_non_exp", "zero2_exp", "zero3_exp",
@@ -51,8 +54,13 @@ _VOLUMES = {f.name: f.expr for f in step_volumes.FORMULAS}
 
 
 def _on(degree: sympy.Expr) -> sympy.Expr:
-    """1 for a group of two or more ranks, 0 for one rank (degrees are integers >= 1)."""
-    return sympy.Min(1, degree - 1)
+    """1 for a group of two or more ranks, 0 for one rank (degrees are integers >= 1).
+
+    A step placed at 3/2, between the whole degrees: its derivative is 0 at every whole degree, so the
+    sensitivity in seconds holds the switch (as the original's sensitivity holds ``comm_*``) instead of
+    reading a one-sided kink.
+    """
+    return sympy.Piecewise((0, degree < sympy.Rational(3, 2)), (1, True))
 
 
 _sp_on = _on(sp)  # the layout's sp field is t with sequence parallelism, 1 without
@@ -137,4 +145,34 @@ def _build() -> tuple[Formula, ...]:
     return tuple(out)
 
 
-FORMULAS: tuple[Formula, ...] = _build()
+#: What the sensitivity in seconds differentiates the item forms in: the layout's degrees and sizes, and the
+#: stage's layer counts (the pricer relaxes them ∝ 1/p for ``p``, as ``symcost sensitivity`` does).
+SLOPE_VARIABLES = (*DEGREES, "n_layers_stage", "n_moe_layers_stage")
+#: The item forms the sensitivity in seconds chains: seconds = calls × t(S, n).
+SLOPE_FORMS = ("calls_count", "msg_bytes", "ranks_count")
+
+
+def _slopes(formulas: tuple[Formula, ...]) -> tuple[Formula, ...]:
+    """``<item form>__d_<x>`` for the forms of ``SLOPE_FORMS`` and x of ``SLOPE_VARIABLES`` (nonzero ones).
+
+    Derived fields (``d_exp``, ``t_exp``, ``sp``, the ZeRO switches, ``P_ne``, ``P_r``) are held, as the
+    original's sensitivity holds them; ``Min``/``Max`` by their active branch (``symbolic.sensitivity``).
+    """
+    from .sensitivity import derivative
+
+    out = []
+    for f in formulas:
+        pairs = dict(f.variant)
+        if pairs["what"] not in SLOPE_FORMS:
+            continue
+        for x in SLOPE_VARIABLES:
+            d = derivative(f, x)
+            if d.expr != 0:
+                variant = tuple((k, v) for k, v in f.variant if k != "what") + (("what", "slope"),
+                                                                                 ("of", pairs["what"]), ("by", x))
+                out.append(dataclasses.replace(d, variant=variant))
+    return tuple(out)
+
+
+_ITEM_FORMULAS = _build()
+FORMULAS: tuple[Formula, ...] = _ITEM_FORMULAS + _slopes(_ITEM_FORMULAS)

@@ -19,6 +19,16 @@ Public API::
     labels(op) -> tuple[str, ...]                 the candidates of op, NCCL's order
     choose(op, values) -> Choice                  chosen time, index, every candidate's time and price
     arguments(op) -> frozenset[str]               every symbol the candidate forms of op read
+    slopes(op, values, index) -> dict             the chosen candidate's derivatives (a.e.)
+    LEVEL_PARAMETERS, SLOPE_BY
+
+Derivatives (the sensitivity in seconds): ``symbolic.collective_time`` generates, per candidate,
+``∂t/∂msg_bytes``, ``∂t/∂ranks`` (the placement held) and ``∂t/∂λ`` for each level parameter (a
+relative scale of a network level's latencies, α, or bandwidths, β). :func:`slopes` evaluates the
+chosen candidate's (the pick is a step function of its inputs: a.e. its derivative is the chosen
+candidate's). A candidate whose derivatives are not generated (the hierarchical one, whose nest of
+``Min`` over phases takes SymPy minutes to differentiate) gets a central difference of its generated
+time form, relative step ``1e-6``.
 """
 
 from __future__ import annotations
@@ -31,7 +41,23 @@ import numpy as np
 
 import generated
 
-__all__ = ["Choice", "arguments", "choose", "labels"]
+__all__ = ["Choice", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
+
+#: Each network level's α and β as the symbols a relative scale multiplies (``symbolic.collective_time``'s
+#: ``LEVEL_PARAMETERS``; a test holds the two equal).
+LEVEL_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "nvlink_alpha": ("alpha_ring_ll_s", "alpha_ring_ll128_s", "alpha_ring_simple_s", "alpha_tree_ll_s",
+                     "alpha_tree_ll128_s", "alpha_tree_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s",
+                     "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s",
+                     "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s"),
+    "network_alpha": ("hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s", "hop_net_tree_ll_s",
+                      "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s"),
+    "nvlink_beta": ("ring_channel_bw_bytes_per_s", "nvlink_nccl_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s"),
+    "network_beta": ("nic_bw_bytes_per_s",),
+}
+#: What :func:`slopes` differentiates the chosen time in: the call's S and n, then the level parameters.
+SLOPE_BY = ("msg_bytes", "ranks", *LEVEL_PARAMETERS)
+_STEP = 1e-6
 
 
 @functools.cache
@@ -113,3 +139,51 @@ def choose(op: str, values: Mapping[str, Any]) -> Choice:
     index = np.argmin(prices_a, axis=0)
     time = np.take_along_axis(times_a, index[None], axis=0)[0]
     return Choice(time_s=time, index=index, labels=names, times=times_a, prices=prices_a)
+
+
+def _slope_name(op: str, label: str, by: str) -> str:
+    suffix = f"__d_{by}" if by in ("msg_bytes", "ranks") else f"__scale_{by}"
+    return f"{_time_name(op, label)}{suffix}"
+
+
+def _differentiated(op: str, label: str) -> bool:
+    return _slope_name(op, label, "msg_bytes") in generated.FORMULAS
+
+
+def _central(op: str, label: str, values: Mapping[str, Any], by: str) -> np.ndarray:
+    """∂t/∂(by) of one candidate by a central difference of its generated time form (relative step)."""
+    names = (by,) if by in ("msg_bytes", "ranks") else LEVEL_PARAMETERS[by]
+    up, down = dict(values), dict(values)
+    for n in names:
+        up[n] = np.asarray(values[n], dtype=float) * (1 + _STEP)
+        down[n] = np.asarray(values[n], dtype=float) * (1 - _STEP)
+    with np.errstate(invalid="ignore"):  # inf - inf where the candidate is unavailable: never chosen
+        diff = (_call(_time_name(op, label), up) - _call(_time_name(op, label), down)) / (2 * _STEP)
+    if by in ("msg_bytes", "ranks"):
+        return diff / np.asarray(values[by], dtype=float)  # per byte / per rank
+    return diff  # per unit of the relative scale
+
+
+def slopes(op: str, values: Mapping[str, Any], index: np.ndarray) -> dict[str, np.ndarray]:
+    """The derivatives of the chosen candidate's real time (*index* from :func:`choose`), by ``SLOPE_BY``.
+
+    ``msg_bytes``: seconds per byte; ``ranks``: seconds per rank (the placement held); a level parameter:
+    seconds per unit of its relative scale (``Σ sym · ∂t/∂sym`` over the level's symbols). Almost
+    everywhere: where the pick or a ``Min`` inside a candidate switches, the active branch's.
+    """
+    names = labels(op)
+    index = np.asarray(index)
+    out: dict[str, np.ndarray] = {}
+    for by in SLOPE_BY:
+        per = []
+        for label in names:
+            if not _differentiated(op, label):
+                per.append(_central(op, label, values, by))
+            elif _slope_name(op, label, by) in generated.FORMULAS:
+                per.append(_call(_slope_name(op, label, by), values))
+            else:
+                per.append(np.zeros(()))  # not generated: the derivative is 0
+        stack = np.stack(np.broadcast_arrays(*per, index)[:len(names)])
+        stack = np.where(np.isfinite(stack), stack, 0.0)  # an unavailable candidate is never chosen
+        out[by] = np.take_along_axis(stack, np.broadcast_to(index, stack.shape[1:])[None], axis=0)[0]
+    return out

@@ -41,11 +41,15 @@ import generated
 from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
-from .collective import arguments as collective_arguments, choose
+from .collective import LEVEL_PARAMETERS, arguments as collective_arguments, choose, slopes as collective_slopes
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, bind
 
-__all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS"]
+__all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS"]
+
+#: The network-level parameters :meth:`TimePricer.stage_slopes` differentiates in (relative scales of a
+#: level's latencies, α, or bandwidths, β; ``codegen.pricing.collective.LEVEL_PARAMETERS``).
+LEVELS = tuple(LEVEL_PARAMETERS)
 
 #: The dimensions a stage's communication time is split by.
 TIME_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -375,3 +379,83 @@ class TimePricer:
                 stages[what][key][rows] = np.where(inside, np.take_along_axis(value, w, axis=1), np.nan)
             if timed:
                 stages["total_s"][rows] = np.where(inside, np.take_along_axis(total, w, axis=1), np.nan)
+
+    # ------------------------------------------------------------------ sensitivity
+
+    def stage_slopes(self, batch: LayoutBatch, degrees: tuple[str, ...], *, relax_p: bool = True,
+                     validated: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Every stage's communication seconds and their derivatives, by chain rule on generated forms.
+
+        Per item, seconds = W · calls · t(S, n) with W the stage's layers (TP, CP), MoE layers (EP) or 1
+        (DP, PP, whose S holds the layer counts). For a degree x:
+        ``∂/∂x = W · (∂calls/∂x · t + calls · (∂t/∂S · ∂S/∂x + ∂t/∂n · ∂n/∂x))`` with the item forms'
+        derivatives (``symbolic.stage_time``, derived fields held) and the chosen candidate's
+        (``codegen.pricing.collective.slopes``; the placement held). For ``p`` with *relax_p* the stage's
+        layer counts are relaxed ∝ 1/p (``∂L/∂p = −L/p``, as ``symcost sensitivity`` does). For a level
+        parameter of ``LEVELS``: ``W · calls · ∂t/∂λ``.
+
+        Returns:
+            ``totals`` (N, P_max) and ``{name: (N, P_max)}`` for each of *degrees* and ``LEVELS``
+            (seconds per unit of the degree; seconds per unit of the level's relative scale); NaN past a
+            layout's last stage.
+        """
+        n = len(batch)
+        if not flag("validated", validated) and n:
+            check_batch(self.model, batch)
+        values, f = self._values(batch)
+        placed = self._placements(f)
+        lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
+        m, u = len(batch), lay.shape[1]
+        col = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
+        p = np.asarray(f.num("p"), dtype=float)
+        p = p[:, None] if p.ndim else p
+        names = (*degrees, *LEVELS)
+        total = np.zeros((m, u))
+        grads = {x: np.zeros((m, u)) for x in names}
+        for dim, coll, group, weight in ITEMS:
+            if weight == "stage":
+                args = dict(col, n_layers_stage=lay, n_moe_layers_stage=moe_lay)
+            else:
+                args = dict(values, n_layers_stage=1.0, n_moe_layers_stage=1.0)
+
+            def form(what: str, by: str | None = None) -> np.ndarray:
+                name = _item_name(dim, coll, what) + (f"__d_{by}" if by else "")
+                if name not in generated.FORMULAS:
+                    return np.zeros(())
+                value = np.asarray(getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), dtype=float)
+                return np.broadcast_to(value, (m,))[:, None] if weight != "stage" else value
+
+            calls, size, ranks = form("calls_count"), form("msg_bytes"), form("ranks_count")
+            d_calls = {x: form("calls_count", x) for x in degrees}
+            if not np.any(calls) and not any(np.any(v) for v in d_calls.values()):
+                continue  # off, and stays off nearby (a collective switching on at a degree of 1 is not skipped)
+            grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placed[group].items()}
+            call_values = dict(self.hardware, **grp, msg_bytes=size, ranks=ranks)
+            pick = choose(OPS[f"{dim}.{coll}"], call_values)
+            on = calls > 0
+            # Where the calls are 0 the time of one call still weighs their derivative (the right derivative at
+            # a degree of 1: the collective switches on as the group grows).
+            t_call = np.where(np.isfinite(pick.time_s), pick.time_s, 0.0)
+            t = np.where(on, t_call, 0.0)
+            dt = {k: np.where(on & np.isfinite(v), v, 0.0) for k, v in
+                  collective_slopes(OPS[f"{dim}.{coll}"], call_values, pick.index).items()}
+            w = lay if weight == "layer" else moe_lay if weight == "moe_layer" else 1.0
+            total += w * calls * t
+            for x in degrees:
+                d_size = form("msg_bytes", x)
+                if x == "p" and relax_p and weight == "stage":  # S holds the counts: through them
+                    d_size = d_size + form("msg_bytes", "n_layers_stage") * (-lay / p) + form(
+                        "msg_bytes", "n_moe_layers_stage") * (-moe_lay / p)
+                g = w * (d_calls[x] * t_call + calls * (dt["msg_bytes"] * d_size
+                                                               + dt["ranks"] * form("ranks_count", x)))
+                if x == "p" and relax_p and weight != "stage":
+                    g = g + calls * t * (-w / p)
+                grads[x] += g
+            for level in LEVELS:
+                grads[level] += w * calls * dt[level]
+        pick_cols = where[:, :int(batch.p.max())] if n else where
+
+        def stage(value: np.ndarray) -> np.ndarray:
+            return np.where(inside, np.take_along_axis(value, pick_cols, axis=1), np.nan)
+
+        return stage(total), {x: stage(g) for x, g in grads.items()}
