@@ -124,21 +124,52 @@ class Choice:
         return np.asarray(self.labels)[self.index]
 
 
+#: Candidates that are infinite (unavailable) by their own forms' conditions: the hierarchical one on a
+#: group inside one node (``nodes < 2``), NVLS where the switch has none (``nvls = 0``) or across nodes.
+#: :func:`choose` does not evaluate them where every element is unavailable (a test holds the forms to it).
+_UNAVAILABLE = {
+    "hierarchical": lambda v: bool(np.all(np.asarray(v["nodes"]) < 2)),
+    "nvls_simple": lambda v: bool(np.all(np.asarray(v["nvls"]) <= 0) or np.all(np.asarray(v["nodes"]) >= 2)),
+}
+
+
+@functools.cache
+def _plan(op: str) -> tuple[tuple[str, Any, tuple[str, ...], Any, tuple[str, ...]], ...]:
+    """Per candidate: (label, time function, its arguments, price function or None where the price is the time,
+    the price's arguments)."""
+    out = []
+    for label in labels(op):
+        t, p = _time_name(op, label), _price_name(op, label)
+        out.append((label, getattr(generated, t), tuple(generated.FORMULAS[t]["arguments"]),
+                    None if p == t else getattr(generated, p), tuple(generated.FORMULAS[p]["arguments"])))
+    return tuple(out)
+
+
 def choose(op: str, values: Mapping[str, Any]) -> Choice:
     """The candidate of *op* NCCL runs (smallest price, first on ties) and the time it takes.
 
     *values* binds every symbol of :func:`arguments` (numbers or arrays that broadcast together).
     """
-    names = labels(op)
-    times = [_call(_time_name(op, k), values) for k in names]
-    prices = [t if _price_name(op, k) == _time_name(op, k) else _call(_price_name(op, k), values)
-              for k, t in zip(names, times)]
-    times_a = np.stack(np.broadcast_arrays(*times, *prices)[:len(names)])
-    prices_a = np.stack(np.broadcast_arrays(*prices, *times)[:len(names)])
-    prices_a = np.where(np.isnan(prices_a), np.inf, prices_a)
+    times, prices = [], []
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for label, time_fn, time_args, price_fn, price_args in _plan(op):
+            if label in _UNAVAILABLE and _UNAVAILABLE[label](values):
+                times.append(np.inf)
+                prices.append(np.inf)
+                continue
+            t = time_fn(**{a: values[a] for a in time_args})
+            times.append(t)
+            prices.append(t if price_fn is None else price_fn(**{a: values[a] for a in price_args}))
+    shape = np.broadcast_shapes(*(np.shape(x) for x in times), *(np.shape(x) for x in prices))
+    times_a = np.empty((len(times), *shape))
+    prices_a = np.empty((len(times), *shape))
+    for i, (t, p) in enumerate(zip(times, prices)):
+        times_a[i] = t
+        prices_a[i] = p
+    prices_a[np.isnan(prices_a)] = np.inf
     index = np.argmin(prices_a, axis=0)
     time = np.take_along_axis(times_a, index[None], axis=0)[0]
-    return Choice(time_s=time, index=index, labels=names, times=times_a, prices=prices_a)
+    return Choice(time_s=time, index=index, labels=labels(op), times=times_a, prices=prices_a)
 
 
 def _slope_name(op: str, label: str, by: str) -> str:

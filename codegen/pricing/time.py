@@ -313,6 +313,30 @@ class TimePricer:
             inside[j, :len(w)] = True
         return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
 
+    def _item_values(self, dim: str, coll: str, weight: str, args: Mapping[str, Any], placement: Mapping[str, Any],
+                     forms: list[str], timed: bool, m: int) -> dict[str, np.ndarray]:
+        """One item's forms (and with *timed* its seconds per layer or stage) over *m* rows.
+
+        Returns ``what → (m, 1)`` for per-layer items, ``(m, U)`` (or broadcastable) for per-stage ones.
+        """
+        got: dict[str, np.ndarray] = {}
+        for what in forms:
+            name = _item_name(dim, coll, what)
+            value = np.asarray(getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), dtype=float)
+            if weight != "stage":
+                value = np.broadcast_to(value, (m,))[:, None]
+            got[what] = value  # (m, 1) per layer / MoE layer, (m, U) per stage column
+        if timed:
+            calls = got["calls_count"]
+            if not np.any(calls):  # the collective does not run here: 0 s, skip NCCL's model
+                got["time_s"] = np.zeros(calls.shape)
+            else:
+                grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placement.items()}
+                one = choose(OPS[f"{dim}.{coll}"], dict(self.hardware, **grp, msg_bytes=got["msg_bytes"],
+                                                        ranks=got["ranks_count"])).time_s
+                got["time_s"] = np.where(calls > 0, calls * one, 0.0)
+        return got
+
     def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
                      stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None) -> None:
         """Price one block: every item evaluated once per layout and distinct layer count of its stages.
@@ -338,24 +362,8 @@ class TimePricer:
                 args = dict(col, n_layers_stage=lay, n_moe_layers_stage=moe_lay)
             else:
                 args = dict(values, n_layers_stage=1.0, n_moe_layers_stage=1.0)
-            got: dict[str, np.ndarray] = {}
-            for what in forms:
-                name = _item_name(dim, coll, what)
-                value = np.asarray(getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), dtype=float)
-                if weight != "stage":
-                    value = np.broadcast_to(value, (m,))[:, None]
-                got[what] = value  # (M, 1) per layer / MoE layer, (M, U) per stage column
-            if timed:
-                calls = got["calls_count"]
-                if not np.any(calls):  # the collective does not run in this block: 0 s, skip NCCL's model
-                    seconds = np.zeros(calls.shape)
-                else:
-                    grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v)
-                           for k, v in placed[group].items()}
-                    one = choose(OPS[key], dict(self.hardware, **grp, msg_bytes=got["msg_bytes"],
-                                                ranks=got["ranks_count"])).time_s
-                    seconds = np.where(calls > 0, calls * one, 0.0)
-                got["time_s"] = seconds
+            grp = placed[group] if timed else {}
+            got = self._item_values(dim, coll, weight, args, grp, forms, timed, m)
             for what in whats:
                 value = got[what]
                 if weight != "stage" and what != "msg_bytes":
