@@ -2,9 +2,15 @@
 
 NCCL prices every (algorithm, protocol) pair of a collective as ``latency + bytes / bandwidth``
 (``src/graph/tuning.cc``, ``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime``; master 5067397, v2.30) and runs the
-cheapest (``src/enqueue.cc``, ``topoGetAlgoInfo``: the minimum predicted time). This module writes
-each candidate as a formula and the choice as ``Min`` over the candidates, so one closed form per
-collective gives the time of the algorithm NCCL would pick. The constants are symbols bound from
+cheapest (``src/enqueue.cc``, ``topoGetAlgoInfo``: the minimum predicted time, the first in its loop
+order on a tie). This module writes, per candidate, the time it really takes
+(``collective_<op>_<candidate>_time_s``: tuning.cc's model plus the Simple pipeline fill nccl-tests
+measures) and, where that differs, tuning.cc's price (``collective_<op>_<candidate>_price_s``, what
+the tuner compares); the candidates are generated in NCCL's order. The pick (the real time of the
+candidate with the smallest price) is made at run time by ``codegen.pricing.collective.choose``: a
+``Piecewise`` comparing prices would be one closed form, but SymPy takes minutes to build and lower
+it. Per candidate, the derivatives the sensitivity in seconds chains are generated too (``_slopes``).
+The constants are symbols bound from
 ``hardware/nccl_tuning.toml`` (tuning.cc's tables) and the catalog (per-generation channel counts and
 link bandwidths), never numbers fitted to measurements.
 
