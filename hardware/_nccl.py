@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ._system import GENERATIONS, HardwareSpecError, System, _positive_real
 
-__all__ = ["NcclTuning", "RingGraph", "nccl_tuning", "ring_graph", "time_bindings"]
+__all__ = ["NcclTuning", "RingGraph", "TIME_SYMBOLS", "nccl_tuning", "ring_graph", "time_bindings"]
 
 TUNING_FILE = Path(__file__).resolve().parent / "nccl_tuning.toml"
 
@@ -35,6 +35,13 @@ _GENERATION_REQUIRED = ("nvlink_link_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "
                         "intra_speeds_bytes_per_s")
 _GENERATION_OPTIONAL = ("nvls_efficiency", "latency_scale", "app_bus_bw_bytes_per_s")
 _P2P_KEYS = ("ll_threshold_bytes",)
+
+#: The names ``time_bindings`` binds: every hardware-side symbol of the collective time forms.
+TIME_SYMBOLS = frozenset(_LATENCY_KEYS) | frozenset({
+    "ring_channels", "ring_channel_bw_bytes_per_s", "p2p_ll_threshold_bytes", "nvlink_nccl_bw_bytes_per_s",
+    "ll_max_bw_bytes_per_s", "ll128_channel_max_bw_bytes_per_s", "tree_channel_max_bw_bytes_per_s",
+    "tree_ll128_channel_max_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s", "nvls", "nvls_efficiency",
+    "nic_bw_bytes_per_s", "gpus_per_node", "nics_per_node"})
 
 #: search.cc: the ring graph searches at most MAXCHANNELS / 2 channels (init.cc line 1177, MAXCHANNELS = 64).
 RING_MAX_CHANNELS = 32
@@ -173,4 +180,5 @@ def time_bindings(system: System) -> dict[str, float]:
         "gpus_per_node": system.devices_per_node,
         "nics_per_node": system.nics_per_node,
     })
+    assert set(out) == TIME_SYMBOLS, sorted(set(out) ^ TIME_SYMBOLS)
     return out  # type: ignore[return-value]

@@ -2,9 +2,15 @@
 
 NCCL prices every (algorithm, protocol) pair of a collective as ``latency + bytes / bandwidth``
 (``src/graph/tuning.cc``, ``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime``; master 5067397, v2.30) and runs the
-cheapest (``src/enqueue.cc``, ``topoGetAlgoInfo``: the minimum predicted time). This module writes
-each candidate as a formula and the choice as ``Min`` over the candidates, so one closed form per
-collective gives the time of the algorithm NCCL would pick. The constants are symbols bound from
+cheapest (``src/enqueue.cc``, ``topoGetAlgoInfo``: the minimum predicted time, the first in its loop
+order on a tie). This module writes, per candidate, the time it really takes
+(``collective_<op>_<candidate>_time_s``: tuning.cc's model plus the Simple pipeline fill nccl-tests
+measures) and, where that differs, tuning.cc's price (``collective_<op>_<candidate>_price_s``, what
+the tuner compares); the candidates are generated in NCCL's order. The pick (the real time of the
+candidate with the smallest price) is made at run time by ``codegen.pricing.collective.choose``: a
+``Piecewise`` comparing prices would be one closed form, but SymPy takes minutes to build and lower
+it. Per candidate, the derivatives the sensitivity in seconds chains are generated too (``_slopes``).
+The constants are symbols bound from
 ``hardware/nccl_tuning.toml`` (tuning.cc's tables) and the catalog (per-generation channel counts and
 link bandwidths), never numbers fitted to measurements.
 
@@ -46,13 +52,15 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
 
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 from sympy import Min, Piecewise
 
 from .formula import Formula
 from .symbols import symbol
 
-__all__ = ["FORMULAS"]
+__all__ = ["CALL_VARIABLES", "FORMULAS", "LEVEL_PARAMETERS", "NOT_DIFFERENTIATED", "OPS", "candidate_labels"]
 
 _TUNING = "NCCL src/graph/tuning.cc (master 5067397, v2.30)"
 _S = symbol("msg_bytes")
@@ -132,15 +140,15 @@ def _simple_fill(op: str) -> sympy.Expr:
 
 
 def _ring_time(op: str, proto: str, size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
-              nics: sympy.Expr) -> sympy.Expr:
+              nics: sympy.Expr, fill: bool = True) -> sympy.Expr:
     """Seconds of *op* on a ring with protocol *proto* (tuning.cc: ``lat + bytes / algbw``).
 
     Simple adds its pipeline fill of ``SLICESTEPS/CHUNKSTEPS`` chunk steps per loop (``_simple_fill``);
     LL and LL128 send one slice per chunk (enqueue.cc: chunkSteps = sliceSteps = 1 outside Simple ring)
-    and keep tuning.cc's ``nsteps``.
+    and keep tuning.cc's ``nsteps``. With ``fill=False`` this is tuning.cc's price as it is (what NCCL compares).
     """
     # size / algbw with algbw = busBw · n / nsteps, written without dividing by nsteps (0 for one rank).
-    steps = _nsteps(op, n) + (_simple_fill(op) if proto == "simple" else 0)
+    steps = _nsteps(op, n) + (_simple_fill(op) if proto == "simple" and fill else 0)
     return _ring_latency(op, proto, n, q, nodes) + size * steps / (_ring_bus(proto, nodes, nics) * n)
 
 
@@ -181,40 +189,53 @@ def _nvls_time(op: str, size: sympy.Expr, n: sympy.Expr, nodes: sympy.Expr) -> s
 
 
 def _best_ring(op: str, size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
-               nics: sympy.Expr) -> sympy.Expr:
-    return Min(*(_ring_time(op, p, size, n, q, nodes, nics) for p in _PROTOCOLS))
+               nics: sympy.Expr, fill: bool = True) -> sympy.Expr:
+    return Min(*(_ring_time(op, p, size, n, q, nodes, nics, fill) for p in _PROTOCOLS))
 
 
-def _hierarchical(op: str) -> sympy.Expr:
-    """Intra-node reduce-scatter / all-gather around the collective across nodes; ``oo`` on one node."""
+def _hierarchical(op: str, fill: bool = True) -> sympy.Expr:
+    """Intra-node reduce-scatter / all-gather around the collective across nodes; ``oo`` on one node.
+
+    Not an NCCL algorithm, so NCCL's tuner gives it no price. The rule: it competes with the price
+    ``fill=False`` gives (each phase at its cheapest tuned price, the phases' prices added), and when
+    chosen its time is the ``fill=True`` form (each phase at its fastest real time: within one phase
+    the protocol is picked by real time, a simplification of nesting the tuner's pick).
+    """
     q, nodes = _Q, _NODES
     one = sympy.Integer(1)
     # Across nodes: ranks_per_node concurrent rings of `nodes` ranks, one rank per node each, every
     # ring with its share of the node's NICs, each on 1/ranks_per_node of the data.
     share = _sym("nics_used") / q
     if op == "all_reduce":
-        inner = _best_ring("reduce_scatter", _S, q, q, one, one) + _best_ring("all_gather", _S, q, q, one, one)
-        outer = Min(_best_ring("all_reduce", _S / q, nodes, one, nodes, share),
+        inner = (_best_ring("reduce_scatter", _S, q, q, one, one, fill)
+                 + _best_ring("all_gather", _S, q, q, one, one, fill))
+        outer = Min(_best_ring("all_reduce", _S / q, nodes, one, nodes, share, fill),
                     *(_tree_time(p, _S / q, one, nodes, share) for p in _PROTOCOLS))
     else:
         # All-gather: across nodes first (each rank gathers its peers' shards), then inside the node on
         # the gathered data; reduce-scatter the mirror image. Both move S/q per rank inside the node.
-        inner = _best_ring(op, _S, q, q, one, one)
-        outer = _best_ring(op, _S / q, nodes, one, nodes, share)
+        inner = _best_ring(op, _S, q, q, one, one, fill)
+        outer = _best_ring(op, _S / q, nodes, one, nodes, share, fill)
     return Piecewise((inner + outer, (nodes > 1) & (q > 1)), (_MANY, True))
 
 
-def _candidates(op: str) -> dict[str, sympy.Expr]:
+def _candidates(op: str, fill: bool = True) -> dict[str, sympy.Expr]:
+    """Every candidate of *op*, in NCCL's order (``topoGetAlgoInfo`` loops over algorithms TREE, RING, …,
+    NVLS, then protocols LL, LL128, SIMPLE, and keeps the first strict minimum); hierarchical last.
+
+    ``fill=True``: the real time (tuning.cc's model plus the Simple pipeline fill); ``fill=False``:
+    tuning.cc's price, what the tuner compares.
+    """
     out: dict[str, sympy.Expr] = {}
     nics = _sym("nics_used")
-    for p in _PROTOCOLS:
-        out[f"ring_{p}"] = _ring_time(op, p, _S, _N, _Q, _NODES, nics)
     if op == "all_reduce":
         for p in _PROTOCOLS:
             out[f"tree_{p}"] = _tree_time(p, _S, _Q, _NODES, nics)
+    for p in _PROTOCOLS:
+        out[f"ring_{p}"] = _ring_time(op, p, _S, _N, _Q, _NODES, nics, fill)
     if op in ("all_reduce", "all_gather", "reduce_scatter"):
         out["nvls_simple"] = _nvls_time(op, _S, _N, _NODES)
-        out["hierarchical"] = _hierarchical(op)
+        out["hierarchical"] = _hierarchical(op, fill)
     return out
 
 
@@ -252,7 +273,7 @@ def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
     return out
 
 
-_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
+OPS = _OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
 
 _DOC = {
     "all_reduce": "an all-reduce of S bytes",
@@ -293,37 +314,44 @@ def _name(op: str, algorithm: str, what: str, unit: str) -> str:
     return f"collective_{op}_{algorithm}_{what}_{unit}"
 
 
+def candidate_labels(op: str) -> tuple[str, ...]:
+    """The candidates of *op* in NCCL's order (the order ties are broken in: the first one wins)."""
+    if op in ("all_to_all", "send_recv"):
+        return tuple(_p2p_candidates(op))
+    labels = tuple(_candidates(op))
+    return tuple(k for k in labels if k.startswith("ring_")) if op == "broadcast" else labels
+
+
 def _build() -> tuple[Formula, ...]:
     out: list[Formula] = []
     for op in _OPS:
-        cands = _p2p_candidates(op) if op in ("all_to_all", "send_recv") else _candidates(op)
-        if op == "broadcast":
-            cands = {k: v for k, v in cands.items() if k.startswith("ring_")}
-        for label, expr in cands.items():
+        if op in ("all_to_all", "send_recv"):
+            cands = _p2p_candidates(op)
+            prices = cands  # NCCL's rule (the P2P LL threshold) leaves one finite candidate: no price to compare
+        else:
+            cands, prices = _candidates(op), _candidates(op, fill=False)
+        labels = candidate_labels(op)
+        for label in labels:
+            expr = cands[label]
             family = label.split("_")[0]
             out.append(Formula(
                 name=_name(op, label, "time", "s"), expr=expr, dimension="collective", algorithm=label, unit="s",
                 doc=f"Predicted seconds of {_DOC[op]} over `ranks` ranks with NCCL's {label.replace('_', ' ')} "
-                    f"(algorithm and protocol); infinite where the candidate is not available.",
-                source=_CANDIDATE_SOURCE[family]))
-        chosen = Min(*cands.values())
-        out.append(Formula(
-            name=_name(op, "nccl", "time", "s"), expr=chosen, dimension="collective", algorithm="nccl", unit="s",
-            doc=f"Predicted seconds of {_DOC[op]}: the fastest of the candidates "
-                f"({', '.join(cands)}), the way NCCL's tuner picks.",
-            source=f"{_TUNING} ncclTopoGetAlgoTime; NCCL src/enqueue.cc topoGetAlgoInfo (minimum "
-                   "predicted time over algorithms and protocols)"))
-        out.append(Formula(
-            name=_name(op, "nccl", "algbw", "bytes_per_s"), expr=_S / chosen, dimension="collective",
-            algorithm="nccl", unit="bytes/s",
-            doc=f"Algorithm bandwidth S / t of {_DOC[op]} at the predicted time, bytes/s (GB/s = 1e9 bytes/s).",
-            source="nccl-tests doc/PERFORMANCE.md: algbw = S / t"))
-        out.append(Formula(
-            name=_name(op, "nccl", "busbw", "bytes_per_s"), expr=_BUSBW_FACTOR[op] * _S / chosen,
-            dimension="collective", algorithm="nccl", unit="bytes/s",
-            doc=f"Bus bandwidth of {_DOC[op]}: algbw times nccl-tests' factor for this collective, bytes/s.",
-            source="nccl-tests doc/PERFORMANCE.md: busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n "
-                   "(all-gather, reduce-scatter, all-to-all), x 1 (broadcast, send/recv)"))
+                    f"(algorithm and protocol), the time it really takes; infinite where the candidate is not "
+                    f"available.",
+                source=_CANDIDATE_SOURCE[family], variant=(("op", op), ("candidate", label), ("what", "time"))))
+            if prices[label] != expr:
+                out.append(Formula(
+                    name=_name(op, label, "price", "s"), expr=prices[label], dimension="collective",
+                    algorithm=label, unit="s",
+                    doc=f"NCCL's tuned price, seconds, of {_DOC[op]} over `ranks` ranks with "
+                        f"{label.replace('_', ' ')}: tuning.cc's latency + bytes / bandwidth without the Simple "
+                        f"pipeline fill the real time adds (what topoGetAlgoInfo compares; the candidate with the "
+                        f"smallest price is run and takes collective_{op}_{label}_time_s). Where a candidate has "
+                        f"no price formula its price is its time.",
+                    source=f"{_TUNING} ncclTopoGetAlgoTime; NCCL src/enqueue.cc topoGetAlgoInfo"
+                    if family != "hierarchical" else _CANDIDATE_SOURCE[family] + "; priced by its phases' tuned prices",
+                    variant=(("op", op), ("candidate", label), ("what", "price"))))
         out.append(Formula(
             name=_name(op, "nccl", "busbw_factor", "ratio"), expr=_BUSBW_FACTOR[op], dimension="collective",
             algorithm="nccl", unit="1",
@@ -332,4 +360,60 @@ def _build() -> tuple[Formula, ...]:
     return tuple(out)
 
 
-FORMULAS: tuple[Formula, ...] = _build()
+#: The network levels' α and β for the sensitivity in seconds: each is a relative scale λ applied to every
+#: symbol listed (λ = 1 as bound), so ``∂t/∂λ = Σ sym · ∂t/∂sym``. NVLink (level 0): NCCL's base latencies
+#: (the fixed cost of a call, paid inside the node) and NVLink hop latencies; its bandwidth the ring channel's,
+#: NCCL's NVLink total and the NVLS channel speed. Network (level 1): the network hop latencies and the
+#: per-step network overhead; the NIC's bandwidth. NCCL's per-protocol caps (llMaxBws, perChMax*) are tuning
+#: limits of the protocols, not of a link, and stay fixed.
+LEVEL_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "nvlink_alpha": ("alpha_ring_ll_s", "alpha_ring_ll128_s", "alpha_ring_simple_s", "alpha_tree_ll_s",
+                     "alpha_tree_ll128_s", "alpha_tree_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s",
+                     "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s",
+                     "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s"),
+    "network_alpha": ("hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s", "hop_net_tree_ll_s",
+                      "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s"),
+    "nvlink_beta": ("ring_channel_bw_bytes_per_s", "nvlink_nccl_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s"),
+    "network_beta": ("nic_bw_bytes_per_s",),
+}
+#: What a candidate's time is differentiated in: the call's two variables (the placement held).
+CALL_VARIABLES = ("msg_bytes", "ranks")
+#: Candidates whose derivatives are not generated (a nest of Min over phases: SymPy takes minutes on the
+#: all-reduce's); the pricer takes a central difference of their generated time form instead.
+NOT_DIFFERENTIATED = ("hierarchical",)
+
+
+def _slopes(formulas: tuple[Formula, ...]) -> tuple[Formula, ...]:
+    """Per candidate time form: ``∂t/∂msg_bytes``, ``∂t/∂ranks`` and ``∂t/∂λ`` per level parameter (nonzero ones).
+
+    Named ``<time form>__d_<variable>`` and ``<time form>__scale_<level parameter>``; unit "derivative"
+    (seconds per byte, per rank, per unit of λ). Almost everywhere: ``Min``/``Max``/``Piecewise`` by their
+    active branch (``symbolic.sensitivity``).
+    """
+    from .sensitivity import derivative, derivative_expr
+
+    out: list[Formula] = []
+    for f in formulas:
+        pairs = dict(f.variant)
+        if pairs.get("what") != "time" or pairs["candidate"] in NOT_DIFFERENTIATED:
+            continue
+        for x in CALL_VARIABLES:
+            d = derivative(f, x)
+            if d.expr != 0:
+                out.append(dataclasses.replace(d, variant=(*f.variant[:2], ("what", "slope"), ("by", x))))
+        for level, names in LEVEL_PARAMETERS.items():
+            expr = sympy.Add(*(_sym(n) * derivative_expr(f.expr, n) for n in names if f.expr.has(_sym(n))))
+            if expr != 0:
+                out.append(Formula(
+                    name=f"{f.name}__scale_{level}", expr=expr, dimension=f.dimension, algorithm=f.algorithm,
+                    unit="derivative",
+                    doc=f"Derivative of {f.name} (seconds) in a relative scale of the {level.replace('_', ' ')} "
+                        f"symbols ({', '.join(names)}) all multiplied together, at scale 1: "
+                        f"sum of symbol x d t / d symbol, seconds per unit of the scale (almost everywhere).",
+                    source=f"{f.source}; differentiated by symbolic.sensitivity",
+                    variant=(*f.variant[:2], ("what", "slope"), ("by", level))))
+    return tuple(out)
+
+
+_CANDIDATE_FORMULAS = _build()
+FORMULAS: tuple[Formula, ...] = _CANDIDATE_FORMULAS + _slopes(_CANDIDATE_FORMULAS)

@@ -1,21 +1,22 @@
 """Seconds per training step of every collective a pipeline stage runs, by dimension (consistent units).
 
 Each item is one collective of one dimension over one parallel group, written four ways
-(``<dim>_<collective>_stage_{calls_count, msg_bytes, step_bytes, time_s}``):
+(``<dim>_<collective>_stage_{calls_count, msg_bytes, step_bytes, ranks_count}``):
 
 * ``calls_count``: calls per rank per step (``symbolic.step_volumes``' counts, times the switches
   that say whether the collective runs at all: a group of one rank, SP off, no ZeRO, one stage);
 * ``msg_bytes``: nccl-tests size S of one call (``symbolic.step_volumes``);
 * ``step_bytes``: bytes one rank sends per step, ``calls × share(S)`` (``symbolic.collectives``);
-* ``time_s``: seconds per step, ``calls × t(S)`` with ``t`` NCCL's predicted time of one call
-  (``collective_<op>_nccl_time_s`` of ``symbolic.collective_time``, the ``Min`` over its
-  algorithms and protocols).
+* ``ranks_count``: ranks of the group the collective runs over (its degree).
 
-The time forms keep the group's placement as the collective formulas' own symbols
-(``ranks_per_node``, ``nodes``, ``nics_used``): the pricer binds them, per item, with the
-placement of that item's group (``symbolic.placement``) under the layout's rank order; ``ranks``
-is replaced by the group's degree, so a derivative in a degree acts through the group size and
-the message (the placement held).
+Seconds per step are ``calls × t(S, n)``, with ``t`` the real time of the candidate NCCL's tuner
+picks for one call of S bytes over the n = ``ranks_count`` ranks of the group
+(``symbolic.collective_time``'s per-candidate forms; the pick is
+``codegen.pricing.collective.choose``). The pricer (``codegen.pricing.time``) does that product
+at run time, binding the group's placement (``ranks_per_node``, ``nodes``, ``nics_used``,
+``symbolic.placement`` under the layout's rank order) per item. NCCL's choice is not substituted
+into these forms: they stay small, lower fast, and their derivatives in the degrees are simple
+(the sensitivity in seconds chains them with the candidates' derivatives in S and n).
 
 How a stage weighs them (``Formula.variant``: ``weight``):
 
@@ -33,13 +34,16 @@ collectives, gradient bucketing (one DP call per step of the stage's whole gradi
 
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 
-from . import collectives, collective_time, step_volumes
+from . import collectives, step_volumes
 from .formula import Formula
 from .symbols import syms
+from .vocabulary import DEGREES
 
-__all__ = ["FORMULAS", "ITEMS"]
+__all__ = ["FORMULAS", "ITEMS", "SLOPE_FORMS", "SLOPE_VARIABLES"]
 
 (t, cp, ep, d, d_exp, p, m, vp, sp, z2, z3, z2e, z3e, layers, moe_layers) = syms(
     "t", "cp", "ep", "d", "d_exp", "p", "m", "vp", "sp", "zero2_non_exp", "zero3_non_exp", "zero2_exp", "zero3_exp",
@@ -47,12 +51,16 @@ __all__ = ["FORMULAS", "ITEMS"]
 _S, _N, bytes_grad, bytes_p = syms("msg_bytes", "ranks", "bytes_grad", "bytes_p")
 
 _VOLUMES = {f.name: f.expr for f in step_volumes.FORMULAS}
-_TIMES = {f.name: f.expr for f in collective_time.FORMULAS}
 
 
 def _on(degree: sympy.Expr) -> sympy.Expr:
-    """1 for a group of two or more ranks, 0 for one rank (degrees are integers >= 1)."""
-    return sympy.Min(1, degree - 1)
+    """1 for a group of two or more ranks, 0 for one rank (degrees are integers >= 1).
+
+    A step placed at 3/2, between the whole degrees: its derivative is 0 at every whole degree, so the
+    sensitivity in seconds holds the switch (as the original's sensitivity holds ``comm_*``) instead of
+    reading a one-sided kink.
+    """
+    return sympy.Piecewise((0, degree < sympy.Rational(3, 2)), (1, True))
 
 
 _sp_on = _on(sp)  # the layout's sp field is t with sequence parallelism, 1 without
@@ -122,21 +130,49 @@ def _build() -> tuple[Formula, ...]:
         variant = (("output", "time"), ("dimension", dim), ("collective", coll), ("group", group),
                    ("weight", weight), ("op", op))
         per = _UNIT_OF[weight]
-        one_call = _TIMES[f"collective_{op}_nccl_time_s"].subs({_S: size, _N: degree})
         rows = (
             ("calls_count", calls, "count", f"Calls per rank per step of {doc}, for {per}."),
             ("msg_bytes", size, "bytes", f"nccl-tests size S of one call of {doc}."),
             ("step_bytes", calls * _SHARE[op](size, degree), "bytes",
              f"Bytes one rank sends per step for {doc}, for {per} (calls x the collective's share of S)."),
-            ("time_s", calls * one_call, "s",
-             f"Seconds per step of {doc}, for {per}: calls x NCCL's predicted time of one call over the group "
-             f"(ranks_per_node, nodes, nics_used: the group's placement)."),
+            ("ranks_count", degree, "count",
+             f"Ranks of the group of {doc} (the collective's n; seconds per step = calls x the time of one call "
+             f"of S bytes over these ranks, NCCL's pick: collective_{op}_*_time_s)."),
         )
         for what, expr, unit, text in rows:
             out.append(Formula(name=f"{dim}_{coll}_stage_{what}", expr=expr, dimension=dim, algorithm=coll, unit=unit,
-                               doc=text, source=f"{source}; collective_{op}_nccl_time_s (NCCL's tuner model)"
-                               if what == "time_s" else source, variant=(*variant, ("what", what))))
+                               doc=text, source=source, variant=(*variant, ("what", what))))
     return tuple(out)
 
 
-FORMULAS: tuple[Formula, ...] = _build()
+#: What the sensitivity in seconds differentiates the item forms in: the layout's degrees and sizes, and the
+#: stage's layer counts (the pricer relaxes them ∝ 1/p for ``p``, as ``symcost sensitivity`` does).
+SLOPE_VARIABLES = (*DEGREES, "n_layers_stage", "n_moe_layers_stage")
+#: The item forms the sensitivity in seconds chains: seconds = calls × t(S, n).
+SLOPE_FORMS = ("calls_count", "msg_bytes", "ranks_count")
+
+
+def _slopes(formulas: tuple[Formula, ...]) -> tuple[Formula, ...]:
+    """``<item form>__d_<x>`` for the forms of ``SLOPE_FORMS`` and x of ``SLOPE_VARIABLES`` (nonzero ones).
+
+    Derived fields (``d_exp``, ``t_exp``, ``sp``, the ZeRO switches, ``P_ne``, ``P_r``) are held, as the
+    original's sensitivity holds them; ``Min``/``Max`` by their active branch (``symbolic.sensitivity``).
+    """
+    from .sensitivity import derivative
+
+    out = []
+    for f in formulas:
+        pairs = dict(f.variant)
+        if pairs["what"] not in SLOPE_FORMS:
+            continue
+        for x in SLOPE_VARIABLES:
+            d = derivative(f, x)
+            if d.expr != 0:
+                variant = tuple((k, v) for k, v in f.variant if k != "what") + (("what", "slope"),
+                                                                                 ("of", pairs["what"]), ("by", x))
+                out.append(dataclasses.replace(d, variant=variant))
+    return tuple(out)
+
+
+_ITEM_FORMULAS = _build()
+FORMULAS: tuple[Formula, ...] = _ITEM_FORMULAS + _slopes(_ITEM_FORMULAS)

@@ -212,3 +212,20 @@ def test_eval_time_bad_input_is_one_line_exit_2(extra, field):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and field in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_repeated_layouts_priced_once_give_each_layouts_own_prices(dsv3):
+    # The pricer evaluates each item once per distinct combination of what it reads; a batch with many
+    # repeats must give every layout exactly what pricing it alone (one row: nothing to share) gives.
+    texts = ["d=8,t=4,p=4,ep=8,m=16", "d=16,t=2,p=4,ep=16,m=16", "d=8,t=8,p=2,ep=8,m=16", "d=4,t=4,p=8,ep=4,m=32"]
+    layouts = [parse_layout(t, dsv3.model.layout) for t in texts]
+    order = [0, 1, 0, 2, 3, 1, 0, 3, 3, 2, 0, 0]
+    batch = LayoutBatch.from_layouts([layouts[i] for i in order])
+    together = dsv3.price_batch(batch, per_stage=True)
+    for row, i in enumerate(order):
+        alone = dsv3.price_batch(LayoutBatch.from_layouts([layouts[i]]), per_stage=True)
+        assert together.bottleneck_s[row] == alone.bottleneck_s[0]
+        for what in WHATS:
+            for key, value in alone.stages[what].items():
+                got = together.stages[what][key][row, :value.shape[1]]
+                np.testing.assert_array_equal(got, value[0], err_msg=f"{what} {key} row {row}")

@@ -58,5 +58,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"  time      {record['time_s'] * 1e6:.2f} us")
     print(f"  algbw     {record['algbw_GBps']:.2f} GB/s  (S / t, GB = 1e9 bytes)")
     print(f"  busbw     {record['busbw_GBps']:.2f} GB/s  (nccl-tests bus bandwidth)")
-    print(f"  algorithm {record['algorithm']}  (the fastest predicted candidate, as NCCL's tuner picks)")
+    print(f"  algorithm {record['algorithm']}  (the smallest tuned price, as NCCL's tuner picks)")
     return 0

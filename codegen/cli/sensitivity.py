@@ -4,11 +4,14 @@ Command line::
 
     symcost sensitivity --model NAME [--layout K=V,…] [--device D] [--fsdp] [--recompute R] [--with-recomp]
                         [--ttype FLOP|TIME] [--objective max|sum|memory] [--degrees t,cp,…] [--json] [--plot FILE.png]
+                        [--cost volume|time] [--order tp-cp-ep-dp-pp]
                         [memory settings: --reserve GIB --bytes-param B --bytes-grad B --bytes-optimizer K
                          --no-flash-attention --zero-level Z]
 
 ``--json`` prints ``{"objective", "value", "degrees": {x: {"value", "derivative", "elasticity",
-"doubling_ratio"}}, "units"}``; ``--plot FILE`` draws the objective against each degree over the
+"doubling_ratio"}}, "units"}``; with ``--cost time`` (communication seconds per step on NCCL's model, a
+catalog system with GPU facts as ``--device``) also ``"cost": "time"``, ``"system"``, ``"order"`` and
+``"levels": {L: {"symbols", "derivative", "elasticity"}}`` for each network level's α and β; ``--plot FILE`` draws the objective against each degree over the
 powers of two that give valid layouts into exactly FILE (a ``.png``, ``.svg`` or ``.pdf``; an
 existing file is replaced, a directory refused) and needs matplotlib (the ``plot`` extra).
 """
@@ -27,7 +30,8 @@ from symbolic.vocabulary import DEGREES
 from ..configs.models import ModelConfig, load_model, model_names
 from ..inputs import finite, json_text
 from .eval import UNITS, add_memory_options, memory_settings
-from ..pricing.sensitivity import Sensitivity, Settings, check_degrees, objective_curve, sensitivity
+from ..pricing.sensitivity import (Sensitivity, Settings, TimeSensitivity, check_degrees, objective_curve,
+                                   sensitivity, time_sensitivity)
 
 __all__ = ["register", "run"]
 
@@ -49,6 +53,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", default="max", help="max (bottleneck stage; default), sum (over stages) or memory "
                                                       "(the peak stage's memory per rank, bytes)")
     p.add_argument("--degrees", default=",".join(DEGREES), help=f"comma-separated subset of {','.join(DEGREES)}")
+    p.add_argument("--cost", choices=("volume", "time"), default="volume",
+                   help="volume: the original's stage totals (default); time: communication seconds per step on "
+                        "NCCL's model (needs a --device with GPU facts, e.g. dgx_h100), with each network level's "
+                        "alpha (latencies) and beta (bandwidths)")
+    p.add_argument("--order", default=None, help="rank order for --cost time, innermost first (default Megatron's "
+                                                 "tp-cp-ep-dp-pp)")
     add_memory_options(p, "--objective memory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="write the objective against each degree into FILE (.png, "
@@ -120,7 +130,47 @@ def units(settings: Settings) -> dict[str, str]:
             "doubling_ratio": "dimensionless (value with the degree doubled / value)"}
 
 
+#: ``"units"`` of ``--cost time --json``.
+TIME_UNITS = {
+    "value": "seconds of communication per training step (bottleneck stage for max, all stages for sum)",
+    "derivative": "seconds per unit of the degree",
+    "elasticity": "dimensionless (relative change of the value per relative change of the degree)",
+    "doubling_ratio": "dimensionless (value with the degree doubled / value)",
+    "levels.derivative": "seconds per unit of the level's relative scale (all its symbols multiplied together)",
+    "levels.elasticity": "dimensionless (relative change of the value per relative change of the level's scale)",
+}
+
+
+def _run_time(args: argparse.Namespace) -> int:
+    for flag_name, given in (("--objective memory", args.objective == "memory"), ("--ttype TIME", args.ttype != "FLOP"),
+                             ("--with-recomp", args.with_recomp), ("--plot", args.plot is not None)):
+        if given:
+            raise ValueError(f"--cost time: {flag_name} applies to the volume cost only; drop it or --cost time")
+    degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
+    model = load_model(args.model)
+    result = time_sensitivity(model, args.layout, system=args.device, order=args.order, fsdp=args.fsdp,
+                              recompute=args.recompute, objective=args.objective, degrees=degrees)
+    _check_finite(result)
+    for lv in result.levels.values():
+        finite(f"derivative by {lv.name}", lv.derivative)
+    if args.json:
+        print(json_text({**result.as_json(), "units": TIME_UNITS}))
+        for d in result.degrees.values():
+            if d.reason is not None:
+                print(f"note: doubling {d.name} ({d.doubled_layout}): {d.reason}", file=sys.stderr)
+        return 0
+    _print_table(args.model, Settings(device=args.device, objective=args.objective), result)
+    print(f"{'level':>13}  {'derivative s':>13}  {'elasticity':>11}  symbols scaled together")
+    for lv in sorted(result.levels.values(), key=lambda lv: -abs(lv.elasticity)):
+        print(f"{lv.name:>13}  {lv.derivative:>13.6g}  {lv.elasticity:>11.4g}  {', '.join(lv.symbols)}")
+    print("level derivative: seconds per unit of a relative scale of the level's symbols (1 = as bound); "
+          "alpha: latencies, beta: bandwidths. Group placement held; the chosen NCCL algorithm's slope (a.e.).")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.cost == "time":
+        return _run_time(args)
     settings = _settings(args)
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
     pyplot = None
@@ -154,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_table(name: str, settings: Settings, result: Sensitivity) -> None:
+    timed = isinstance(result, TimeSensitivity)
     where = (f"bottleneck stage {', '.join(map(str, result.bottleneck))}" if settings.objective == "max"
              else f"sum over {len(result.stages)} stages")
     if settings.objective == "memory":
@@ -165,9 +216,11 @@ def _print_table(name: str, settings: Settings, result: Sensitivity) -> None:
         note = f"x2 invalid: {d.reason}" if d.reason else ""
         print(f"{d.name:>6}  {d.value:>7}  {d.derivative:>13.6g}  {d.elasticity:>11.4g}  "
               f"{_fmt(d.doubling_ratio):>9}  {note}")
-    print(f"value: {MEMORY_UNITS if settings.objective == 'memory' else UNITS[settings.ttype]}; derivative: value "
-          f"units per unit of the degree.")
+    value_units = TIME_UNITS["value"] if timed else MEMORY_UNITS if settings.objective == "memory" else UNITS[
+        settings.ttype]
+    print(f"value: {value_units}; derivative: value units per unit of the degree.")
     held = ("sp, t_exp, the ZeRO stage, shard sizes" if settings.objective == "memory"
+            else "sp, t_exp, d_exp, ZeRO levels, group placement" if timed
             else "comm_*, t_exp, d_exp, ZeRO levels, shards")
     print(f"derivative: d objective / d degree with derived fields ({held}, layer counts) held; p through layer "
           "counts ∝ 1/p. x2 ratio: doubled layout re-priced from scratch.")

@@ -54,6 +54,9 @@ Public API::
     stage_derivatives(model, layout, settings, degrees=DEGREES) -> (stage totals, {degree: stage derivatives})
     objective_curve(model, layout_text, degree, settings=Settings()) -> list[tuple[int, float]]
     DegreeSensitivity, Sensitivity, OBJECTIVES
+    time_sensitivity(model, layout_text, *, system, order=None, fsdp=False, recompute=None, objective="max",
+                     degrees=DEGREES) -> TimeSensitivity          (``--cost time``: communication seconds)
+    LevelSensitivity, TimeSensitivity, TIME_OBJECTIVES
 """
 
 from __future__ import annotations
@@ -73,7 +76,8 @@ from .pricer import StagePricer
 from .stages import TTYPES
 
 __all__ = ["DEGREES", "OBJECTIVES", "Settings", "DegreeSensitivity", "Sensitivity", "sensitivity",
-           "stage_derivatives", "objective_curve", "check_degrees"]
+           "stage_derivatives", "objective_curve", "check_degrees", "LevelSensitivity", "TimeSensitivity",
+           "TIME_OBJECTIVES", "time_sensitivity"]
 
 #: How stage totals combine into one number: the bottleneck stage, or all stages together; ``memory``:
 #: the peak stage's memory per rank in bytes (``codegen.pricing.memory``), its slopes generated as
@@ -340,3 +344,105 @@ def objective_curve(model: ModelConfig, layout_text: str, degree: str,
         except ValueError:
             continue
     return points
+
+
+# --------------------------------------------------------------------------- the sensitivity in seconds
+
+
+@dataclass(frozen=True)
+class LevelSensitivity:
+    """The objective's response to a network level's α (latencies) or β (bandwidths), scaled together.
+
+    Attributes:
+        name: ``nvlink_alpha``, ``network_alpha``, ``nvlink_beta`` or ``network_beta``.
+        symbols: the bound symbols the relative scale λ multiplies (λ = 1 as bound).
+        derivative: ∂objective/∂λ at λ = 1, seconds per unit of λ. elasticity: derivative / objective.
+    """
+
+    name: str
+    symbols: tuple[str, ...]
+    derivative: float
+    elasticity: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"symbols": list(self.symbols), "derivative": self.derivative, "elasticity": self.elasticity}
+
+
+@dataclass(frozen=True)
+class TimeSensitivity(Sensitivity):
+    """:class:`Sensitivity` of the communication seconds (``--cost time``), plus the network levels'."""
+
+    levels: dict[str, LevelSensitivity] = field(default_factory=dict)
+    system: str = ""
+    order: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {**super().as_json(), "cost": "time", "system": self.system, "order": self.order,
+                "levels": {name: lv.as_json() for name, lv in self.levels.items()}}
+
+
+#: ``--cost time`` objectives: the bottleneck stage's communication seconds, or the sum over stages.
+TIME_OBJECTIVES = ("max", "sum")
+
+
+def time_sensitivity(model: ModelConfig, layout_text: str, *, system: str, order: str | None = None,
+                     fsdp: bool = False, recompute: str | None = None, objective: str = "max",
+                     degrees: Sequence[str] = DEGREES) -> TimeSensitivity:
+    """Per degree and network level, the derivative and elasticity of the communication seconds per step.
+
+    The objective is the bottleneck stage's seconds (``max``) or the sum over stages (``sum``), priced by
+    ``codegen.pricing.time.TimePricer`` (NCCL's pick per collective). Derivatives are the chain rule of
+    ahead-of-time generated forms (``TimePricer.stage_slopes``): derived fields held as for the volume
+    objective, the group's placement held, ``p`` through the stage's layer counts ∝ 1/p (``max``), the
+    chosen algorithm's derivative (a.e.). The doubling ratio re-prices the doubled layout from scratch.
+    A level's derivative is in seconds per unit of a relative scale λ of its symbols (λ = 1 as bound):
+    ``−∂T/∂λ_β`` is the seconds a 1 % faster link saves, × 100.
+
+    Raises:
+        ValueError: an unknown degree, objective, system or a system without GPU facts (naming it),
+            an invalid layout's constraint.
+    """
+    from .placement import DEFAULT_ORDER
+    from .time import LEVELS, TimePricer
+    from .collective import LEVEL_PARAMETERS
+
+    degrees = check_degrees(degrees)
+    if objective not in TIME_OBJECTIVES:
+        raise ValueError(f"objective: --cost time takes one of {', '.join(TIME_OBJECTIVES)}, got {objective!r}")
+    order = DEFAULT_ORDER if order is None else order
+    pricer = TimePricer(model, system=system, order=order, fsdp=fsdp or None, recompute=recompute)
+    settings = Settings(fsdp=fsdp, recompute=recompute, objective=objective)
+    layout = _layout(model, layout_text, settings)
+    totals_all, slopes = pricer.stage_slopes(LayoutBatch.from_layouts([layout]), degrees,
+                                             relax_p=objective == "max", validated=True)
+    totals = totals_all[0, :layout.p]
+    value = _combine(totals, objective)
+    top = totals.max()
+    bottleneck = tuple(int(i) for i in np.flatnonzero(totals >= top - _TIE * abs(top)))
+
+    def price(text: str) -> float:
+        doubled = _layout(model, text, settings)
+        stages = pricer.price_batch(LayoutBatch.from_layouts([doubled]), per_stage=True, validated=True).stages
+        return _combine(stages["total_s"][0, :doubled.p], objective)
+
+    result: dict[str, DegreeSensitivity] = {}
+    for x in degrees:
+        current = _degree_value(model, layout, x)
+        slope = _objective_slope(totals, slopes[x][0, :layout.p], objective)
+        doubled_text = _with_key(layout_text, x, 2 * current)
+        try:
+            ratio, reason = (price(doubled_text) / value, None) if value != 0 else (
+                None, "the objective is 0 at the layout; the ratio is undefined")
+        except ValueError as exc:
+            ratio, reason = None, str(exc)
+        result[x] = DegreeSensitivity(name=x, value=current, derivative=slope,
+                                      elasticity=float(current * slope / value) if value != 0 else 0.0,
+                                      doubling_ratio=ratio, doubled_layout=doubled_text, reason=reason)
+    levels = {}
+    for name in LEVELS:
+        slope = _objective_slope(totals, slopes[name][0, :layout.p], objective)
+        levels[name] = LevelSensitivity(name=name, symbols=LEVEL_PARAMETERS[name], derivative=slope,
+                                        elasticity=slope / value if value != 0 else 0.0)
+    return TimeSensitivity(objective=objective, value=value, layout=str(layout),
+                           stages=tuple(float(v) for v in totals), bottleneck=bottleneck, degrees=result,
+                           levels=levels, system=system, order=order)

@@ -3,15 +3,18 @@
 For arrays of layouts of one model on a catalog system with GPU and network facts, the
 :class:`TimePricer` gives, per pipeline stage, per dimension (``tp, cp, ep, dp, pp``) and
 collective: calls per step, the nccl-tests size S of one call, bytes per rank per step and
-seconds per step — the generated forms of ``symbolic.stage_time`` (``<dim>_<collective>_stage_*``),
-which price each call with NCCL's own tuner model (``collective_<op>_nccl_time_s``).
+seconds per step. The first three are the generated forms of ``symbolic.stage_time``
+(``<dim>_<collective>_stage_*``); seconds are ``calls × t(S, n)`` with ``t`` the real time of the
+candidate NCCL's tuner picks for one call of S bytes over the item's group of n ranks
+(``codegen.pricing.collective.choose`` on the generated per-candidate forms of
+``symbolic.collective_time``), evaluated once per item.
 
 How it binds them:
 
 * the model's and the layout's fields come from ``derive_fields_batch`` through ``stages.bind``
   (the ZeRO switches follow from ``comm_d_non_exp`` / ``comm_d_exp``);
-* every hardware-side symbol comes from ``hardware._nccl.time_bindings(system)``, read by name, so
-  a constant the collective model adds flows through unchanged;
+* every hardware-side symbol comes from ``hardware._nccl.time_bindings(system)`` (its declared names
+  ``TIME_SYMBOLS``), read by name, so a constant the collective model adds flows through unchanged;
 * each collective's group is placed by the rank order (``codegen.pricing.placement``; Megatron's
   ``tp-cp-ep-dp-pp`` by default): the dense groups with degrees ``tp = t, cp, ep = 1, dp = d, pp = p``,
   the expert groups (EP and the expert data-parallel group) with ``tp = t_exp, cp = 1, ep, dp = d_exp,
@@ -34,20 +37,26 @@ from typing import Any, Mapping
 import numpy as np
 
 import generated
-from symbolic.symbols import SPECS
 
 from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
+from .collective import LEVEL_PARAMETERS, arguments as collective_arguments, choose, slopes as collective_slopes
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, bind
 
-__all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS"]
+__all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS"]
+
+#: The network-level parameters :meth:`TimePricer.stage_slopes` differentiates in (relative scales of a
+#: level's latencies, α, or bandwidths, β; ``codegen.pricing.collective.LEVEL_PARAMETERS``).
+LEVELS = tuple(LEVEL_PARAMETERS)
 
 #: The dimensions a stage's communication time is split by.
 TIME_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 #: What the per-stage arrays hold per item: calls per step, S of one call, bytes per rank per step, seconds.
 WHATS = ("calls_count", "msg_bytes", "step_bytes", "time_s")
+#: The generated forms of one item (``symbolic.stage_time``): the first three of ``WHATS`` and the group's ranks.
+FORMS = ("calls_count", "msg_bytes", "step_bytes", "ranks_count")
 #: Layouts per block: the temporaries of the collective forms stay in cache.
 _BLOCK = 1 << 13
 _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
@@ -77,9 +86,22 @@ def _items() -> tuple[tuple[str, str, str, str], ...]:
     out = []
     for meta in generated.FORMULAS.values():
         pairs = dict(meta.get("variant", ()))
-        if pairs.get("output") == "time" and pairs.get("what") == "time_s":
+        if pairs.get("output") == "time" and pairs.get("what") == "calls_count":
             out.append((pairs["dimension"], pairs["collective"], pairs["group"], pairs["weight"]))
     return tuple(out)
+
+
+def _ops() -> dict[str, str]:
+    """``"dim.collective"`` → the NCCL collective it runs (``all_reduce``, ``send_recv``, …)."""
+    out = {}
+    for meta in generated.FORMULAS.values():
+        pairs = dict(meta.get("variant", ()))
+        if pairs.get("output") == "time" and pairs.get("what") == "calls_count":
+            out[f"{pairs['dimension']}.{pairs['collective']}"] = pairs["op"]
+    return out
+
+
+OPS = _ops()
 
 
 #: Per item of ``symbolic.stage_time``: (dimension, collective, group, weight), in registry order.
@@ -95,12 +117,8 @@ def _arguments(name: str) -> tuple[str, ...]:
 
 
 _PARAMS = ("P_ne", "P_r")
-
-
-def _hardware_symbol(name: str) -> bool:
-    """A symbol of the collective time forms that ``time_bindings`` gives (by its declared unit)."""
-    return SPECS[name].unit in ("s", "bytes/s") or name in ("ring_channels", "nvls", "nvls_efficiency",
-                                                            "p2p_ll_threshold_bytes")
+#: What the collective forms read besides the hardware (``TIME_SYMBOLS``) and the group's placement.
+_CALL_SYMBOLS = ("msg_bytes", "ranks")
 
 
 def _layer_params(f: Fields) -> dict[str, Any]:
@@ -140,7 +158,7 @@ class TimePricer:
     def __init__(self, model: str | ModelConfig, *, system: str, order: str = DEFAULT_ORDER, fsdp: bool | None = None,
                  recompute: str | None = None, volumes_only: bool = False):
         import hardware
-        from hardware._nccl import time_bindings
+        from hardware._nccl import TIME_SYMBOLS, time_bindings
 
         if isinstance(model, str):
             model = load_model(model)
@@ -161,9 +179,12 @@ class TimePricer:
         self.order = order
         self.fsdp, self.recompute = fsdp, recompute
         self._counts: dict[Any, Mapping[str, np.ndarray]] = {}
-        names = [_item_name(dim, coll, what) for dim, coll, _, _ in ITEMS for what in WHATS]
-        layout_args = {a for n in names for a in _arguments(n) if not _hardware_symbol(a)} - set(_GROUP_SYMBOLS) - {
-            "n_layers_stage", "n_moe_layers_stage"}
+        for op in set(OPS.values()):  # the collective forms read the hardware, the placement, S and n only
+            extra = collective_arguments(op) - TIME_SYMBOLS - set(_GROUP_SYMBOLS) - set(_CALL_SYMBOLS)
+            if extra:
+                raise RuntimeError(f"collective {op}: symbols neither hardware nor placement: {sorted(extra)}")
+        names = [_item_name(dim, coll, what) for dim, coll, _, _ in ITEMS for what in FORMS]
+        layout_args = {a for n in names for a in _arguments(n)} - {"n_layers_stage", "n_moe_layers_stage"}
         self._needed = frozenset(layout_args)
         params = {a for n in generated.FORMULAS if n.startswith("params_") for a in _arguments(n)}
         self._fields = tuple(sorted({s for n in layout_args - set(_PARAMS) for s in BIND_SOURCES.get(n, (n,))}
@@ -292,6 +313,30 @@ class TimePricer:
             inside[j, :len(w)] = True
         return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
 
+    def _item_values(self, dim: str, coll: str, weight: str, args: Mapping[str, Any], placement: Mapping[str, Any],
+                     forms: list[str], timed: bool, m: int) -> dict[str, np.ndarray]:
+        """One item's forms (and with *timed* its seconds per layer or stage) over *m* rows.
+
+        Returns ``what → (m, 1)`` for per-layer items, ``(m, U)`` (or broadcastable) for per-stage ones.
+        """
+        got: dict[str, np.ndarray] = {}
+        for what in forms:
+            name = _item_name(dim, coll, what)
+            value = np.asarray(getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), dtype=float)
+            if weight != "stage":
+                value = np.broadcast_to(value, (m,))[:, None]
+            got[what] = value  # (m, 1) per layer / MoE layer, (m, U) per stage column
+        if timed:
+            calls = got["calls_count"]
+            if not np.any(calls):  # the collective does not run here: 0 s, skip NCCL's model
+                got["time_s"] = np.zeros(calls.shape)
+            else:
+                grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placement.items()}
+                one = choose(OPS[f"{dim}.{coll}"], dict(self.hardware, **grp, msg_bytes=got["msg_bytes"],
+                                                        ranks=got["ranks_count"])).time_s
+                got["time_s"] = np.where(calls > 0, calls * one, 0.0)
+        return got
+
     def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
                      stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None) -> None:
         """Price one block: every item evaluated once per layout and distinct layer count of its stages.
@@ -305,29 +350,25 @@ class TimePricer:
         placed = self._placements(f) if timed else {g: {} for g in ("tp", "cp", "ep", "dp", "edp", "pp")}
         m = len(batch)
         lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
+        u = lay.shape[1]
         col = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
         per_column: dict[tuple[str, str], np.ndarray] = {}  # (item, what) -> (M, U)
+        forms = [w for w in FORMS if w in whats]
+        if timed:
+            forms += [w for w in ("calls_count", "msg_bytes", "ranks_count") if w not in forms]
         for dim, coll, group, weight in ITEMS:
-            grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placed[group].items()}
-            calls_name = _item_name(dim, coll, "calls_count")
+            key = f"{dim}.{coll}"
+            if weight == "stage":
+                args = dict(col, n_layers_stage=lay, n_moe_layers_stage=moe_lay)
+            else:
+                args = dict(values, n_layers_stage=1.0, n_moe_layers_stage=1.0)
+            grp = placed[group] if timed else {}
+            got = self._item_values(dim, coll, weight, args, grp, forms, timed, m)
             for what in whats:
-                name = _item_name(dim, coll, what)
-                key = f"{dim}.{coll}"
-                if weight == "stage":
-                    args = dict(col, **grp, n_layers_stage=lay, n_moe_layers_stage=moe_lay)
-                else:
-                    args = dict(values, **placed[group], n_layers_stage=1.0, n_moe_layers_stage=1.0)
-                if what == "time_s" and (key, "calls_count") not in per_column:
-                    calls = getattr(generated, calls_name)(**{a: args[a] for a in _arguments(calls_name)})
-                    if not np.any(calls):  # the collective does not run in this block: 0 s, skip NCCL's model
-                        per_column[(key, what)] = np.zeros((m, lay.shape[1]))
-                        continue
-                value = getattr(generated, name)(**{a: args[a] for a in _arguments(name)})
-                if weight != "stage":
-                    value = np.broadcast_to(value, (m,))[:, None]
-                    if what != "msg_bytes":
-                        value = value * (lay if weight == "layer" else moe_lay)
-                per_column[(key, what)] = np.broadcast_to(value, (m, lay.shape[1]))
+                value = got[what]
+                if weight != "stage" and what != "msg_bytes":
+                    value = value * (lay if weight == "layer" else moe_lay)
+                per_column[(key, what)] = np.broadcast_to(value, (m, u))
         keys = [f"{dim}.{coll}" for dim, coll, _, _ in ITEMS]
         if timed:
             dims = {dim: sum(per_column[(k, "time_s")] for k in keys if k.split(".")[0] == dim) for dim in TIME_DIMENSIONS}
@@ -346,3 +387,83 @@ class TimePricer:
                 stages[what][key][rows] = np.where(inside, np.take_along_axis(value, w, axis=1), np.nan)
             if timed:
                 stages["total_s"][rows] = np.where(inside, np.take_along_axis(total, w, axis=1), np.nan)
+
+    # ------------------------------------------------------------------ sensitivity
+
+    def stage_slopes(self, batch: LayoutBatch, degrees: tuple[str, ...], *, relax_p: bool = True,
+                     validated: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Every stage's communication seconds and their derivatives, by chain rule on generated forms.
+
+        Per item, seconds = W · calls · t(S, n) with W the stage's layers (TP, CP), MoE layers (EP) or 1
+        (DP, PP, whose S holds the layer counts). For a degree x:
+        ``∂/∂x = W · (∂calls/∂x · t + calls · (∂t/∂S · ∂S/∂x + ∂t/∂n · ∂n/∂x))`` with the item forms'
+        derivatives (``symbolic.stage_time``, derived fields held) and the chosen candidate's
+        (``codegen.pricing.collective.slopes``; the placement held). For ``p`` with *relax_p* the stage's
+        layer counts are relaxed ∝ 1/p (``∂L/∂p = −L/p``, as ``symcost sensitivity`` does). For a level
+        parameter of ``LEVELS``: ``W · calls · ∂t/∂λ``.
+
+        Returns:
+            ``totals`` (N, P_max) and ``{name: (N, P_max)}`` for each of *degrees* and ``LEVELS``
+            (seconds per unit of the degree; seconds per unit of the level's relative scale); NaN past a
+            layout's last stage.
+        """
+        n = len(batch)
+        if not flag("validated", validated) and n:
+            check_batch(self.model, batch)
+        values, f = self._values(batch)
+        placed = self._placements(f)
+        lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
+        m, u = len(batch), lay.shape[1]
+        col = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
+        p = np.asarray(f.num("p"), dtype=float)
+        p = p[:, None] if p.ndim else p
+        names = (*degrees, *LEVELS)
+        total = np.zeros((m, u))
+        grads = {x: np.zeros((m, u)) for x in names}
+        for dim, coll, group, weight in ITEMS:
+            if weight == "stage":
+                args = dict(col, n_layers_stage=lay, n_moe_layers_stage=moe_lay)
+            else:
+                args = dict(values, n_layers_stage=1.0, n_moe_layers_stage=1.0)
+
+            def form(what: str, by: str | None = None) -> np.ndarray:
+                name = _item_name(dim, coll, what) + (f"__d_{by}" if by else "")
+                if name not in generated.FORMULAS:
+                    return np.zeros(())
+                value = np.asarray(getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), dtype=float)
+                return np.broadcast_to(value, (m,))[:, None] if weight != "stage" else value
+
+            calls, size, ranks = form("calls_count"), form("msg_bytes"), form("ranks_count")
+            d_calls = {x: form("calls_count", x) for x in degrees}
+            if not np.any(calls) and not any(np.any(v) for v in d_calls.values()):
+                continue  # off, and stays off nearby (a collective switching on at a degree of 1 is not skipped)
+            grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placed[group].items()}
+            call_values = dict(self.hardware, **grp, msg_bytes=size, ranks=ranks)
+            pick = choose(OPS[f"{dim}.{coll}"], call_values)
+            on = calls > 0
+            # Where the calls are 0 the time of one call still weighs their derivative (the right derivative at
+            # a degree of 1: the collective switches on as the group grows).
+            t_call = np.where(np.isfinite(pick.time_s), pick.time_s, 0.0)
+            t = np.where(on, t_call, 0.0)
+            dt = {k: np.where(on & np.isfinite(v), v, 0.0) for k, v in
+                  collective_slopes(OPS[f"{dim}.{coll}"], call_values, pick.index).items()}
+            w = lay if weight == "layer" else moe_lay if weight == "moe_layer" else 1.0
+            total += w * calls * t
+            for x in degrees:
+                d_size = form("msg_bytes", x)
+                if x == "p" and relax_p and weight == "stage":  # S holds the counts: through them
+                    d_size = d_size + form("msg_bytes", "n_layers_stage") * (-lay / p) + form(
+                        "msg_bytes", "n_moe_layers_stage") * (-moe_lay / p)
+                g = w * (d_calls[x] * t_call + calls * (dt["msg_bytes"] * d_size
+                                                               + dt["ranks"] * form("ranks_count", x)))
+                if x == "p" and relax_p and weight != "stage":
+                    g = g + calls * t * (-w / p)
+                grads[x] += g
+            for level in LEVELS:
+                grads[level] += w * calls * dt[level]
+        pick_cols = where[:, :int(batch.p.max())] if n else where
+
+        def stage(value: np.ndarray) -> np.ndarray:
+            return np.where(inside, np.take_along_axis(value, pick_cols, axis=1), np.nan)
+
+        return stage(total), {x: stage(g) for x, g in grads.items()}

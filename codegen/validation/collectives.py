@@ -1,8 +1,8 @@
 """Collective times predicted by the generated evaluators, and compared with nccl-tests measurements.
 
-``predict`` evaluates ``collective_<op>_nccl_time_s`` and every candidate of that op (from
-``generated/``, no SymPy) for a catalog system and a group, and names the candidate NCCL's tuner
-would pick (the fastest predicted). ``validate`` predicts every row of a measurement table and
+``predict`` evaluates every candidate of that op (from ``generated/``, no SymPy) for a catalog
+system and a group, picks the one NCCL's tuner would pick (the smallest tuned price,
+``codegen.pricing.collective.choose``) and reports its real time. ``validate`` predicts every row of a measurement table and
 groups the relative errors by system, collective and size band.
 
 Measurement tables are CSV files with at least the columns ``system`` (a catalog name or alias:
@@ -26,6 +26,8 @@ import numpy as np
 
 import generated
 import hardware
+
+from ..pricing.collective import choose
 
 __all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Curve", "Group", "Measurements", "Prediction", "curves",
            "load_measurements", "predict", "validate", "groups_json"]
@@ -51,12 +53,6 @@ def _op(name: str) -> str:
         raise ValueError(f"op: unknown collective {name!r}; known: {', '.join(sorted(OPS))}") from None
 
 
-def _candidates(op: str) -> tuple[str, ...]:
-    prefix, chosen = f"collective_{op}_", f"collective_{op}_nccl_time_s"
-    return tuple(n for n, meta in generated.FORMULAS.items()
-                 if n.startswith(prefix) and n.endswith("_time_s") and n != chosen and meta["unit"] == "s")
-
-
 def _call(name: str, values: dict[str, object]) -> np.ndarray:
     args = generated.FORMULAS[name]["arguments"]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -68,11 +64,12 @@ class Prediction:
     """Predicted seconds of one collective (arrays broadcast over the inputs).
 
     Attributes:
-        time_s: the time of the candidate NCCL's tuner would pick.
+        time_s: the real time of the candidate NCCL's tuner would pick (the smallest tuned price).
         algbw_bytes_per_s: S / time.
         busbw_bytes_per_s: algbw times nccl-tests' factor for the collective.
         algorithm: the chosen candidate's label ("ring_ll", "nvls_simple", "tree_simple", …), per element.
-        candidates: every candidate's time, by label (``inf`` where unavailable).
+        candidates: every candidate's real time, by label (``inf`` where unavailable).
+        prices: every candidate's tuned price (what NCCL compares), by label.
     """
 
     time_s: np.ndarray
@@ -80,6 +77,7 @@ class Prediction:
     busbw_bytes_per_s: np.ndarray
     algorithm: np.ndarray
     candidates: dict[str, np.ndarray]
+    prices: dict[str, np.ndarray]
 
 
 def group_values(system: hardware.System, ranks: object, msg_bytes: object) -> dict[str, object]:
@@ -108,14 +106,12 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
     if np.any(~np.isfinite(size)) or np.any(size <= 0):
         raise ValueError(f"bytes: must be a finite size > 0, got {msg_bytes!r}")
     values = group_values(sys_, n, size)
-    time = _call(f"collective_{op}_nccl_time_s", values)
-    labels = _candidates(op)
-    cands = {name.removeprefix(f"collective_{op}_").removesuffix("_time_s"): _call(name, values) for name in labels}
-    stack = np.stack(np.broadcast_arrays(*cands.values()))
-    algorithm = np.asarray(list(cands))[np.argmin(stack, axis=0)]
-    return Prediction(time_s=time, algbw_bytes_per_s=_call(f"collective_{op}_nccl_algbw_bytes_per_s", values),
-                      busbw_bytes_per_s=_call(f"collective_{op}_nccl_busbw_bytes_per_s", values),
-                      algorithm=algorithm, candidates=cands)
+    pick = choose(op, values)
+    algbw = values["msg_bytes"] / pick.time_s
+    factor = _call(f"collective_{op}_nccl_busbw_factor_ratio", values)
+    return Prediction(time_s=pick.time_s, algbw_bytes_per_s=algbw, busbw_bytes_per_s=factor * algbw,
+                      algorithm=pick.algorithm, candidates=dict(zip(pick.labels, pick.times)),
+                      prices=dict(zip(pick.labels, pick.prices)))
 
 
 @dataclass(frozen=True)

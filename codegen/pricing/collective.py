@@ -1,0 +1,220 @@
+"""NCCL's choice of algorithm and protocol at run time, on the generated candidate forms (no SymPy).
+
+``symbolic.collective_time`` compiles, per collective and candidate (algorithm × protocol, in NCCL's
+order), the time it really takes (``collective_<op>_<label>_time_s``) and, where it differs, NCCL's
+tuned price (``collective_<op>_<label>_price_s``: tuning.cc's latency + bytes / bandwidth without the
+Simple protocol's pipeline fill). NCCL's ``topoGetAlgoInfo`` (src/enqueue.cc) runs the candidate with
+the smallest price, the first in its loop order on a tie (a strict ``<``); nccl-tests then measures
+that candidate's real time. :func:`choose` does exactly that, element-wise: the chosen time is the real
+time of the candidate with the smallest price. ``np.argmin`` keeps the first minimum, which is NCCL's
+tie rule because the candidates are generated in NCCL's order (tree, ring, NVLS, then hierarchical,
+protocols LL, LL128, Simple).
+
+The choice is done here rather than as one closed form (a ``Piecewise`` over the candidates whose
+conditions compare prices) because such a form costs SymPy minutes to build and lower, and the pick
+is a comparison, not arithmetic: each candidate is evaluated once, the argmin is one NumPy call.
+
+Public API::
+
+    labels(op) -> tuple[str, ...]                 the candidates of op, NCCL's order
+    choose(op, values) -> Choice                  chosen time, index, every candidate's time and price
+    arguments(op) -> frozenset[str]               every symbol the candidate forms of op read
+    slopes(op, values, index) -> dict             the chosen candidate's derivatives (a.e.)
+    LEVEL_PARAMETERS, SLOPE_BY
+
+Derivatives (the sensitivity in seconds): ``symbolic.collective_time`` generates, per candidate,
+``∂t/∂msg_bytes``, ``∂t/∂ranks`` (the placement held) and ``∂t/∂λ`` for each level parameter (a
+relative scale of a network level's latencies, α, or bandwidths, β). :func:`slopes` evaluates the
+chosen candidate's (the pick is a step function of its inputs: a.e. its derivative is the chosen
+candidate's). A candidate whose derivatives are not generated (the hierarchical one, whose nest of
+``Min`` over phases takes SymPy minutes to differentiate) gets a central difference of its generated
+time form, relative step ``1e-6``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+import generated
+
+__all__ = ["Choice", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
+
+#: Each network level's α and β as the symbols a relative scale multiplies (``symbolic.collective_time``'s
+#: ``LEVEL_PARAMETERS``; a test holds the two equal).
+LEVEL_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "nvlink_alpha": ("alpha_ring_ll_s", "alpha_ring_ll128_s", "alpha_ring_simple_s", "alpha_tree_ll_s",
+                     "alpha_tree_ll128_s", "alpha_tree_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s",
+                     "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s",
+                     "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s"),
+    "network_alpha": ("hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s", "hop_net_tree_ll_s",
+                      "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s"),
+    "nvlink_beta": ("ring_channel_bw_bytes_per_s", "nvlink_nccl_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s"),
+    "network_beta": ("nic_bw_bytes_per_s",),
+}
+#: What :func:`slopes` differentiates the chosen time in: the call's S and n, then the level parameters.
+SLOPE_BY = ("msg_bytes", "ranks", *LEVEL_PARAMETERS)
+_STEP = 1e-6
+
+
+@functools.cache
+def labels(op: str) -> tuple[str, ...]:
+    """The candidates of *op* (``ring_ll``, ``tree_simple``, ``nvls_simple``, …) in NCCL's loop order.
+
+    Raises:
+        ValueError: *op* has no generated candidate forms.
+    """
+    out = []
+    for meta in generated.FORMULAS.values():
+        pairs = dict(meta.get("variant", ()))
+        if pairs.get("op") == op and pairs.get("what") == "time" and "candidate" in pairs:
+            out.append(pairs["candidate"])
+    if not out:
+        raise ValueError(f"op: no collective time forms for {op!r}")
+    return tuple(out)
+
+
+def _time_name(op: str, label: str) -> str:
+    return f"collective_{op}_{label}_time_s"
+
+
+def _price_name(op: str, label: str) -> str:
+    """The price form of a candidate, or its time form where NCCL's price is its time."""
+    name = f"collective_{op}_{label}_price_s"
+    return name if name in generated.FORMULAS else _time_name(op, label)
+
+
+@functools.cache
+def arguments(op: str) -> frozenset[str]:
+    """Every symbol the time and price forms of *op* read."""
+    names = {n for label in labels(op) for n in (_time_name(op, label), _price_name(op, label))}
+    return frozenset(a for n in names for a in generated.FORMULAS[n]["arguments"])
+
+
+def _call(name: str, values: Mapping[str, Any]) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.asarray(getattr(generated, name)(**{a: values[a] for a in generated.FORMULAS[name]["arguments"]}),
+                          dtype=float)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """NCCL's pick among the candidates of one collective, element-wise over broadcast inputs.
+
+    Attributes:
+        time_s: the real time of the chosen candidate.
+        index: the chosen candidate's position in ``labels``.
+        labels: the candidates, NCCL's order.
+        times: every candidate's real time, ``(K, …)`` (``inf`` where unavailable).
+        prices: every candidate's tuned price, ``(K, …)``.
+    """
+
+    time_s: np.ndarray
+    index: np.ndarray
+    labels: tuple[str, ...]
+    times: np.ndarray
+    prices: np.ndarray
+
+    @property
+    def algorithm(self) -> np.ndarray:
+        """The chosen candidate's label per element."""
+        return np.asarray(self.labels)[self.index]
+
+
+#: Candidates that are infinite (unavailable) by their own forms' conditions: the hierarchical one on a
+#: group inside one node (``nodes < 2``), NVLS where the switch has none (``nvls = 0``) or across nodes.
+#: :func:`choose` does not evaluate them where every element is unavailable (a test holds the forms to it).
+_UNAVAILABLE = {
+    "hierarchical": lambda v: bool(np.all(np.asarray(v["nodes"]) < 2)),
+    "nvls_simple": lambda v: bool(np.all(np.asarray(v["nvls"]) <= 0) or np.all(np.asarray(v["nodes"]) >= 2)),
+}
+
+
+@functools.cache
+def _plan(op: str) -> tuple[tuple[str, Any, tuple[str, ...], Any, tuple[str, ...]], ...]:
+    """Per candidate: (label, time function, its arguments, price function or None where the price is the time,
+    the price's arguments)."""
+    out = []
+    for label in labels(op):
+        t, p = _time_name(op, label), _price_name(op, label)
+        out.append((label, getattr(generated, t), tuple(generated.FORMULAS[t]["arguments"]),
+                    None if p == t else getattr(generated, p), tuple(generated.FORMULAS[p]["arguments"])))
+    return tuple(out)
+
+
+def choose(op: str, values: Mapping[str, Any]) -> Choice:
+    """The candidate of *op* NCCL runs (smallest price, first on ties) and the time it takes.
+
+    *values* binds every symbol of :func:`arguments` (numbers or arrays that broadcast together).
+    """
+    times, prices = [], []
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for label, time_fn, time_args, price_fn, price_args in _plan(op):
+            if label in _UNAVAILABLE and _UNAVAILABLE[label](values):
+                times.append(np.inf)
+                prices.append(np.inf)
+                continue
+            t = time_fn(**{a: values[a] for a in time_args})
+            times.append(t)
+            prices.append(t if price_fn is None else price_fn(**{a: values[a] for a in price_args}))
+    shape = np.broadcast_shapes(*(np.shape(x) for x in times), *(np.shape(x) for x in prices))
+    times_a = np.empty((len(times), *shape))
+    prices_a = np.empty((len(times), *shape))
+    for i, (t, p) in enumerate(zip(times, prices)):
+        times_a[i] = t
+        prices_a[i] = p
+    prices_a[np.isnan(prices_a)] = np.inf
+    index = np.argmin(prices_a, axis=0)
+    time = np.take_along_axis(times_a, index[None], axis=0)[0]
+    return Choice(time_s=time, index=index, labels=labels(op), times=times_a, prices=prices_a)
+
+
+def _slope_name(op: str, label: str, by: str) -> str:
+    suffix = f"__d_{by}" if by in ("msg_bytes", "ranks") else f"__scale_{by}"
+    return f"{_time_name(op, label)}{suffix}"
+
+
+def _differentiated(op: str, label: str) -> bool:
+    return _slope_name(op, label, "msg_bytes") in generated.FORMULAS
+
+
+def _central(op: str, label: str, values: Mapping[str, Any], by: str) -> np.ndarray:
+    """∂t/∂(by) of one candidate by a central difference of its generated time form (relative step)."""
+    names = (by,) if by in ("msg_bytes", "ranks") else LEVEL_PARAMETERS[by]
+    up, down = dict(values), dict(values)
+    for n in names:
+        up[n] = np.asarray(values[n], dtype=float) * (1 + _STEP)
+        down[n] = np.asarray(values[n], dtype=float) * (1 - _STEP)
+    with np.errstate(invalid="ignore"):  # inf - inf where the candidate is unavailable: never chosen
+        diff = (_call(_time_name(op, label), up) - _call(_time_name(op, label), down)) / (2 * _STEP)
+    if by in ("msg_bytes", "ranks"):
+        return diff / np.asarray(values[by], dtype=float)  # per byte / per rank
+    return diff  # per unit of the relative scale
+
+
+def slopes(op: str, values: Mapping[str, Any], index: np.ndarray) -> dict[str, np.ndarray]:
+    """The derivatives of the chosen candidate's real time (*index* from :func:`choose`), by ``SLOPE_BY``.
+
+    ``msg_bytes``: seconds per byte; ``ranks``: seconds per rank (the placement held); a level parameter:
+    seconds per unit of its relative scale (``Σ sym · ∂t/∂sym`` over the level's symbols). Almost
+    everywhere: where the pick or a ``Min`` inside a candidate switches, the active branch's.
+    """
+    names = labels(op)
+    index = np.asarray(index)
+    out: dict[str, np.ndarray] = {}
+    for by in SLOPE_BY:
+        per = []
+        for label in names:
+            if not _differentiated(op, label):
+                per.append(_central(op, label, values, by))
+            elif _slope_name(op, label, by) in generated.FORMULAS:
+                per.append(_call(_slope_name(op, label, by), values))
+            else:
+                per.append(np.zeros(()))  # not generated: the derivative is 0
+        stack = np.stack(np.broadcast_arrays(*per, index)[:len(names)])
+        stack = np.where(np.isfinite(stack), stack, 0.0)  # an unavailable candidate is never chosen
+        out[by] = np.take_along_axis(stack, np.broadcast_to(index, stack.shape[1:])[None], axis=0)[0]
+    return out
