@@ -4,9 +4,11 @@
 
 * one module per dimension (``cp.py``, ``attention.py``, … by
   ``Formula.dimension``), functions in registry order;
-* ``__init__.py``, the ``FORMULAS`` table, re-exporting every function
-  (each dimension's module is imported on first use: importing the package
-  then costs only the table, even where no bytecode cache is written);
+* ``__init__.py``, re-exporting every function (each dimension's module is
+  imported on first use) and the ``FORMULAS`` table, which it reads from
+  ``formulas.json`` (:data:`TABLE`) on first use: JSON parses in milliseconds,
+  where the same table as a Python literal is compiled from source on every
+  start that writes no bytecode cache;
 * ``_runtime.py``, the calling convention the functions share;
 
 and the same files once more per further backend (``codegen.backends``),
@@ -33,6 +35,7 @@ import concurrent.futures
 import difflib
 import functools
 import hashlib
+import json
 import multiprocessing
 import os
 import shutil
@@ -55,6 +58,7 @@ U = TypeVar("U")
 
 __all__ = [
     "BLOCK",
+    "TABLE",
     "DEFAULT_DIRECTORY",
     "MARKER",
     "MARKER_LINE",
@@ -72,6 +76,9 @@ __all__ = [
 
 #: Elements per block of the generated loops (see the runtime template).
 BLOCK = 16384
+
+#: The metadata table of the NumPy package (``generated.FORMULAS``), a JSON file beside its modules.
+TABLE = "formulas.json"
 
 #: Where the committed tree lives: ``generated/`` beside ``codegen/``.
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent.parent / "generated"
@@ -288,6 +295,9 @@ def render_tree(formulas: Iterable[Formula] | None = None, *,
     for backend in backends:
         files.update(_render_backend(env, backend, formulas, by_module, lowered[backend.name]))
     for path, text in files.items():
+        if path.endswith(".json"):
+            json.loads(text)  # written by json.dumps above: it parses
+            continue
         try:
             compile(text, f"generated/{path}", "exec")
         except SyntaxError as exc:
@@ -311,12 +321,34 @@ def _render_backend(env: jinja2.Environment, backend: Backend, formulas: list[Fo
                                                      fingerprint(by_module[module])) + "\n" + body
     init_template = backend.template("init")
     body = _render(env, init_template, backend.path("__init__.py"), modules=sorted(by_module),
-                   formulas=[lowered[f.name] for f in formulas])
+                   formulas=[lowered[f.name] for f in formulas], table=TABLE)
     files[backend.path("__init__.py")] = header([init_template], fingerprint(formulas)) + "\n" + body
+    if backend is NUMPY:  # the other packages read the NumPy package's table
+        files[backend.path(TABLE)] = _table_json([lowered[f.name] for f in formulas], fingerprint(formulas))
     runtime_template = backend.template("runtime")
     body = _render(env, runtime_template, backend.path("_runtime.py"), block=BLOCK)
     files[backend.path("_runtime.py")] = header([runtime_template], None) + "\n" + body
     return files
+
+
+def _table_json(formulas: Sequence[Lowered], digest: str) -> str:
+    """``formulas.json``: what wrote it, the formulas' fingerprint, and ``FORMULAS`` (one formula a line,
+    in registry order, so that ``compile --check`` shows a changed formula as a one-line diff).
+
+    Tuples are written as JSON lists; ``generated._formulas`` reads them back as tuples.
+    """
+    rows = []
+    for f in formulas:
+        meta: dict[str, object] = {"dimension": f.dimension, "algorithm": f.algorithm, "unit": f.unit,
+                                   "doc": f.summary, "source": f.source, "arguments": list(f.arguments),
+                                   "ops": f.ops, "fingerprint": f.fingerprint}
+        if f.variant:
+            meta["variant"] = f.variant
+        rows.append(f"  {json.dumps(f.name)}: {json.dumps(meta, ensure_ascii=False)}")
+    head = {"generated_by": f"`{COMMAND}`: do not edit; change the formulas under symbolic/ and run it again",
+            "fingerprint": digest}
+    return ("{\n" + "".join(f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False)},\n" for k, v in head.items())
+            + '"formulas": {\n' + ",\n".join(rows) + "\n}}\n")
 
 
 def read_tree(directory: str | Path) -> dict[str, str]:
@@ -441,7 +473,7 @@ def compile_in_memory(formulas: Iterable[Formula]) -> dict[str, Callable[..., ob
     functions: dict[str, Callable[..., object]] = {}
     for path, text in files.items():
         module = path.removesuffix(".py")
-        if module in _RESERVED_MODULES:
+        if module in _RESERVED_MODULES or not path.endswith(".py"):
             continue
         namespace: dict[str, object] = {"__name__": f"{generated.__name__}._on_demand_{module}",
                                         "__package__": generated.__name__}

@@ -178,6 +178,31 @@ def test_header_says_command_template_fingerprint_and_do_not_edit():
     assert init_head.endswith(fingerprint(registry.FORMULAS.values()))
 
 
+def test_metadata_table_is_json_read_on_first_use():
+    # The table is a JSON file (a Python literal of its size is compiled from source on every start
+    # without a bytecode cache); it holds the registry's fingerprint and reads back with tuples.
+    import json
+
+    from codegen.compiler import TABLE
+    from codegen.lowering import fingerprint
+
+    text = (DEFAULT_DIRECTORY / TABLE).read_text(encoding="utf-8")
+    data = json.loads(text)
+    assert data["fingerprint"] == fingerprint(registry.FORMULAS.values())
+    assert list(data["formulas"]) == NAMES and list(generated.FORMULAS) == NAMES
+    assert len((DEFAULT_DIRECTORY / "__init__.py").read_text()) < 10_000  # no table in the module itself
+    for name, formula in registry.FORMULAS.items():
+        meta = generated.FORMULAS[name]
+        assert type(meta["arguments"]) is tuple
+        assert meta.get("variant", ()) == formula.variant and type(meta.get("variant", ())) is tuple
+    assert generated.__all__ == ["FORMULAS", "MODULES", *NAMES]
+    code = ("import sys, generated; assert 'FORMULAS' not in vars(generated); "
+            "from generated import FORMULAS; assert type(FORMULAS['cp_ring_mla_traffic_bytes']['arguments']) is tuple; "
+            "assert generated.cp_ring_mla_traffic_bytes.__module__ == 'generated.cp'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
 def test_import_needs_no_sympy():
     # How fast a cold start is, bench/startup.py measures beside `import numpy` (a timing here would
     # only measure how busy the machine is).
