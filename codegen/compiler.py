@@ -3,7 +3,11 @@
 ``render_tree`` turns the registry into ``{relative path: text}``:
 
 * one module per dimension (``cp.py``, ``attention.py``, … by
-  ``Formula.dimension``), functions in registry order;
+  ``Formula.dimension``), functions in registry order; the dimensions of
+  :data:`SPLIT_DIMENSIONS` (a model's stage terms, many variants of which a
+  model selects one) get one module per variant instead
+  (``stage__colossalai_cp_gqa_softmax.py``: :func:`module_of`), so that a
+  pricer's cold start compiles only the variants it prices;
 * ``__init__.py``, re-exporting every function (each dimension's module is
   imported on first use) and the ``FORMULAS`` table, which it reads from
   ``formulas.json`` (:data:`TABLE`) on first use: JSON parses in milliseconds,
@@ -66,6 +70,8 @@ __all__ = [
     "check_output_directory",
     "TreeDiff",
     "render_tree",
+    "SPLIT_DIMENSIONS",
+    "module_of",
     "lower_formulas",
     "forked_map",
     "compare_tree",
@@ -143,6 +149,19 @@ def check_output_directory(directory: str | Path) -> None:
         raise OutputDirectoryError(f"{directory}: holds {directory / foreign[0]}{more}, which symcost compile did "
                                    f"not write; move it away first, nothing was written")
 _RESERVED_MODULES = frozenset({"__init__", "_runtime"})
+
+#: Dimensions whose formulas the NumPy package holds in one module per variant (``Formula.algorithm``):
+#: a model prices one variant of each, and compiling a module from source (no bytecode cache) costs
+#: about 0.1 ms per kilobyte, so a cold pricer should not compile the other variants' hundreds.
+SPLIT_DIMENSIONS = frozenset({"stage", "stage_slope"})
+
+
+def module_of(formula: Formula | Lowered) -> str:
+    """The module of the NumPy package that holds *formula*'s function: its dimension, or for a dimension
+    of :data:`SPLIT_DIMENSIONS`, ``<dimension>__<algorithm>``."""
+    if formula.dimension in SPLIT_DIMENSIONS and formula.algorithm.isidentifier():
+        return f"{formula.dimension}__{formula.algorithm}"
+    return formula.dimension
 
 
 def _function_targets(f: Lowered) -> str:
@@ -285,7 +304,7 @@ def render_tree(formulas: Iterable[Formula] | None = None, *,
         if not module.isidentifier() or module in _RESERVED_MODULES | packages:
             raise CodegenError(f"formula {f.name}: dimension {module!r} cannot name a module of generated/")
         by_module.setdefault(module, []).append(f)
-    taken = set(by_module) | packages | {"FORMULAS", "MODULES", "importlib"}
+    taken = set(by_module) | {module_of(f) for f in formulas} | packages | {"FORMULAS", "MODULES", "importlib"}
     for f in formulas:
         if f.name in taken:
             raise CodegenError(f"formula {f.name}: its name would shadow a module or FORMULAS in generated/")
@@ -310,12 +329,17 @@ def _render_backend(env: jinja2.Environment, backend: Backend, formulas: list[Fo
     """The files of one backend's package: a module per dimension, ``__init__.py``, ``_runtime.py``."""
     formulas = [f for f in formulas if f.dimension not in backend.skip]
     by_module = {module: members for module, members in by_module.items() if module not in backend.skip}
+    if backend is NUMPY:  # (the other packages keep one module per dimension)
+        by_module = {}
+        for f in formulas:
+            by_module.setdefault(module_of(f), []).append(f)
     files: dict[str, str] = {}
     module_template, function_template = backend.template("module"), backend.template("function")
     for module in sorted(by_module):
         members = [lowered[f.name] for f in by_module[module]]
         functions = [_render_function(env, low, backend) for low in members]
-        body = _render(env, module_template, f"module {backend.path(module + '.py')}", dimension=module,
+        body = _render(env, module_template, f"module {backend.path(module + '.py')}", dimension=members[0].dimension,
+                       variant=members[0].algorithm if module != members[0].dimension else None,
                        formulas=members, functions=functions)
         files[backend.path(f"{module}.py")] = header([module_template, function_template],
                                                      fingerprint(by_module[module])) + "\n" + body
@@ -339,8 +363,8 @@ def _table_json(formulas: Sequence[Lowered], digest: str) -> str:
     """
     rows = []
     for f in formulas:
-        meta: dict[str, object] = {"dimension": f.dimension, "algorithm": f.algorithm, "unit": f.unit,
-                                   "doc": f.summary, "source": f.source, "arguments": list(f.arguments),
+        meta: dict[str, object] = {"dimension": f.dimension, "module": module_of(f), "algorithm": f.algorithm,
+                                   "unit": f.unit, "doc": f.summary, "source": f.source, "arguments": list(f.arguments),
                                    "ops": f.ops, "fingerprint": f.fingerprint}
         if f.variant:
             meta["variant"] = f.variant

@@ -13,8 +13,9 @@ the first time one of its functions is asked for, so that importing the
 package costs the metadata only.
 
 ``FORMULAS`` maps every function name to its metadata, so callers can list
-what exists without importing SymPy or any function: ``dimension`` (also the
-module), ``algorithm``, ``unit``, ``doc``, ``source``, ``arguments`` (the
+what exists without importing SymPy or any function: ``dimension``,
+``module`` (the dimension, or for a model's stage terms one module per variant:
+``stage__<algorithm>``), ``algorithm``, ``unit``, ``doc``, ``source``, ``arguments`` (the
 keyword arguments, sorted), ``ops`` (operation count of the CSE form) and
 ``fingerprint`` (of the formula's expression; ``codegen.kernels`` compares it
 with the registry's to detect a stale function) and, for a formula built for one
@@ -31,8 +32,8 @@ import importlib
 import json
 import os
 
-#: The modules, one per dimension.
-MODULES = ("attention", "collective", "compute", "cp", "dp", "ep", "fsdp", "memory", "memory_slope", "model", "params", "placement", "pp", "recompute", "score", "stage", "stage_slope", "tp")
+#: The modules: one per dimension, and per variant for a model's stage terms.
+MODULES = ("attention", "collective", "compute", "cp", "dp", "ep", "fsdp", "memory", "memory_slope", "model", "params", "placement", "pp", "recompute", "score", "stage__balanced", "stage__colossalai_cp_gqa_linear", "stage__colossalai_cp_gqa_softmax", "stage__colossalai_cp_mha_linear", "stage__colossalai_cp_mha_softmax", "stage__colossalai_cp_mla_linear", "stage__colossalai_cp_mla_softmax", "stage__colossalai_cp_mqa_linear", "stage__colossalai_cp_mqa_softmax", "stage__dense", "stage__fsdp", "stage__fsdp_tied", "stage__fsdp_untied", "stage__hybrid_cp_gqa_linear", "stage__hybrid_cp_gqa_softmax", "stage__hybrid_cp_mha_linear", "stage__hybrid_cp_mha_softmax", "stage__hybrid_cp_mla_linear", "stage__hybrid_cp_mla_softmax", "stage__hybrid_cp_mqa_linear", "stage__hybrid_cp_mqa_softmax", "stage__imbalanced", "stage__mla_q_direct_dense_fsdp", "stage__mla_q_direct_dense_zero", "stage__mla_q_direct_moe_fsdp", "stage__mla_q_direct_moe_zero", "stage__mla_q_latent_dense_fsdp", "stage__mla_q_latent_dense_zero", "stage__mla_q_latent_moe_fsdp", "stage__mla_q_latent_moe_zero", "stage__moe", "stage__standard_dense_fsdp", "stage__standard_dense_zero", "stage__standard_moe_fsdp", "stage__standard_moe_zero", "stage__ulysses_cp_gqa_linear", "stage__ulysses_cp_gqa_softmax", "stage__ulysses_cp_mha_linear", "stage__ulysses_cp_mha_softmax", "stage__ulysses_cp_mla_linear", "stage__ulysses_cp_mla_softmax", "stage__ulysses_cp_mqa_linear", "stage__ulysses_cp_mqa_softmax", "stage_slope__balanced", "stage_slope__colossalai_cp_gqa_linear", "stage_slope__colossalai_cp_gqa_softmax", "stage_slope__colossalai_cp_mha_linear", "stage_slope__colossalai_cp_mha_softmax", "stage_slope__colossalai_cp_mla_linear", "stage_slope__colossalai_cp_mla_softmax", "stage_slope__colossalai_cp_mqa_linear", "stage_slope__colossalai_cp_mqa_softmax", "stage_slope__dense", "stage_slope__fsdp", "stage_slope__fsdp_tied", "stage_slope__fsdp_untied", "stage_slope__hybrid_cp_gqa_linear", "stage_slope__hybrid_cp_gqa_softmax", "stage_slope__hybrid_cp_mha_linear", "stage_slope__hybrid_cp_mha_softmax", "stage_slope__hybrid_cp_mla_linear", "stage_slope__hybrid_cp_mla_softmax", "stage_slope__hybrid_cp_mqa_linear", "stage_slope__hybrid_cp_mqa_softmax", "stage_slope__imbalanced", "stage_slope__mla_q_direct_dense_fsdp", "stage_slope__mla_q_direct_dense_zero", "stage_slope__mla_q_direct_moe_fsdp", "stage_slope__mla_q_direct_moe_zero", "stage_slope__mla_q_latent_dense_fsdp", "stage_slope__mla_q_latent_dense_zero", "stage_slope__mla_q_latent_moe_fsdp", "stage_slope__mla_q_latent_moe_zero", "stage_slope__moe", "stage_slope__standard_dense_fsdp", "stage_slope__standard_dense_zero", "stage_slope__standard_moe_fsdp", "stage_slope__standard_moe_zero", "stage_slope__ulysses_cp_gqa_linear", "stage_slope__ulysses_cp_gqa_softmax", "stage_slope__ulysses_cp_mha_linear", "stage_slope__ulysses_cp_mha_softmax", "stage_slope__ulysses_cp_mla_linear", "stage_slope__ulysses_cp_mla_softmax", "stage_slope__ulysses_cp_mqa_linear", "stage_slope__ulysses_cp_mqa_softmax", "tp")
 
 #: The metadata file, beside this module.
 _TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "formulas.json")
@@ -69,7 +70,7 @@ def __getattr__(name):
         if name in MODULES:
             return importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    function = getattr(importlib.import_module(f"{__name__}.{meta['dimension']}"), name)
+    function = getattr(importlib.import_module(f"{__name__}.{meta['module']}"), name)
     globals()[name] = function  # later look-ups skip this hook
     return function
 
