@@ -366,6 +366,9 @@ _ARRAY_KEYS = ("d", "t", "p", "m", "cp", "ep", "b", "vp", "etp", "os")
 ARRAY_KEYS = _ARRAY_KEYS
 _SHARED_KEYS = ("op", "grad_shard", "sp", "fsdp", "reshards", "cp_algo", "s", "offset", "recompute")
 
+#: The keys whose product is the devices a layout occupies (:func:`codegen.inputs.check_devices`).
+_DEVICE_KEYS = ("d", "t", "cp", "p")
+
 #: :attr:`LayoutBatch.os` of a layout that shards the optimizer over the whole DP group
 #: (``Layout.os = None``).
 WHOLE_DP_GROUP = 0
@@ -424,8 +427,9 @@ def _pipeline_is(pipeline: tuple[int, int] | None, p: Any, vp: Any) -> Any:
     return (p == pipeline[0]) & (vp == pipeline[1])
 
 
-def _gate_together(batch: Any) -> frozenset[str]:
-    """The keys of *batch* whose columns pass the input gate, found with one reduction over them all.
+def _gate_together(batch: Any) -> dict[str, int]:
+    """The keys of *batch* whose columns pass the input gate, found with one reduction over them all,
+    each with its column's largest value.
 
     A batch of N layouts usually arrives as several int64 columns of one length: stacked, their
     minima and maxima come from two reductions instead of two per column. A key is named only
@@ -433,18 +437,28 @@ def _gate_together(batch: Any) -> frozenset[str]:
     other column (and the error message of a bad one) goes through :func:`_int_column` as before.
     """
     names, columns = [], []
+    length = -1
     for name in _ARRAY_KEYS:
         column = getattr(batch, name)
         if (type(column) is np.ndarray and column.dtype == np.int64 and column.ndim == 1 and column.strides != (0,)
                 and id(column) not in _DEFAULT_COLUMN_IDS.get(name, ())):
+            if length < 0:
+                length = len(column)
+            elif len(column) != length:
+                return {}
             names.append(name)
             columns.append(column)
-    if len(columns) < 2 or len({len(c) for c in columns}) != 1 or not len(columns[0]):
-        return frozenset()
+    if len(columns) < 2 or not length:
+        return {}
     stacked = np.stack(columns)
     lows, highs = stacked.min(axis=1).tolist(), stacked.max(axis=1).tolist()
-    return frozenset(name for name, low, high in zip(names, lows, highs)
-                     if (0 if name == "os" else 1) <= low and high <= bound(name))
+    return {name: high for name, low, high in zip(names, lows, highs)
+            if _LOWEST[name] <= low and high <= _HIGHEST[name]}
+
+
+#: Per integer key, the least and the largest value the input gate lets through.
+_LOWEST = {name: 0 if name == "os" else 1 for name in _ARRAY_KEYS}
+_HIGHEST = {name: bound(name) for name in _ARRAY_KEYS}
 
 
 def _default_column(value: int, length: int) -> np.ndarray:
@@ -548,20 +562,26 @@ class LayoutBatch:
     def __post_init__(self) -> None:
         passed = _gate_together(self)
         length = None
+        tops: dict[str, int] = {}  # the largest value of each gated column, where known without a reduction
         for name in _ARRAY_KEYS:
             column = getattr(self, name)
             if name in passed:
                 column = column.view()  # read-only, the caller's array left writable
                 column.flags.writeable = False
-            elif id(column) not in _DEFAULT_COLUMN_IDS.get(name, ()):  # a default from_arrays made passed already
-                column = _int_column(name, column, minimum=0 if name == "os" else 1)
+                tops[name] = passed[name]
+            elif id(column) in _DEFAULT_COLUMN_IDS.get(name, ()):  # a default from_arrays made passed already
+                tops[name] = int(column[0])
+            else:
+                column = _int_column(name, column, minimum=_LOWEST[name])
             if length is None:
                 length = len(column)
             elif len(column) != length:
                 raise LayoutError(f"{name}: {len(column)} values, but d has {length}: a batch holds one value "
                                   f"of each key per layout")
             object.__setattr__(self, name, column)
-        check_devices(self.d, self.t, self.cp, self.p, error=LayoutError)  # no int64 product may wrap later
+        if any(name not in tops for name in _DEVICE_KEYS) or (
+                tops["d"] * tops["t"] * tops["cp"] * tops["p"] > DEVICES_MAX):
+            check_devices(self.d, self.t, self.cp, self.p, error=LayoutError)  # no int64 product may wrap later
         object.__setattr__(self, "offset", _checked_settings(tuple(getattr(self, name) for name in _SHARED_KEYS)))
         for name in ("offset_pipeline", "recompute_pipeline"):
             pipeline = getattr(self, name)
@@ -613,12 +633,16 @@ class LayoutBatch:
             template = defaults
         else:
             raise LayoutError(f"defaults: must be a Layout or None, got {defaults!r}")
-        length = next((np.shape(value)[0] for value in given.values() if np.ndim(value) >= 1), 1)
-        columns = {name: (given[name] if np.ndim(given[name]) >= 1 else np.broadcast_to(given[name], (length,)))
+        ndim = {name: value.ndim if type(value) is np.ndarray else np.ndim(value) for name, value in given.items()}
+        length = next((np.shape(given[name])[0] for name, k in ndim.items() if k >= 1), 1)
+        columns = {name: (given[name] if ndim[name] >= 1 else np.broadcast_to(given[name], (length,)))
                    if name in given else _default_column(getattr(template, name) or 0, length)
                    for name in _ARRAY_KEYS}
         if "os" not in given and template.os is not None:
-            dp = _int_column("d", columns["d"], minimum=1)
+            dp = columns["d"]
+            if not (type(dp) is np.ndarray and dp.dtype == np.int64 and dp.ndim == 1):
+                # (an int64 column is used as it is: the batch gates it, and rejects it before this os is used)
+                dp = _int_column("d", dp, minimum=1)
             columns["os"] = _per_value(lambda d: np.where(d % template.os == 0, template.os, WHOLE_DP_GROUP), dp)
         stated = {"op": op, "grad_shard": grad_shard, "sp": sp, "fsdp": fsdp, "reshards": reshards,
                   "cp_algo": cp_algo, "s": s}
@@ -740,7 +764,8 @@ def _expert_degrees(d: Any, t: Any, cp: Any, ep: Any, etp: Any) -> tuple[np.ndar
         within_dp, t_exp_dp, d_exp_dp = True, t, d
     else:
         within_dp = d >= ep
-        t_exp_dp, d_exp_dp = np.where(within_dp, t, 1), np.where(within_dp, d // ep, d * t // ep)
+        # (one integer division of what each layout divides: the same numbers as dividing both)
+        t_exp_dp, d_exp_dp = np.where(within_dp, t, 1), np.where(within_dp, d, d * t) // ep
     if np.ndim(expert_tp) == 0 and not expert_tp:
         t_exp, d_exp = t_exp_dp, d_exp_dp
     else:
@@ -915,6 +940,8 @@ def _shared_fields(batch: LayoutBatch, network: System | None) -> dict[str, Any]
 
 def _float_column(value: Any, length: int) -> np.ndarray:
     """*value* (an array over the batch, or one value for all of it) as a fresh float64 array of *length*."""
+    if type(value) is np.ndarray and value.shape == (length,):  # the usual column
+        return value.astype(np.float64)
     array = np.asarray(value)
     return array.astype(np.float64) if array.shape == (length,) else np.full(length, array, dtype=np.float64)
 
@@ -926,8 +953,8 @@ def _all_fields(model: ModelConfig, batch: LayoutBatch, network: System | None,
     if names is not None and all(name in _FIELD_RULES for name in names):
         # Layout fields alone (a pricer that keeps the shared ones from an earlier call of the same
         # settings): nothing of the model or the run settings to assemble.
-        return {name: float(value) if compact and np.ndim(value) == 0 else _float_column(value, n)
-                for name, value in _layout_fields(model, batch, names, compact=compact).items()}
+        return {name: float(value) if compact and (type(value) is not np.ndarray or not value.ndim)
+                else _float_column(value, n) for name, value in _layout_fields(model, batch, names, compact=compact).items()}
     out: dict[str, Any] = model.fields()
     if batch.s is not None:
         out["s"] = float(batch.s)

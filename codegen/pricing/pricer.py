@@ -147,6 +147,8 @@ class _Pipelines:
     """The pipeline shapes a batch can hold: each layout's index into tables over them, and the shapes.
 
     Attributes:
+        key: what decides ``present`` (the ranges of ``p`` and ``vp``, the index's radix and the
+            batch's stage lists): a key for the tables built over them.
         index: per layout, ``p`` (``p·(max vp + 1) + vp`` when vp varies); ``None`` when every
             layout has the same pipeline.
         present: index → ``(p, vp)`` for every pipeline up to the batch's largest ``p`` (and
@@ -156,6 +158,7 @@ class _Pipelines:
 
     index: np.ndarray | None
     present: dict[int, tuple[int, int]]
+    key: tuple[Any, ...] = ()
 
     @classmethod
     def of(cls, batch: LayoutBatch, stage_counts: StageCounts,
@@ -179,7 +182,7 @@ class _Pipelines:
             present = {where[shape]: shape for shape in shapes if stage_counts(*shape) is not None}
             if known is not None:
                 known[key] = present
-        return cls(index, present)
+        return cls(index, present, key)
 
     def table(self, values: Mapping[int, float]) -> Any:
         """A weight per layout from its value per pipeline: one number when every pipeline has the same."""
@@ -270,6 +273,7 @@ class StagePricer:
         self._counts_used: dict[Any, tuple[str, ...]] = {}
         self._pipelines: dict[Any, dict[int, tuple[int, int]]] = {}
         self._value_plans: dict[Any, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {}
+        self._call_plans: dict[Any, tuple[tuple[Any, ...], frozenset[str], tuple[str, ...]]] = {}
         self._variants: dict[Any, Terms] = {}
 
     def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
@@ -314,8 +318,7 @@ class StagePricer:
             block = batch.subset(rows) if n > _BLOCK else batch
             pipelines = _Pipelines.of(block, functools.partial(self._stage_counts, block), self._pipelines)
             sums, tables = self._plan(terms, block, pipelines)
-            values = self._values(block, _needed(sums))
-            evaluated = {name: function(**{a: values[a] for a in arguments}) for name, function, arguments in _calls(sums)}
+            evaluated = self._evaluate(block, sums)
             parts = [_add([evaluated[name] for name in group]) for group in sums.names]
             _combine(parts, tables, pipelines.index, bottleneck[rows], total_sum[rows], *scratch)
         stages = None
@@ -358,8 +361,7 @@ class StagePricer:
 
     def _plan(self, terms: Terms, block: LayoutBatch, pipelines: _Pipelines) -> tuple[_Sums, _StageTables]:
         """The term groups and the weight tables for layouts of the *pipelines* present (each built once)."""
-        pipeline_key = (tuple(sorted(pipelines.present.items())), block.offset, block.offset_pipeline,
-                        block.recompute, block.recompute_pipeline)
+        pipeline_key = pipelines.key  # (the batch's offset and recompute lists included)
         stage_counts = functools.partial(self._stage_counts, block)
         counts_used = self._counts_used.get(pipeline_key)
         if counts_used is None:
@@ -413,6 +415,37 @@ class StagePricer:
         self._value_plans[shape] = ({name: value for name, value in values.items() if name not in varying},
                                     varying, _sources(varying))
         return values
+
+    def _evaluate(self, batch: LayoutBatch, sums: _Sums) -> dict[str, np.ndarray]:
+        """Each generated term the groups of *sums* add, evaluated for the layouts of *batch*.
+
+        As :meth:`_values` (whose plans decide which arguments are one number for a shape of batch),
+        and per such shape each term's shared arguments are bound once: a later call derives, binds
+        and passes only the arguments that vary per layout.
+        """
+        shape = (sums, batch.settings(),
+                 tuple(int(column[0]) if column.strides == (0,) else None
+                       for column in (getattr(batch, key) for key in ARRAY_KEYS)))
+        plan = self._call_plans.get(shape)
+        if plan is None:
+            values = self._values(batch, _needed(sums))
+            varying = frozenset(name for name, value in values.items() if isinstance(value, np.ndarray) and value.ndim)
+            calls = tuple((name, function, {a: values[a] for a in arguments if a not in varying},
+                           tuple(a for a in arguments if a in varying)) for name, function, arguments in _calls(sums))
+            if len(self._call_plans) >= 1024:
+                self._call_plans.clear()
+            self._call_plans[shape] = (calls, varying, _sources(varying))
+            return {name: function(**shared, **{a: values[a] for a in own}) for name, function, shared, own in calls}
+        calls, varying, fields = plan
+        derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
+        values = bind(Fields(derived), varying, system=self.system, ttype=self.ttype, score=self._score)
+        evaluated = {}
+        for name, function, shared, own in calls:
+            arguments = shared.copy()
+            for a in own:
+                arguments[a] = values[a]
+            evaluated[name] = function(**arguments)
+        return evaluated
 
     def _stages(self, batch: LayoutBatch, terms: Terms, outputs: Sequence[str], *, wrt: str | None = None,
                 only: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -472,7 +505,10 @@ def _add(parts: Sequence[np.ndarray]) -> np.ndarray:
     """The sum of *parts* (a new array; the first part is not written to)."""
     out = np.array(parts[0], dtype=np.float64)
     for part in parts[1:]:
-        out = np.add(out, part, out=out) if out.shape == np.broadcast_shapes(out.shape, part.shape) else out + part
+        if part.shape == out.shape or out.shape == np.broadcast_shapes(out.shape, part.shape):
+            np.add(out, part, out=out)
+        else:
+            out = out + part
     return out
 
 

@@ -245,7 +245,10 @@ def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
             continue
         if name.startswith(("zero2_", "zero3_")):
             level, _, which = name.partition("_")
-            values[name] = np.equal(f.num(f"comm_d_{which}"), float(level[-1])).astype(np.float64)
+            level_of = f.num(f"comm_d_{which}")
+            # (an array's 0/1 written straight into float64: one pass, the same numbers as astype)
+            values[name] = (np.equal(level_of, float(level[-1]), out=np.empty(level_of.shape))
+                            if isinstance(level_of, np.ndarray) else np.equal(level_of, float(level[-1])).astype(np.float64))
         elif name == "gather":
             values[name] = gather_switch(f.raw)
         elif name == "max_rank_tokens":
