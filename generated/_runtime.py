@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy
 
-__all__ = ["BLOCK", "Call", "reals", "namespace", "floats", "broadcast"]
+__all__ = ["BLOCK", "Call", "Kernel", "reals", "namespace", "floats", "broadcast"]
 
 #: The dtype of a float64 array (one object: an argument that has it is taken as it is).
 _FLOAT64 = numpy.dtype(numpy.float64)
@@ -118,6 +118,42 @@ class Call:
                 reals = [r[:n] for r in reals]
                 masks = [m[:n] for m in masks]
             yield (flat_out[start:stop], *reals, *masks, *[a[start:stop] if c else a for a, c in zip(flat, cut)])
+
+
+class Kernel:
+    """A generated function's parts (``<function>.kernel``), for a caller that evaluates it again and again
+    with the same model and run fields (the pricer).
+
+    The function itself is ``invariants`` once, then ``block`` over ``Call.blocks()``; a caller that
+    passes floats and float64 arrays of one shape (no more than ``BLOCK`` elements) may do the same
+    itself: ``passed = invariants(*widened values)`` (computed once while those values stay), then
+    ``block(out, reals…, masks…, arguments…, passed…)`` with float64 buffers of ``out``'s shape for
+    ``reals`` and boolean ones for ``masks``, under ``numpy.errstate(divide="ignore",
+    invalid="ignore")`` when ``quiet``. The numbers are the function's.
+
+    Attributes:
+        block: the statements of one block; they fill ``out`` in place.
+        reals, masks: how many float64 and boolean buffers ``block`` takes.
+        arguments: the function's arguments, in ``block``'s order.
+        passed: the names of what ``invariants`` gives, in ``block``'s order (after the arguments).
+        invariants: the values that depend on the model's and the run's fields alone, from the
+            arguments ``widened`` (None when ``passed`` is empty).
+        widened: the arguments ``invariants`` reads, in its order.
+        quiet: the function evaluates under ``errstate`` (a Piecewise: a dead branch may divide by zero).
+    """
+
+    __slots__ = ("block", "reals", "masks", "arguments", "passed", "invariants", "widened", "quiet")
+
+    def __init__(self, block, *, reals: int, masks: int, arguments: tuple[str, ...], passed: tuple[str, ...],
+                 invariants, widened: tuple[str, ...], quiet: bool) -> None:
+        self.block = block
+        self.reals = reals
+        self.masks = masks
+        self.arguments = arguments
+        self.passed = passed
+        self.invariants = invariants
+        self.widened = widened
+        self.quiet = quiet
 
 
 def reals(function: str, names: tuple[str, ...], values: tuple[object, ...]) -> tuple[object, ...]:

@@ -123,12 +123,7 @@ def collective_all_reduce_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        (inv0,) = _collective_all_reduce_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -136,43 +131,69 @@ def collective_all_reduce_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = 2*ranks - 2 -> r1
-            numpy.multiply(ranks, 2.0, out=r1)
-            numpy.subtract(r1, 2.0, out=r1)
-            # out = msg_bytes*tmp2/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1,
-            #     tmp0, numpy.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp1,
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp2, alpha_ring_ll_s + inv0*(-nodes +
-            #     ranks) + 2*(nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_ll_s, hop_net_ring_ll_s))
-            numpy.multiply(r1, msg_bytes, out=out)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.5, out=r2)
-            numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.multiply(r2, 2.0, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll_s, out=r2)
-            numpy.multiply(r1, hop_nvlink_ring_ll_s, out=r3)
-            numpy.add(r3, alpha_ring_ll_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_all_reduce_ring_ll_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_reduce_ring_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = 2*ranks - 2 -> r1
+    numpy.multiply(ranks, 2.0, out=r1)
+    numpy.subtract(r1, 2.0, out=r1)
+    # out = msg_bytes*tmp2/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
+    #     numpy.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp1, alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp2, alpha_ring_ll_s + inv0*(-nodes + ranks) + 2*(nodes -
+    #     1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
+    numpy.multiply(r1, msg_bytes, out=out)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.5, out=r2)
+    numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.multiply(r2, 2.0, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll_s, out=r2)
+    numpy.multiply(r1, hop_nvlink_ring_ll_s, out=r3)
+    numpy.add(r3, alpha_ring_ll_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_all_reduce_ring_ll_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll_time_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -230,12 +251,7 @@ def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        (inv0,) = _collective_all_reduce_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll128_time_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -243,46 +259,71 @@ def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = 2*ranks - 2 -> r1
-            numpy.multiply(ranks, 2.0, out=r1)
-            numpy.subtract(r1, 2.0, out=r1)
-            # out =
-            #     msg_bytes*tmp2/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels
-            #     , 0.92*numpy.where(tmp1, tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp1, alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp2, alpha_ring_ll128_s + inv0*(-nodes + ranks) +
-            #     2*(nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s))
-            numpy.multiply(r1, msg_bytes, out=out)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
-            numpy.minimum(r3, r0, out=r3)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.92, out=r3)
-            numpy.minimum(r2, r3, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll128_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.multiply(r2, 2.0, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll128_s, out=r2)
-            numpy.multiply(r1, hop_nvlink_ring_ll128_s, out=r3)
-            numpy.add(r3, alpha_ring_ll128_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll128_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_all_reduce_ring_ll128_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll128_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_reduce_ring_ll128_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = 2*ranks - 2 -> r1
+    numpy.multiply(ranks, 2.0, out=r1)
+    numpy.subtract(r1, 2.0, out=r1)
+    # out = msg_bytes*tmp2/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(tmp1, tmp0, numpy.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) +
+    #     numpy.where(tmp1, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp2, alpha_ring_ll128_s +
+    #     inv0*(-nodes + ranks) + 2*(nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s))
+    numpy.multiply(r1, msg_bytes, out=out)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
+    numpy.minimum(r3, r0, out=r3)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.92, out=r3)
+    numpy.minimum(r2, r3, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll128_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.multiply(r2, 2.0, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll128_s, out=r2)
+    numpy.multiply(r1, hop_nvlink_ring_ll128_s, out=r3)
+    numpy.add(r3, alpha_ring_ll128_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_all_reduce_ring_ll128_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll128_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll128_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -337,14 +378,7 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1) = _collective_all_reduce_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -352,47 +386,76 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = 2*ranks -> r0
-            numpy.multiply(ranks, 2.0, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = 2*nodes -> r1
-            numpy.multiply(nodes, 2.0, out=r1)
-            # out = msg_bytes*(tmp0 - 1.5)*numpy.where(tmp1, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp1,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*(tmp0 - 2), alpha_ring_simple_s +
-            #     inv1*(2*ranks - tmp2) + (tmp2 - 2)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_simple_s, hop_net_ring_simple_s))
-            numpy.subtract(r0, 1.5, out=out)
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-                numpy.minimum(r2, r3, out=r2)
-                numpy.divide(1.0, r2, out=r2)
-            numpy.divide(inv0, ring_channels, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
-            if not m0.all():
-                numpy.subtract(r1, 2.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_simple_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_simple_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.multiply(ranks, 2.0, out=r3)
-                numpy.subtract(r3, r1, out=r3)
-                numpy.multiply(r3, inv1, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_simple_s, out=r2)
-            numpy.subtract(r0, 2.0, out=r3)
-            numpy.multiply(r3, hop_nvlink_ring_simple_s, out=r3)
-            numpy.add(r3, alpha_ring_simple_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_ring_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_ring_simple_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_reduce_ring_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 2*ranks -> r0
+    numpy.multiply(ranks, 2.0, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = 2*nodes -> r1
+    numpy.multiply(nodes, 2.0, out=r1)
+    # out = msg_bytes*(tmp0 - 1.5)*numpy.where(tmp1, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp1, alpha_ring_simple_s
+    #     + hop_nvlink_ring_simple_s*(tmp0 - 2), alpha_ring_simple_s + inv1*(2*ranks - tmp2) + (tmp2
+    #     - 2)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))
+    numpy.subtract(r0, 1.5, out=out)
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+        numpy.minimum(r2, r3, out=r2)
+        numpy.divide(1.0, r2, out=r2)
+    numpy.divide(inv0, ring_channels, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+    if not m0.all():
+        numpy.subtract(r1, 2.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_simple_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_simple_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.multiply(ranks, 2.0, out=r3)
+        numpy.subtract(r3, r1, out=r3)
+        numpy.multiply(r3, inv1, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_simple_s, out=r2)
+    numpy.subtract(r0, 2.0, out=r3)
+    numpy.multiply(r3, hop_nvlink_ring_simple_s, out=r3)
+    numpy.add(r3, alpha_ring_simple_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_all_reduce_ring_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_simple_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_ring_simple_time_s_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
@@ -442,14 +505,7 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*hop_nvlink_tree_ll_s
-            inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_net_tree_ll_s, hop_nvlink_tree_ll_s) = _runtime.reals("collective_all_reduce_tree_ll_time_s", ("hop_net_tree_ll_s", "hop_nvlink_tree_ll_s"), (hop_net_tree_ll_s, hop_nvlink_tree_ll_s))
-            inv0 = 2*hop_nvlink_tree_ll_s
-            inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
+        (inv0, inv1) = _collective_all_reduce_tree_ll_time_s_invariants(hop_net_tree_ll_s, hop_nvlink_tree_ll_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_ll_time_s",
             ("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
@@ -457,33 +513,62 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = alpha_tree_ll_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
-            #     2*msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
-            #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used))))
-            numpy.subtract(ranks_per_node, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.multiply(r1, 0.2631578947368421, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.log(nodes, out=r1)
-            numpy.multiply(r1, inv1, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.add(out, alpha_tree_ll_s, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll_time_s_invariants(hop_net_tree_ll_s, hop_nvlink_tree_ll_s):
+    """What collective_all_reduce_tree_ll_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_nvlink_tree_ll_s
+        inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_net_tree_ll_s, hop_nvlink_tree_ll_s) = _runtime.reals("collective_all_reduce_tree_ll_time_s", ("hop_net_tree_ll_s", "hop_nvlink_tree_ll_s"), (hop_net_tree_ll_s, hop_nvlink_tree_ll_s))
+        inv0 = 2*hop_nvlink_tree_ll_s
+        inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_tree_ll_time_s_block(out, r0, r1, r2, m0, alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1):
+    """collective_all_reduce_tree_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = alpha_tree_ll_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
+    #     2*msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.2631578947368421*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
+    #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used))))
+    numpy.subtract(ranks_per_node, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.multiply(r1, 0.2631578947368421, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    numpy.multiply(r1, 2.0, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.log(nodes, out=r1)
+    numpy.multiply(r1, inv1, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.add(out, alpha_tree_ll_s, out=out)
+
+
+collective_all_reduce_tree_ll_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll_time_s_block,
+    reals=3,
+    masks=1,
+    arguments=("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_tree_ll_time_s_invariants,
+    widened=("hop_net_tree_ll_s", "hop_nvlink_tree_ll_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -535,14 +620,7 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*hop_nvlink_tree_ll128_s
-            inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s) = _runtime.reals("collective_all_reduce_tree_ll128_time_s", ("hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s"), (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s))
-            inv0 = 2*hop_nvlink_tree_ll128_s
-            inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
+        (inv0, inv1) = _collective_all_reduce_tree_ll128_time_s_invariants(hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_ll128_time_s",
             ("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
@@ -550,37 +628,66 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
             reals=4,
             masks=1,
         )
-        for out, r0, r1, r2, r3, m0, alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = alpha_tree_ll128_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
-            #     2*msg_bytes/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-            #     numpy.where(tmp0, 0.7777777777777778,
-            #     0.9375)*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
-            #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))))
-            numpy.subtract(ranks_per_node, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
-            numpy.minimum(r3, r0, out=r3)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.92, out=r3)
-            numpy.minimum(r2, r3, out=r2)
-            numpy.copyto(r3, 0.9375)
-            numpy.copyto(r3, 0.7777777777777778, where=m0)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.log(nodes, out=r1)
-            numpy.multiply(r1, inv1, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.add(out, alpha_tree_ll128_s, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_ll128_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll128_time_s_invariants(hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s):
+    """What collective_all_reduce_tree_ll128_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_nvlink_tree_ll128_s
+        inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s) = _runtime.reals("collective_all_reduce_tree_ll128_time_s", ("hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s"), (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s))
+        inv0 = 2*hop_nvlink_tree_ll128_s
+        inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_tree_ll128_time_s_block(out, r0, r1, r2, r3, m0, alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1):
+    """collective_all_reduce_tree_ll128_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = alpha_tree_ll128_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
+    #     2*msg_bytes/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
+    #     numpy.where(tmp0, 0.7777777777777778,
+    #     0.9375)*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
+    #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))))
+    numpy.subtract(ranks_per_node, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
+    numpy.minimum(r3, r0, out=r3)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.92, out=r3)
+    numpy.minimum(r2, r3, out=r2)
+    numpy.copyto(r3, 0.9375)
+    numpy.copyto(r3, 0.7777777777777778, where=m0)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    numpy.multiply(r1, 2.0, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.log(nodes, out=r1)
+    numpy.multiply(r1, inv1, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.add(out, alpha_tree_ll128_s, out=out)
+
+
+collective_all_reduce_tree_ll128_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll128_time_s_block,
+    reals=4,
+    masks=1,
+    arguments=("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_tree_ll128_time_s_invariants,
+    widened=("hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
@@ -628,14 +735,7 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*hop_nvlink_tree_simple_s
-            inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_net_tree_simple_s, hop_nvlink_tree_simple_s) = _runtime.reals("collective_all_reduce_tree_simple_time_s", ("hop_net_tree_simple_s", "hop_nvlink_tree_simple_s"), (hop_net_tree_simple_s, hop_nvlink_tree_simple_s))
-            inv0 = 2*hop_nvlink_tree_simple_s
-            inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
+        (inv0, inv1) = _collective_all_reduce_tree_simple_time_s_invariants(hop_net_tree_simple_s, hop_nvlink_tree_simple_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_simple_time_s",
             ("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
@@ -643,30 +743,59 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = alpha_tree_simple_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
-            #     2*msg_bytes/numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
-            #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used)))
-            numpy.subtract(ranks_per_node, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.log(nodes, out=r1)
-            numpy.multiply(r1, inv1, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.add(out, alpha_tree_simple_s, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_simple_time_s_invariants(hop_net_tree_simple_s, hop_nvlink_tree_simple_s):
+    """What collective_all_reduce_tree_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_nvlink_tree_simple_s
+        inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_net_tree_simple_s, hop_nvlink_tree_simple_s) = _runtime.reals("collective_all_reduce_tree_simple_time_s", ("hop_net_tree_simple_s", "hop_nvlink_tree_simple_s"), (hop_net_tree_simple_s, hop_nvlink_tree_simple_s))
+        inv0 = 2*hop_nvlink_tree_simple_s
+        inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_tree_simple_time_s_block(out, r0, r1, r2, m0, alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1):
+    """collective_all_reduce_tree_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = alpha_tree_simple_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
+    #     2*msg_bytes/numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
+    #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used)))
+    numpy.subtract(ranks_per_node, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    numpy.multiply(r1, 2.0, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.log(nodes, out=r1)
+    numpy.multiply(r1, inv1, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.add(out, alpha_tree_simple_s, out=out)
+
+
+collective_all_reduce_tree_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_simple_time_s_block,
+    reals=3,
+    masks=1,
+    arguments=("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_tree_simple_time_s_invariants,
+    widened=("hop_net_tree_simple_s", "hop_nvlink_tree_simple_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -716,12 +845,6 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_all_reduce_nvls_simple_time_s", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_reduce_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -729,40 +852,56 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             reals=5,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = 2*tmp0 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
-            #     msg_bytes*tmp2/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
-            #     nvls_efficiency*tmp2*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/ranks))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.multiply(r2, msg_bytes, out=r0)
-            numpy.multiply(ranks, ranks, out=r3)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r4)
-            numpy.multiply(r4, r2, out=r4)
-            numpy.multiply(r4, nvls_efficiency, out=r4)
-            numpy.divide(r4, ranks, out=r4)
-            numpy.minimum(r4, nvls_channel_max_bw_bytes_per_s, out=r4)
-            numpy.minimum(r4, r1, out=r4)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.divide(r0, r3, out=r0)
-            numpy.add(r0, hop_nvlink_nvls_s, out=r0)
-            numpy.copyto(out, r0, where=m1)
+        for block in call.blocks():
+            _collective_all_reduce_nvls_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_nvls_simple_time_s_block(out, r0, r1, r2, r3, r4, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_all_reduce_nvls_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = 2*tmp0 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))), hop_nvlink_nvls_s +
+    #     msg_bytes*tmp2/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     numpy.minimum(tmp1, nvls_efficiency*tmp2*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/ranks))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.multiply(r2, msg_bytes, out=r0)
+    numpy.multiply(ranks, ranks, out=r3)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r4)
+    numpy.multiply(r4, r2, out=r4)
+    numpy.multiply(r4, nvls_efficiency, out=r4)
+    numpy.divide(r4, ranks, out=r4)
+    numpy.minimum(r4, nvls_channel_max_bw_bytes_per_s, out=r4)
+    numpy.minimum(r4, r1, out=r4)
+    numpy.multiply(r3, r4, out=r3)
+    numpy.divide(r0, r3, out=r0)
+    numpy.add(r0, hop_nvlink_nvls_s, out=r0)
+    numpy.copyto(out, r0, where=m1)
+
+
+collective_all_reduce_nvls_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_nvls_simple_time_s_block,
+    reals=5,
+    masks=3,
+    arguments=("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -880,14 +1019,7 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 2/numpy.log(2)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 2/numpy.log(2)
+        (inv0, inv1) = _collective_all_reduce_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_hierarchical_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
@@ -895,146 +1027,173 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
             reals=21,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = inv0/ring_channels -> r1
-            numpy.divide(inv0, ring_channels, out=r1)
-            # tmp3 = msg_bytes/ranks_per_node -> r2
-            numpy.divide(msg_bytes, ranks_per_node, out=r2)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = tmp0*tmp3 -> r4
-            numpy.multiply(r0, r2, out=r4)
-            # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
-            # tmp7 = inv1*numpy.log(nodes) -> r6
-            numpy.log(nodes, out=r6)
-            numpy.multiply(r6, inv1, out=r6)
-            # tmp8 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
-            numpy.divide(r7, ranks_per_node, out=r7)
-            numpy.minimum(r7, r3, out=r7)
-            # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
-            numpy.copyto(r8, r7)
-            numpy.copyto(r8, r3, where=m0)
-            # tmp11 = 0.92*tmp10 -> r9
-            numpy.multiply(r8, 0.92, out=r9)
-            # tmp12 = numpy.minimum(tmp11, ring_channels*tree_channel_max_bw_bytes_per_s) -> r10
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r10)
-            numpy.minimum(r10, r9, out=r10)
-            # tmp13 = 2*tmp3 -> r11
-            numpy.multiply(r2, 2.0, out=r11)
-            # tmp14 = 2*nodes -> r12
-            numpy.multiply(nodes, 2.0, out=r12)
-            # tmp15 = tmp14 - 2 -> r13
-            numpy.subtract(r12, 2.0, out=r13)
-            # tmp16 = tmp3/nodes -> r14
-            numpy.divide(r2, nodes, out=r14)
-            # tmp17 = tmp15*tmp16 -> r15
-            numpy.multiply(r13, r14, out=r15)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp3*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 +
-            #     tmp5/numpy.minimum(tmp6, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
-            #     tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) +
-            #     numpy.minimum(alpha_tree_simple_s + hop_net_tree_simple_s*tmp7 + tmp13/tmp12,
-            #     numpy.minimum(alpha_tree_ll_s + hop_net_tree_ll_s*tmp7 +
-            #     tmp13/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp12),
-            #     numpy.minimum(alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp7 +
-            #     tmp13/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-            #     tmp12*numpy.where(tmp8, 0.7777777777777778, 0.9375)),
-            #     numpy.minimum(tmp17/numpy.minimum(tmp11, tmp6) + numpy.where(tmp8,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15, alpha_ring_ll128_s +
-            #     hop_net_tree_ll128_s*tmp15),
-            #     numpy.minimum(tmp17/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) +
-            #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp15), tmp16*(tmp14 - 1.5)*numpy.where(tmp8, tmp1, 1/tmp9) +
-            #     numpy.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15,
-            #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp15)))))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m1)
-            numpy.greater(ranks_per_node, 1.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r16)
-            numpy.subtract(ranks_per_node, 0.5, out=r17)
-            numpy.multiply(r17, r1, out=r17)
-            numpy.multiply(r17, r2, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(r16, alpha_ring_simple_s, out=r16)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r17)
-            numpy.multiply(r3, 0.92, out=r18)
-            numpy.minimum(r18, r5, out=r18)
-            numpy.divide(r4, r18, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.add(r17, alpha_ring_ll128_s, out=r17)
-            numpy.minimum(r16, r17, out=r16)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r17)
-            numpy.multiply(r3, 0.5, out=r18)
-            numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
-            numpy.divide(r4, r18, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.add(r17, alpha_ring_ll_s, out=r17)
-            numpy.minimum(r16, r17, out=r16)
-            numpy.multiply(r16, 2.0, out=r16)
-            numpy.divide(r11, r10, out=r17)
-            numpy.multiply(r6, hop_net_tree_simple_s, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.add(r17, alpha_tree_simple_s, out=r17)
-            numpy.multiply(r10, 0.2631578947368421, out=r18)
-            numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
-            numpy.divide(r11, r18, out=r18)
-            numpy.multiply(r6, hop_net_tree_ll_s, out=r19)
-            numpy.add(r18, r19, out=r18)
-            numpy.add(r18, alpha_tree_ll_s, out=r18)
-            numpy.minimum(r17, r18, out=r17)
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r18)
-            numpy.copyto(r19, 0.9375)
-            numpy.copyto(r19, 0.7777777777777778, where=m0)
-            numpy.multiply(r19, r10, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.divide(r11, r18, out=r18)
-            numpy.multiply(r6, hop_net_tree_ll128_s, out=r19)
-            numpy.add(r18, r19, out=r18)
-            numpy.add(r18, alpha_tree_ll128_s, out=r18)
-            numpy.minimum(r17, r18, out=r17)
-            numpy.minimum(r9, r5, out=r18)
-            numpy.divide(r15, r18, out=r18)
-            numpy.multiply(r13, hop_net_tree_ll128_s, out=r19)
-            numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r20)
-            numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(r17, r18, out=r17)
-            numpy.multiply(r8, 0.5, out=r18)
-            numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
-            numpy.divide(r15, r18, out=r18)
-            numpy.multiply(r13, hop_net_tree_ll_s, out=r19)
-            numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r20)
-            numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(r17, r18, out=r17)
-            numpy.subtract(r12, 1.5, out=r18)
-            numpy.divide(1.0, r7, out=r19)
-            numpy.copyto(r19, r1, where=m0)
-            numpy.multiply(r18, r19, out=r18)
-            numpy.multiply(r18, r14, out=r18)
-            numpy.multiply(r13, hop_net_tree_simple_s, out=r19)
-            numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r20)
-            numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(r17, r18, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.copyto(out, r16, where=m1)
+        for block in call.blocks():
+            _collective_all_reduce_hierarchical_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_hierarchical_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 2/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 2/numpy.log(2)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_hierarchical_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1):
+    """collective_all_reduce_hierarchical_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = inv0/ring_channels -> r1
+    numpy.divide(inv0, ring_channels, out=r1)
+    # tmp3 = msg_bytes/ranks_per_node -> r2
+    numpy.divide(msg_bytes, ranks_per_node, out=r2)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = tmp0*tmp3 -> r4
+    numpy.multiply(r0, r2, out=r4)
+    # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
+    # tmp7 = inv1*numpy.log(nodes) -> r6
+    numpy.log(nodes, out=r6)
+    numpy.multiply(r6, inv1, out=r6)
+    # tmp8 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
+    numpy.divide(r7, ranks_per_node, out=r7)
+    numpy.minimum(r7, r3, out=r7)
+    # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
+    numpy.copyto(r8, r7)
+    numpy.copyto(r8, r3, where=m0)
+    # tmp11 = 0.92*tmp10 -> r9
+    numpy.multiply(r8, 0.92, out=r9)
+    # tmp12 = numpy.minimum(tmp11, ring_channels*tree_channel_max_bw_bytes_per_s) -> r10
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r10)
+    numpy.minimum(r10, r9, out=r10)
+    # tmp13 = 2*tmp3 -> r11
+    numpy.multiply(r2, 2.0, out=r11)
+    # tmp14 = 2*nodes -> r12
+    numpy.multiply(nodes, 2.0, out=r12)
+    # tmp15 = tmp14 - 2 -> r13
+    numpy.subtract(r12, 2.0, out=r13)
+    # tmp16 = tmp3/nodes -> r14
+    numpy.divide(r2, nodes, out=r14)
+    # tmp17 = tmp15*tmp16 -> r15
+    numpy.multiply(r13, r14, out=r15)
+    # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node,
+    #     1)), 2*numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 +
+    #     tmp1*tmp3*(ranks_per_node - 0.5), numpy.minimum(alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp0 + tmp5/numpy.minimum(tmp6, 0.92*tmp4), alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp0 + tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) +
+    #     numpy.minimum(alpha_tree_simple_s + hop_net_tree_simple_s*tmp7 + tmp13/tmp12,
+    #     numpy.minimum(alpha_tree_ll_s + hop_net_tree_ll_s*tmp7 +
+    #     tmp13/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp12),
+    #     numpy.minimum(alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp7 +
+    #     tmp13/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
+    #     tmp12*numpy.where(tmp8, 0.7777777777777778, 0.9375)),
+    #     numpy.minimum(tmp17/numpy.minimum(tmp11, tmp6) + numpy.where(tmp8, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp15, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp15),
+    #     numpy.minimum(tmp17/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) + numpy.where(tmp8,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15, alpha_ring_ll_s + hop_net_tree_ll_s*tmp15),
+    #     tmp16*(tmp14 - 1.5)*numpy.where(tmp8, tmp1, 1/tmp9) + numpy.where(tmp8,
+    #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15, alpha_ring_simple_s +
+    #     hop_net_tree_simple_s*tmp15)))))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m1)
+    numpy.greater(ranks_per_node, 1.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r16)
+    numpy.subtract(ranks_per_node, 0.5, out=r17)
+    numpy.multiply(r17, r1, out=r17)
+    numpy.multiply(r17, r2, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.add(r16, alpha_ring_simple_s, out=r16)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r17)
+    numpy.multiply(r3, 0.92, out=r18)
+    numpy.minimum(r18, r5, out=r18)
+    numpy.divide(r4, r18, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.add(r17, alpha_ring_ll128_s, out=r17)
+    numpy.minimum(r16, r17, out=r16)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r17)
+    numpy.multiply(r3, 0.5, out=r18)
+    numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
+    numpy.divide(r4, r18, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.add(r17, alpha_ring_ll_s, out=r17)
+    numpy.minimum(r16, r17, out=r16)
+    numpy.multiply(r16, 2.0, out=r16)
+    numpy.divide(r11, r10, out=r17)
+    numpy.multiply(r6, hop_net_tree_simple_s, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.add(r17, alpha_tree_simple_s, out=r17)
+    numpy.multiply(r10, 0.2631578947368421, out=r18)
+    numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
+    numpy.divide(r11, r18, out=r18)
+    numpy.multiply(r6, hop_net_tree_ll_s, out=r19)
+    numpy.add(r18, r19, out=r18)
+    numpy.add(r18, alpha_tree_ll_s, out=r18)
+    numpy.minimum(r17, r18, out=r17)
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r18)
+    numpy.copyto(r19, 0.9375)
+    numpy.copyto(r19, 0.7777777777777778, where=m0)
+    numpy.multiply(r19, r10, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.divide(r11, r18, out=r18)
+    numpy.multiply(r6, hop_net_tree_ll128_s, out=r19)
+    numpy.add(r18, r19, out=r18)
+    numpy.add(r18, alpha_tree_ll128_s, out=r18)
+    numpy.minimum(r17, r18, out=r17)
+    numpy.minimum(r9, r5, out=r18)
+    numpy.divide(r15, r18, out=r18)
+    numpy.multiply(r13, hop_net_tree_ll128_s, out=r19)
+    numpy.add(r19, alpha_ring_ll128_s, out=r19)
+    numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r20)
+    numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.copyto(r19, r20, where=m0)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(r17, r18, out=r17)
+    numpy.multiply(r8, 0.5, out=r18)
+    numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
+    numpy.divide(r15, r18, out=r18)
+    numpy.multiply(r13, hop_net_tree_ll_s, out=r19)
+    numpy.add(r19, alpha_ring_ll_s, out=r19)
+    numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r20)
+    numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.copyto(r19, r20, where=m0)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(r17, r18, out=r17)
+    numpy.subtract(r12, 1.5, out=r18)
+    numpy.divide(1.0, r7, out=r19)
+    numpy.copyto(r19, r1, where=m0)
+    numpy.multiply(r18, r19, out=r18)
+    numpy.multiply(r18, r14, out=r18)
+    numpy.multiply(r13, hop_net_tree_simple_s, out=r19)
+    numpy.add(r19, alpha_ring_simple_s, out=r19)
+    numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r20)
+    numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.copyto(r19, r20, where=m0)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(r17, r18, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.copyto(out, r16, where=m1)
+
+
+collective_all_reduce_hierarchical_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_hierarchical_time_s_block,
+    reals=21,
+    masks=3,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_hierarchical_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -1227,24 +1386,7 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2/numpy.log(2)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = 2*nvls_efficiency
-            inv4 = numpy.greater(nvls, 0)
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
-            inv0 = 2/numpy.log(2)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = 2*nvls_efficiency
-            inv4 = numpy.greater(nvls, 0)
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1, inv2, inv3, inv5, inv6) = _collective_all_reduce_nccl_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_nccl_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
@@ -1252,282 +1394,319 @@ def collective_all_reduce_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             reals=39,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
-            # inv4_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = 2*tmp0 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp2 = ring_channels*tree_channel_max_bw_bytes_per_s -> r2
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
-            numpy.minimum(r3, r4, out=r5)
-            # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
-            numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m1)
-            # tmp8 = 0.92*tmp7 -> r7
-            numpy.multiply(r6, 0.92, out=r7)
-            # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
-            numpy.minimum(r2, r7, out=r8)
-            # tmp10 = 2*msg_bytes -> r9
-            numpy.multiply(msg_bytes, 2.0, out=r9)
-            # tmp11 = inv0*numpy.log(nodes) -> r10
-            numpy.log(nodes, out=r10)
-            numpy.multiply(r10, inv0, out=r10)
-            # tmp12 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp11 -> r11
-            numpy.multiply(r10, hop_net_tree_simple_s, out=r11)
-            numpy.add(r11, alpha_tree_simple_s, out=r11)
-            # tmp13 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp11 -> r12
-            numpy.multiply(r10, hop_net_tree_ll_s, out=r12)
-            numpy.add(r12, alpha_tree_ll_s, out=r12)
-            # tmp14 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r13
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
-            # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
-            numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m1)
-            # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
-            numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
-            numpy.add(r15, alpha_tree_ll128_s, out=r15)
-            # tmp17 = ranks - 1 -> r10
-            numpy.subtract(ranks, 1.0, out=r10)
-            # tmp18 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp17) -> r16
-            numpy.maximum(1.0, r10, out=r16)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r16, out=r16)
-            # tmp20 = 2*ranks -> r17
-            numpy.multiply(ranks, 2.0, out=r17)
-            # tmp21 = tmp20 - 2 -> r18
-            numpy.subtract(r17, 2.0, out=r18)
-            # tmp22 = msg_bytes*tmp21 -> r19
-            numpy.multiply(r18, msg_bytes, out=r19)
-            # tmp23 = tmp22/ranks -> r20
-            numpy.divide(r19, ranks, out=r20)
-            # tmp24 = 2*nodes -> r21
-            numpy.multiply(nodes, 2.0, out=r21)
-            # tmp25 = 2*ranks - tmp24 -> r22
-            numpy.multiply(ranks, 2.0, out=r22)
-            numpy.subtract(r22, r21, out=r22)
-            # tmp26 = tmp24 - 2 -> r23
-            numpy.subtract(r21, 2.0, out=r23)
-            # tmp27 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r24)
-            # tmp29 = inv1/ring_channels -> r25
-            numpy.divide(inv1, ring_channels, out=r25)
-            # tmp31 = msg_bytes/ranks_per_node -> r26
-            numpy.divide(msg_bytes, ranks_per_node, out=r26)
-            # tmp32 = tmp0*tmp31 -> r27
-            numpy.multiply(r0, r26, out=r27)
-            # tmp33 = numpy.minimum(tmp3, tmp5/ranks_per_node) -> r28
-            numpy.divide(r4, ranks_per_node, out=r28)
-            numpy.minimum(r28, r3, out=r28)
-            # tmp34 = numpy.where(tmp4, tmp3, tmp33) -> r4
-            numpy.copyto(r4, r28)
-            numpy.copyto(r4, r3, where=m1)
-            # tmp35 = 0.92*tmp34 -> r29
-            numpy.multiply(r4, 0.92, out=r29)
-            # tmp36 = numpy.minimum(tmp2, tmp35) -> r30
-            numpy.minimum(r2, r29, out=r30)
-            # tmp37 = tmp10/ranks_per_node -> r2
-            numpy.divide(r9, ranks_per_node, out=r2)
-            # tmp38 = tmp31/nodes -> r31
-            numpy.divide(r26, nodes, out=r31)
-            # tmp39 = tmp26*tmp38 -> r32
-            numpy.multiply(r23, r31, out=r32)
-            # out = numpy.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12,
-            #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/numpy.minimum(tmp14,
-            #     tmp15*tmp9) + tmp16, numpy.minimum(hop_nvlink_tree_ll_s*tmp1 +
-            #     tmp10/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13,
-            #     numpy.minimum(tmp23/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s +
-            #     inv2*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
-            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
-            #     tmp22/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf),
-            #     numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s +
-            #     inv5*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(msg_bytes*(tmp20 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks +
-            #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21,
-            #     alpha_ring_simple_s + inv6*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 +
-            #     tmp32/numpy.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0
-            #     + tmp32/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + numpy.minimum(tmp12 +
-            #     tmp37/tmp36, numpy.minimum(tmp13 + tmp37/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*tmp36), numpy.minimum(tmp16 + tmp37/numpy.minimum(tmp14,
-            #     tmp15*tmp36), numpy.minimum(tmp39/numpy.minimum(tmp28, tmp35) + numpy.where(tmp4,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp26, alpha_ring_ll128_s +
-            #     hop_net_tree_ll128_s*tmp26),
-            #     numpy.minimum(tmp39/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp34) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp26, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp26), tmp38*(tmp24 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp33) +
-            #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp26,
-            #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp26)))))), numpy.inf))))))))
-            numpy.multiply(r1, hop_nvlink_tree_simple_s, out=out)
-            numpy.divide(r9, r8, out=r33)
-            numpy.add(out, r33, out=out)
-            numpy.add(out, r11, out=out)
-            numpy.multiply(r1, hop_nvlink_tree_ll128_s, out=r33)
-            numpy.multiply(r14, r8, out=r34)
-            numpy.minimum(r34, r13, out=r34)
-            numpy.divide(r9, r34, out=r34)
-            numpy.add(r33, r34, out=r33)
-            numpy.add(r33, r15, out=r33)
-            numpy.minimum(out, r33, out=out)
-            numpy.multiply(r1, hop_nvlink_tree_ll_s, out=r33)
-            numpy.multiply(r8, 0.2631578947368421, out=r34)
-            numpy.minimum(r34, ll_max_bw_bytes_per_s, out=r34)
-            numpy.divide(r9, r34, out=r34)
-            numpy.add(r33, r34, out=r33)
-            numpy.add(r33, r12, out=r33)
-            numpy.minimum(out, r33, out=out)
-            numpy.minimum(r24, r7, out=r33)
-            numpy.divide(r20, r33, out=r33)
-            if not m1.all():
-                numpy.multiply(inv2, r22, out=r34)
-                numpy.copyto(r35, hop_net_ring_ll128_s)
-                numpy.copyto(r35, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r35, r23, out=r35)
-                numpy.add(r34, r35, out=r34)
-                numpy.add(r34, alpha_ring_ll128_s, out=r34)
-            numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r35)
-            numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.copyto(r34, r35, where=m1)
-            numpy.add(r33, r34, out=r33)
-            numpy.minimum(out, r33, out=out)
-            numpy.copyto(r33, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(ranks, ranks, out=r34)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r35)
-            numpy.multiply(r35, inv3, out=r35)
-            numpy.multiply(r35, r10, out=r35)
-            numpy.divide(r35, ranks, out=r35)
-            numpy.minimum(r35, nvls_channel_max_bw_bytes_per_s, out=r35)
-            numpy.minimum(r35, r16, out=r35)
-            numpy.multiply(r34, r35, out=r34)
-            numpy.divide(r19, r34, out=r34)
-            numpy.add(r34, hop_nvlink_nvls_s, out=r34)
-            numpy.copyto(r33, r34, where=m3)
-            numpy.minimum(out, r33, out=out)
-            numpy.multiply(r6, 0.5, out=r33)
-            numpy.minimum(r33, ll_max_bw_bytes_per_s, out=r33)
-            numpy.divide(r20, r33, out=r33)
-            if not m1.all():
-                numpy.multiply(inv5, r22, out=r34)
-                numpy.copyto(r35, hop_net_ring_ll_s)
-                numpy.copyto(r35, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r35, r23, out=r35)
-                numpy.add(r34, r35, out=r34)
-                numpy.add(r34, alpha_ring_ll_s, out=r34)
-            numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r35)
-            numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.copyto(r34, r35, where=m1)
-            numpy.add(r33, r34, out=r33)
-            numpy.minimum(out, r33, out=out)
-            numpy.subtract(r17, 1.5, out=r33)
-            numpy.divide(1.0, r5, out=r34)
-            numpy.copyto(r34, r25, where=m1)
-            numpy.multiply(r33, r34, out=r33)
-            numpy.multiply(r33, msg_bytes, out=r33)
-            numpy.divide(r33, ranks, out=r33)
-            if not m1.all():
-                numpy.multiply(inv6, r22, out=r34)
-                numpy.copyto(r35, hop_net_ring_simple_s)
-                numpy.copyto(r35, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r35, r23, out=r35)
-                numpy.add(r34, r35, out=r34)
-                numpy.add(r34, alpha_ring_simple_s, out=r34)
-            numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r35)
-            numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.copyto(r34, r35, where=m1)
-            numpy.add(r33, r34, out=r33)
-            numpy.minimum(out, r33, out=out)
-            numpy.copyto(r33, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r34)
-            numpy.subtract(ranks_per_node, 0.5, out=r35)
-            numpy.multiply(r35, r25, out=r35)
-            numpy.multiply(r35, r26, out=r35)
-            numpy.add(r34, r35, out=r34)
-            numpy.add(r34, alpha_ring_simple_s, out=r34)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r35)
-            numpy.multiply(r3, 0.92, out=r36)
-            numpy.minimum(r36, r24, out=r36)
-            numpy.divide(r27, r36, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r35)
-            numpy.multiply(r3, 0.5, out=r36)
-            numpy.minimum(r36, ll_max_bw_bytes_per_s, out=r36)
-            numpy.divide(r27, r36, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.multiply(r34, 2.0, out=r34)
-            numpy.divide(r2, r30, out=r35)
-            numpy.add(r35, r11, out=r35)
-            numpy.multiply(r30, 0.2631578947368421, out=r36)
-            numpy.minimum(r36, ll_max_bw_bytes_per_s, out=r36)
-            numpy.divide(r2, r36, out=r36)
-            numpy.add(r36, r12, out=r36)
-            numpy.minimum(r35, r36, out=r35)
-            numpy.multiply(r14, r30, out=r36)
-            numpy.minimum(r36, r13, out=r36)
-            numpy.divide(r2, r36, out=r36)
-            numpy.add(r36, r15, out=r36)
-            numpy.minimum(r35, r36, out=r35)
-            numpy.minimum(r24, r29, out=r36)
-            numpy.divide(r32, r36, out=r36)
-            numpy.multiply(r23, hop_net_tree_ll128_s, out=r37)
-            numpy.add(r37, alpha_ring_ll128_s, out=r37)
-            numpy.multiply(r23, hop_nvlink_ring_ll128_s, out=r38)
-            numpy.add(r38, alpha_ring_ll128_s, out=r38)
-            numpy.copyto(r37, r38, where=m1)
-            numpy.add(r36, r37, out=r36)
-            numpy.minimum(r35, r36, out=r35)
-            numpy.multiply(r4, 0.5, out=r36)
-            numpy.minimum(r36, ll_max_bw_bytes_per_s, out=r36)
-            numpy.divide(r32, r36, out=r36)
-            numpy.multiply(r23, hop_net_tree_ll_s, out=r37)
-            numpy.add(r37, alpha_ring_ll_s, out=r37)
-            numpy.multiply(r23, hop_nvlink_ring_ll_s, out=r38)
-            numpy.add(r38, alpha_ring_ll_s, out=r38)
-            numpy.copyto(r37, r38, where=m1)
-            numpy.add(r36, r37, out=r36)
-            numpy.minimum(r35, r36, out=r35)
-            numpy.subtract(r21, 1.5, out=r36)
-            numpy.divide(1.0, r28, out=r37)
-            numpy.copyto(r37, r25, where=m1)
-            numpy.multiply(r36, r37, out=r36)
-            numpy.multiply(r36, r31, out=r36)
-            numpy.multiply(r23, hop_net_tree_simple_s, out=r37)
-            numpy.add(r37, alpha_ring_simple_s, out=r37)
-            numpy.multiply(r23, hop_nvlink_ring_simple_s, out=r38)
-            numpy.add(r38, alpha_ring_simple_s, out=r38)
-            numpy.copyto(r37, r38, where=m1)
-            numpy.add(r36, r37, out=r36)
-            numpy.minimum(r35, r36, out=r35)
-            numpy.add(r34, r35, out=r34)
-            numpy.copyto(r33, r34, where=m3)
-            numpy.minimum(out, r33, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_nccl_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_nccl_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_nccl_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2/numpy.log(2)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv3 = 2*nvls_efficiency
+        inv4 = numpy.greater(nvls, 0)
+        inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
+        inv0 = 2/numpy.log(2)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv3 = 2*nvls_efficiency
+        inv4 = numpy.greater(nvls, 0)
+        inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1, inv2, inv3, inv5, inv6)
+
+
+def _collective_all_reduce_nccl_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6):
+    """collective_all_reduce_nccl_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv4_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = 2*tmp0 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp2 = ring_channels*tree_channel_max_bw_bytes_per_s -> r2
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp4 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
+    numpy.minimum(r3, r4, out=r5)
+    # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
+    numpy.copyto(r6, r5)
+    numpy.copyto(r6, r3, where=m1)
+    # tmp8 = 0.92*tmp7 -> r7
+    numpy.multiply(r6, 0.92, out=r7)
+    # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
+    numpy.minimum(r2, r7, out=r8)
+    # tmp10 = 2*msg_bytes -> r9
+    numpy.multiply(msg_bytes, 2.0, out=r9)
+    # tmp11 = inv0*numpy.log(nodes) -> r10
+    numpy.log(nodes, out=r10)
+    numpy.multiply(r10, inv0, out=r10)
+    # tmp12 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp11 -> r11
+    numpy.multiply(r10, hop_net_tree_simple_s, out=r11)
+    numpy.add(r11, alpha_tree_simple_s, out=r11)
+    # tmp13 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp11 -> r12
+    numpy.multiply(r10, hop_net_tree_ll_s, out=r12)
+    numpy.add(r12, alpha_tree_ll_s, out=r12)
+    # tmp14 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r13
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
+    # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
+    numpy.copyto(r14, 0.9375)
+    numpy.copyto(r14, 0.7777777777777778, where=m1)
+    # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
+    numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
+    numpy.add(r15, alpha_tree_ll128_s, out=r15)
+    # tmp17 = ranks - 1 -> r10
+    numpy.subtract(ranks, 1.0, out=r10)
+    # tmp18 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp17) -> r16
+    numpy.maximum(1.0, r10, out=r16)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r16, out=r16)
+    # tmp20 = 2*ranks -> r17
+    numpy.multiply(ranks, 2.0, out=r17)
+    # tmp21 = tmp20 - 2 -> r18
+    numpy.subtract(r17, 2.0, out=r18)
+    # tmp22 = msg_bytes*tmp21 -> r19
+    numpy.multiply(r18, msg_bytes, out=r19)
+    # tmp23 = tmp22/ranks -> r20
+    numpy.divide(r19, ranks, out=r20)
+    # tmp24 = 2*nodes -> r21
+    numpy.multiply(nodes, 2.0, out=r21)
+    # tmp25 = 2*ranks - tmp24 -> r22
+    numpy.multiply(ranks, 2.0, out=r22)
+    numpy.subtract(r22, r21, out=r22)
+    # tmp26 = tmp24 - 2 -> r23
+    numpy.subtract(r21, 2.0, out=r23)
+    # tmp27 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r24)
+    # tmp29 = inv1/ring_channels -> r25
+    numpy.divide(inv1, ring_channels, out=r25)
+    # tmp31 = msg_bytes/ranks_per_node -> r26
+    numpy.divide(msg_bytes, ranks_per_node, out=r26)
+    # tmp32 = tmp0*tmp31 -> r27
+    numpy.multiply(r0, r26, out=r27)
+    # tmp33 = numpy.minimum(tmp3, tmp5/ranks_per_node) -> r28
+    numpy.divide(r4, ranks_per_node, out=r28)
+    numpy.minimum(r28, r3, out=r28)
+    # tmp34 = numpy.where(tmp4, tmp3, tmp33) -> r4
+    numpy.copyto(r4, r28)
+    numpy.copyto(r4, r3, where=m1)
+    # tmp35 = 0.92*tmp34 -> r29
+    numpy.multiply(r4, 0.92, out=r29)
+    # tmp36 = numpy.minimum(tmp2, tmp35) -> r30
+    numpy.minimum(r2, r29, out=r30)
+    # tmp37 = tmp10/ranks_per_node -> r2
+    numpy.divide(r9, ranks_per_node, out=r2)
+    # tmp38 = tmp31/nodes -> r31
+    numpy.divide(r26, nodes, out=r31)
+    # tmp39 = tmp26*tmp38 -> r32
+    numpy.multiply(r23, r31, out=r32)
+    # out = numpy.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12,
+    #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/numpy.minimum(tmp14, tmp15*tmp9) +
+    #     tmp16, numpy.minimum(hop_nvlink_tree_ll_s*tmp1 +
+    #     tmp10/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13,
+    #     numpy.minimum(tmp23/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s + inv2*tmp25 + tmp26*numpy.where(tmp27,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
+    #     numpy.minimum(numpy.where(numpy.logical_and(inv4_mask, numpy.logical_and(tmp4,
+    #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+    #     tmp22/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp18,
+    #     inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), numpy.inf),
+    #     numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s + inv5*tmp25 +
+    #     tmp26*numpy.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(msg_bytes*(tmp20 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks +
+    #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21,
+    #     alpha_ring_simple_s + inv6*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
+    #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 +
+    #     tmp32/numpy.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
+    #     tmp32/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + numpy.minimum(tmp12 +
+    #     tmp37/tmp36, numpy.minimum(tmp13 + tmp37/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.2631578947368421*tmp36), numpy.minimum(tmp16 + tmp37/numpy.minimum(tmp14, tmp15*tmp36),
+    #     numpy.minimum(tmp39/numpy.minimum(tmp28, tmp35) + numpy.where(tmp4, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp26, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp26),
+    #     numpy.minimum(tmp39/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp34) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp26, alpha_ring_ll_s + hop_net_tree_ll_s*tmp26),
+    #     tmp38*(tmp24 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp33) + numpy.where(tmp4,
+    #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp26, alpha_ring_simple_s +
+    #     hop_net_tree_simple_s*tmp26)))))), numpy.inf))))))))
+    numpy.multiply(r1, hop_nvlink_tree_simple_s, out=out)
+    numpy.divide(r9, r8, out=r33)
+    numpy.add(out, r33, out=out)
+    numpy.add(out, r11, out=out)
+    numpy.multiply(r1, hop_nvlink_tree_ll128_s, out=r33)
+    numpy.multiply(r14, r8, out=r34)
+    numpy.minimum(r34, r13, out=r34)
+    numpy.divide(r9, r34, out=r34)
+    numpy.add(r33, r34, out=r33)
+    numpy.add(r33, r15, out=r33)
+    numpy.minimum(out, r33, out=out)
+    numpy.multiply(r1, hop_nvlink_tree_ll_s, out=r33)
+    numpy.multiply(r8, 0.2631578947368421, out=r34)
+    numpy.minimum(r34, ll_max_bw_bytes_per_s, out=r34)
+    numpy.divide(r9, r34, out=r34)
+    numpy.add(r33, r34, out=r33)
+    numpy.add(r33, r12, out=r33)
+    numpy.minimum(out, r33, out=out)
+    numpy.minimum(r24, r7, out=r33)
+    numpy.divide(r20, r33, out=r33)
+    if not m1.all():
+        numpy.multiply(inv2, r22, out=r34)
+        numpy.copyto(r35, hop_net_ring_ll128_s)
+        numpy.copyto(r35, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r35, r23, out=r35)
+        numpy.add(r34, r35, out=r34)
+        numpy.add(r34, alpha_ring_ll128_s, out=r34)
+    numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r35)
+    numpy.add(r35, alpha_ring_ll128_s, out=r35)
+    numpy.copyto(r34, r35, where=m1)
+    numpy.add(r33, r34, out=r33)
+    numpy.minimum(out, r33, out=out)
+    numpy.copyto(r33, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(ranks, ranks, out=r34)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r35)
+    numpy.multiply(r35, inv3, out=r35)
+    numpy.multiply(r35, r10, out=r35)
+    numpy.divide(r35, ranks, out=r35)
+    numpy.minimum(r35, nvls_channel_max_bw_bytes_per_s, out=r35)
+    numpy.minimum(r35, r16, out=r35)
+    numpy.multiply(r34, r35, out=r34)
+    numpy.divide(r19, r34, out=r34)
+    numpy.add(r34, hop_nvlink_nvls_s, out=r34)
+    numpy.copyto(r33, r34, where=m3)
+    numpy.minimum(out, r33, out=out)
+    numpy.multiply(r6, 0.5, out=r33)
+    numpy.minimum(r33, ll_max_bw_bytes_per_s, out=r33)
+    numpy.divide(r20, r33, out=r33)
+    if not m1.all():
+        numpy.multiply(inv5, r22, out=r34)
+        numpy.copyto(r35, hop_net_ring_ll_s)
+        numpy.copyto(r35, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r35, r23, out=r35)
+        numpy.add(r34, r35, out=r34)
+        numpy.add(r34, alpha_ring_ll_s, out=r34)
+    numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r35)
+    numpy.add(r35, alpha_ring_ll_s, out=r35)
+    numpy.copyto(r34, r35, where=m1)
+    numpy.add(r33, r34, out=r33)
+    numpy.minimum(out, r33, out=out)
+    numpy.subtract(r17, 1.5, out=r33)
+    numpy.divide(1.0, r5, out=r34)
+    numpy.copyto(r34, r25, where=m1)
+    numpy.multiply(r33, r34, out=r33)
+    numpy.multiply(r33, msg_bytes, out=r33)
+    numpy.divide(r33, ranks, out=r33)
+    if not m1.all():
+        numpy.multiply(inv6, r22, out=r34)
+        numpy.copyto(r35, hop_net_ring_simple_s)
+        numpy.copyto(r35, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r35, r23, out=r35)
+        numpy.add(r34, r35, out=r34)
+        numpy.add(r34, alpha_ring_simple_s, out=r34)
+    numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r35)
+    numpy.add(r35, alpha_ring_simple_s, out=r35)
+    numpy.copyto(r34, r35, where=m1)
+    numpy.add(r33, r34, out=r33)
+    numpy.minimum(out, r33, out=out)
+    numpy.copyto(r33, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r34)
+    numpy.subtract(ranks_per_node, 0.5, out=r35)
+    numpy.multiply(r35, r25, out=r35)
+    numpy.multiply(r35, r26, out=r35)
+    numpy.add(r34, r35, out=r34)
+    numpy.add(r34, alpha_ring_simple_s, out=r34)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r35)
+    numpy.multiply(r3, 0.92, out=r36)
+    numpy.minimum(r36, r24, out=r36)
+    numpy.divide(r27, r36, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.add(r35, alpha_ring_ll128_s, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r35)
+    numpy.multiply(r3, 0.5, out=r36)
+    numpy.minimum(r36, ll_max_bw_bytes_per_s, out=r36)
+    numpy.divide(r27, r36, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.add(r35, alpha_ring_ll_s, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.multiply(r34, 2.0, out=r34)
+    numpy.divide(r2, r30, out=r35)
+    numpy.add(r35, r11, out=r35)
+    numpy.multiply(r30, 0.2631578947368421, out=r36)
+    numpy.minimum(r36, ll_max_bw_bytes_per_s, out=r36)
+    numpy.divide(r2, r36, out=r36)
+    numpy.add(r36, r12, out=r36)
+    numpy.minimum(r35, r36, out=r35)
+    numpy.multiply(r14, r30, out=r36)
+    numpy.minimum(r36, r13, out=r36)
+    numpy.divide(r2, r36, out=r36)
+    numpy.add(r36, r15, out=r36)
+    numpy.minimum(r35, r36, out=r35)
+    numpy.minimum(r24, r29, out=r36)
+    numpy.divide(r32, r36, out=r36)
+    numpy.multiply(r23, hop_net_tree_ll128_s, out=r37)
+    numpy.add(r37, alpha_ring_ll128_s, out=r37)
+    numpy.multiply(r23, hop_nvlink_ring_ll128_s, out=r38)
+    numpy.add(r38, alpha_ring_ll128_s, out=r38)
+    numpy.copyto(r37, r38, where=m1)
+    numpy.add(r36, r37, out=r36)
+    numpy.minimum(r35, r36, out=r35)
+    numpy.multiply(r4, 0.5, out=r36)
+    numpy.minimum(r36, ll_max_bw_bytes_per_s, out=r36)
+    numpy.divide(r32, r36, out=r36)
+    numpy.multiply(r23, hop_net_tree_ll_s, out=r37)
+    numpy.add(r37, alpha_ring_ll_s, out=r37)
+    numpy.multiply(r23, hop_nvlink_ring_ll_s, out=r38)
+    numpy.add(r38, alpha_ring_ll_s, out=r38)
+    numpy.copyto(r37, r38, where=m1)
+    numpy.add(r36, r37, out=r36)
+    numpy.minimum(r35, r36, out=r35)
+    numpy.subtract(r21, 1.5, out=r36)
+    numpy.divide(1.0, r28, out=r37)
+    numpy.copyto(r37, r25, where=m1)
+    numpy.multiply(r36, r37, out=r36)
+    numpy.multiply(r36, r31, out=r36)
+    numpy.multiply(r23, hop_net_tree_simple_s, out=r37)
+    numpy.add(r37, alpha_ring_simple_s, out=r37)
+    numpy.multiply(r23, hop_nvlink_ring_simple_s, out=r38)
+    numpy.add(r38, alpha_ring_simple_s, out=r38)
+    numpy.copyto(r37, r38, where=m1)
+    numpy.add(r36, r37, out=r36)
+    numpy.minimum(r35, r36, out=r35)
+    numpy.add(r34, r35, out=r34)
+    numpy.copyto(r33, r34, where=m3)
+    numpy.minimum(out, r33, out=out)
+
+
+collective_all_reduce_nccl_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_nccl_time_s_block,
+    reals=39,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+    invariants=_collective_all_reduce_nccl_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -1718,24 +1897,7 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2/numpy.log(2)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = 2*nvls_efficiency
-            inv4 = numpy.greater(nvls, 0)
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
-            inv0 = 2/numpy.log(2)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = 2*nvls_efficiency
-            inv4 = numpy.greater(nvls, 0)
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1, inv2, inv3, inv5, inv6) = _collective_all_reduce_nccl_algbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_nccl_algbw_bytes_per_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
@@ -1743,283 +1905,320 @@ def collective_all_reduce_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             reals=40,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
-            # inv4_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = 2*tmp0 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp2 = ring_channels*tree_channel_max_bw_bytes_per_s -> r2
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
-            numpy.minimum(r3, r4, out=r5)
-            # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
-            numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m1)
-            # tmp8 = 0.92*tmp7 -> r7
-            numpy.multiply(r6, 0.92, out=r7)
-            # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
-            numpy.minimum(r2, r7, out=r8)
-            # tmp10 = 2*msg_bytes -> r9
-            numpy.multiply(msg_bytes, 2.0, out=r9)
-            # tmp11 = inv0*numpy.log(nodes) -> r10
-            numpy.log(nodes, out=r10)
-            numpy.multiply(r10, inv0, out=r10)
-            # tmp12 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp11 -> r11
-            numpy.multiply(r10, hop_net_tree_simple_s, out=r11)
-            numpy.add(r11, alpha_tree_simple_s, out=r11)
-            # tmp13 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp11 -> r12
-            numpy.multiply(r10, hop_net_tree_ll_s, out=r12)
-            numpy.add(r12, alpha_tree_ll_s, out=r12)
-            # tmp14 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r13
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
-            # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
-            numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m1)
-            # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
-            numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
-            numpy.add(r15, alpha_tree_ll128_s, out=r15)
-            # tmp17 = ranks - 1 -> r10
-            numpy.subtract(ranks, 1.0, out=r10)
-            # tmp18 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp17) -> r16
-            numpy.maximum(1.0, r10, out=r16)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r16, out=r16)
-            # tmp20 = 2*ranks -> r17
-            numpy.multiply(ranks, 2.0, out=r17)
-            # tmp21 = tmp20 - 2 -> r18
-            numpy.subtract(r17, 2.0, out=r18)
-            # tmp22 = msg_bytes*tmp21 -> r19
-            numpy.multiply(r18, msg_bytes, out=r19)
-            # tmp23 = tmp22/ranks -> r20
-            numpy.divide(r19, ranks, out=r20)
-            # tmp24 = 2*nodes -> r21
-            numpy.multiply(nodes, 2.0, out=r21)
-            # tmp25 = 2*ranks - tmp24 -> r22
-            numpy.multiply(ranks, 2.0, out=r22)
-            numpy.subtract(r22, r21, out=r22)
-            # tmp26 = tmp24 - 2 -> r23
-            numpy.subtract(r21, 2.0, out=r23)
-            # tmp27 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r24)
-            # tmp29 = inv1/ring_channels -> r25
-            numpy.divide(inv1, ring_channels, out=r25)
-            # tmp31 = msg_bytes/ranks_per_node -> r26
-            numpy.divide(msg_bytes, ranks_per_node, out=r26)
-            # tmp32 = tmp0*tmp31 -> r27
-            numpy.multiply(r0, r26, out=r27)
-            # tmp33 = numpy.minimum(tmp3, tmp5/ranks_per_node) -> r28
-            numpy.divide(r4, ranks_per_node, out=r28)
-            numpy.minimum(r28, r3, out=r28)
-            # tmp34 = numpy.where(tmp4, tmp3, tmp33) -> r4
-            numpy.copyto(r4, r28)
-            numpy.copyto(r4, r3, where=m1)
-            # tmp35 = 0.92*tmp34 -> r29
-            numpy.multiply(r4, 0.92, out=r29)
-            # tmp36 = numpy.minimum(tmp2, tmp35) -> r30
-            numpy.minimum(r2, r29, out=r30)
-            # tmp37 = tmp10/ranks_per_node -> r2
-            numpy.divide(r9, ranks_per_node, out=r2)
-            # tmp38 = tmp31/nodes -> r31
-            numpy.divide(r26, nodes, out=r31)
-            # tmp39 = tmp26*tmp38 -> r32
-            numpy.multiply(r23, r31, out=r32)
-            # out = msg_bytes/numpy.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12,
-            #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/numpy.minimum(tmp14,
-            #     tmp15*tmp9) + tmp16, numpy.minimum(hop_nvlink_tree_ll_s*tmp1 +
-            #     tmp10/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13,
-            #     numpy.minimum(tmp23/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s +
-            #     inv2*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
-            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
-            #     tmp22/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf),
-            #     numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s +
-            #     inv5*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(msg_bytes*(tmp20 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks +
-            #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21,
-            #     alpha_ring_simple_s + inv6*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 +
-            #     tmp32/numpy.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0
-            #     + tmp32/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + numpy.minimum(tmp12 +
-            #     tmp37/tmp36, numpy.minimum(tmp13 + tmp37/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*tmp36), numpy.minimum(tmp16 + tmp37/numpy.minimum(tmp14,
-            #     tmp15*tmp36), numpy.minimum(tmp39/numpy.minimum(tmp28, tmp35) + numpy.where(tmp4,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp26, alpha_ring_ll128_s +
-            #     hop_net_tree_ll128_s*tmp26),
-            #     numpy.minimum(tmp39/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp34) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp26, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp26), tmp38*(tmp24 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp33) +
-            #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp26,
-            #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp26)))))), numpy.inf))))))))
-            numpy.multiply(r1, hop_nvlink_tree_simple_s, out=r33)
-            numpy.divide(r9, r8, out=r34)
-            numpy.add(r33, r34, out=r33)
-            numpy.add(r33, r11, out=r33)
-            numpy.multiply(r1, hop_nvlink_tree_ll128_s, out=r34)
-            numpy.multiply(r14, r8, out=r35)
-            numpy.minimum(r35, r13, out=r35)
-            numpy.divide(r9, r35, out=r35)
-            numpy.add(r34, r35, out=r34)
-            numpy.add(r34, r15, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.multiply(r1, hop_nvlink_tree_ll_s, out=r34)
-            numpy.multiply(r8, 0.2631578947368421, out=r35)
-            numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
-            numpy.divide(r9, r35, out=r35)
-            numpy.add(r34, r35, out=r34)
-            numpy.add(r34, r12, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.minimum(r24, r7, out=r34)
-            numpy.divide(r20, r34, out=r34)
-            if not m1.all():
-                numpy.multiply(inv2, r22, out=r35)
-                numpy.copyto(r36, hop_net_ring_ll128_s)
-                numpy.copyto(r36, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r36, r23, out=r36)
-                numpy.add(r35, r36, out=r35)
-                numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r36)
-            numpy.add(r36, alpha_ring_ll128_s, out=r36)
-            numpy.copyto(r35, r36, where=m1)
-            numpy.add(r34, r35, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.copyto(r34, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(ranks, ranks, out=r35)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r36)
-            numpy.multiply(r36, inv3, out=r36)
-            numpy.multiply(r36, r10, out=r36)
-            numpy.divide(r36, ranks, out=r36)
-            numpy.minimum(r36, nvls_channel_max_bw_bytes_per_s, out=r36)
-            numpy.minimum(r36, r16, out=r36)
-            numpy.multiply(r35, r36, out=r35)
-            numpy.divide(r19, r35, out=r35)
-            numpy.add(r35, hop_nvlink_nvls_s, out=r35)
-            numpy.copyto(r34, r35, where=m3)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.multiply(r6, 0.5, out=r34)
-            numpy.minimum(r34, ll_max_bw_bytes_per_s, out=r34)
-            numpy.divide(r20, r34, out=r34)
-            if not m1.all():
-                numpy.multiply(inv5, r22, out=r35)
-                numpy.copyto(r36, hop_net_ring_ll_s)
-                numpy.copyto(r36, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r36, r23, out=r36)
-                numpy.add(r35, r36, out=r35)
-                numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r36)
-            numpy.add(r36, alpha_ring_ll_s, out=r36)
-            numpy.copyto(r35, r36, where=m1)
-            numpy.add(r34, r35, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.subtract(r17, 1.5, out=r34)
-            numpy.divide(1.0, r5, out=r35)
-            numpy.copyto(r35, r25, where=m1)
-            numpy.multiply(r34, r35, out=r34)
-            numpy.multiply(r34, msg_bytes, out=r34)
-            numpy.divide(r34, ranks, out=r34)
-            if not m1.all():
-                numpy.multiply(inv6, r22, out=r35)
-                numpy.copyto(r36, hop_net_ring_simple_s)
-                numpy.copyto(r36, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r36, r23, out=r36)
-                numpy.add(r35, r36, out=r35)
-                numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r36)
-            numpy.add(r36, alpha_ring_simple_s, out=r36)
-            numpy.copyto(r35, r36, where=m1)
-            numpy.add(r34, r35, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.copyto(r34, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r35)
-            numpy.subtract(ranks_per_node, 0.5, out=r36)
-            numpy.multiply(r36, r25, out=r36)
-            numpy.multiply(r36, r26, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r36)
-            numpy.multiply(r3, 0.92, out=r37)
-            numpy.minimum(r37, r24, out=r37)
-            numpy.divide(r27, r37, out=r37)
-            numpy.add(r36, r37, out=r36)
-            numpy.add(r36, alpha_ring_ll128_s, out=r36)
-            numpy.minimum(r35, r36, out=r35)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r36)
-            numpy.multiply(r3, 0.5, out=r37)
-            numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
-            numpy.divide(r27, r37, out=r37)
-            numpy.add(r36, r37, out=r36)
-            numpy.add(r36, alpha_ring_ll_s, out=r36)
-            numpy.minimum(r35, r36, out=r35)
-            numpy.multiply(r35, 2.0, out=r35)
-            numpy.divide(r2, r30, out=r36)
-            numpy.add(r36, r11, out=r36)
-            numpy.multiply(r30, 0.2631578947368421, out=r37)
-            numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
-            numpy.divide(r2, r37, out=r37)
-            numpy.add(r37, r12, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.multiply(r14, r30, out=r37)
-            numpy.minimum(r37, r13, out=r37)
-            numpy.divide(r2, r37, out=r37)
-            numpy.add(r37, r15, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.minimum(r24, r29, out=r37)
-            numpy.divide(r32, r37, out=r37)
-            numpy.multiply(r23, hop_net_tree_ll128_s, out=r38)
-            numpy.add(r38, alpha_ring_ll128_s, out=r38)
-            numpy.multiply(r23, hop_nvlink_ring_ll128_s, out=r39)
-            numpy.add(r39, alpha_ring_ll128_s, out=r39)
-            numpy.copyto(r38, r39, where=m1)
-            numpy.add(r37, r38, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.multiply(r4, 0.5, out=r37)
-            numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
-            numpy.divide(r32, r37, out=r37)
-            numpy.multiply(r23, hop_net_tree_ll_s, out=r38)
-            numpy.add(r38, alpha_ring_ll_s, out=r38)
-            numpy.multiply(r23, hop_nvlink_ring_ll_s, out=r39)
-            numpy.add(r39, alpha_ring_ll_s, out=r39)
-            numpy.copyto(r38, r39, where=m1)
-            numpy.add(r37, r38, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.subtract(r21, 1.5, out=r37)
-            numpy.divide(1.0, r28, out=r38)
-            numpy.copyto(r38, r25, where=m1)
-            numpy.multiply(r37, r38, out=r37)
-            numpy.multiply(r37, r31, out=r37)
-            numpy.multiply(r23, hop_net_tree_simple_s, out=r38)
-            numpy.add(r38, alpha_ring_simple_s, out=r38)
-            numpy.multiply(r23, hop_nvlink_ring_simple_s, out=r39)
-            numpy.add(r39, alpha_ring_simple_s, out=r39)
-            numpy.copyto(r38, r39, where=m1)
-            numpy.add(r37, r38, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.copyto(r34, r35, where=m3)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.divide(msg_bytes, r33, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_nccl_algbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_nccl_algbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_nccl_algbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2/numpy.log(2)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv3 = 2*nvls_efficiency
+        inv4 = numpy.greater(nvls, 0)
+        inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
+        inv0 = 2/numpy.log(2)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv3 = 2*nvls_efficiency
+        inv4 = numpy.greater(nvls, 0)
+        inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1, inv2, inv3, inv5, inv6)
+
+
+def _collective_all_reduce_nccl_algbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6):
+    """collective_all_reduce_nccl_algbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv4_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = 2*tmp0 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp2 = ring_channels*tree_channel_max_bw_bytes_per_s -> r2
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp4 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
+    numpy.minimum(r3, r4, out=r5)
+    # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
+    numpy.copyto(r6, r5)
+    numpy.copyto(r6, r3, where=m1)
+    # tmp8 = 0.92*tmp7 -> r7
+    numpy.multiply(r6, 0.92, out=r7)
+    # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
+    numpy.minimum(r2, r7, out=r8)
+    # tmp10 = 2*msg_bytes -> r9
+    numpy.multiply(msg_bytes, 2.0, out=r9)
+    # tmp11 = inv0*numpy.log(nodes) -> r10
+    numpy.log(nodes, out=r10)
+    numpy.multiply(r10, inv0, out=r10)
+    # tmp12 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp11 -> r11
+    numpy.multiply(r10, hop_net_tree_simple_s, out=r11)
+    numpy.add(r11, alpha_tree_simple_s, out=r11)
+    # tmp13 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp11 -> r12
+    numpy.multiply(r10, hop_net_tree_ll_s, out=r12)
+    numpy.add(r12, alpha_tree_ll_s, out=r12)
+    # tmp14 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r13
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
+    # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
+    numpy.copyto(r14, 0.9375)
+    numpy.copyto(r14, 0.7777777777777778, where=m1)
+    # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
+    numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
+    numpy.add(r15, alpha_tree_ll128_s, out=r15)
+    # tmp17 = ranks - 1 -> r10
+    numpy.subtract(ranks, 1.0, out=r10)
+    # tmp18 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp17) -> r16
+    numpy.maximum(1.0, r10, out=r16)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r16, out=r16)
+    # tmp20 = 2*ranks -> r17
+    numpy.multiply(ranks, 2.0, out=r17)
+    # tmp21 = tmp20 - 2 -> r18
+    numpy.subtract(r17, 2.0, out=r18)
+    # tmp22 = msg_bytes*tmp21 -> r19
+    numpy.multiply(r18, msg_bytes, out=r19)
+    # tmp23 = tmp22/ranks -> r20
+    numpy.divide(r19, ranks, out=r20)
+    # tmp24 = 2*nodes -> r21
+    numpy.multiply(nodes, 2.0, out=r21)
+    # tmp25 = 2*ranks - tmp24 -> r22
+    numpy.multiply(ranks, 2.0, out=r22)
+    numpy.subtract(r22, r21, out=r22)
+    # tmp26 = tmp24 - 2 -> r23
+    numpy.subtract(r21, 2.0, out=r23)
+    # tmp27 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r24)
+    # tmp29 = inv1/ring_channels -> r25
+    numpy.divide(inv1, ring_channels, out=r25)
+    # tmp31 = msg_bytes/ranks_per_node -> r26
+    numpy.divide(msg_bytes, ranks_per_node, out=r26)
+    # tmp32 = tmp0*tmp31 -> r27
+    numpy.multiply(r0, r26, out=r27)
+    # tmp33 = numpy.minimum(tmp3, tmp5/ranks_per_node) -> r28
+    numpy.divide(r4, ranks_per_node, out=r28)
+    numpy.minimum(r28, r3, out=r28)
+    # tmp34 = numpy.where(tmp4, tmp3, tmp33) -> r4
+    numpy.copyto(r4, r28)
+    numpy.copyto(r4, r3, where=m1)
+    # tmp35 = 0.92*tmp34 -> r29
+    numpy.multiply(r4, 0.92, out=r29)
+    # tmp36 = numpy.minimum(tmp2, tmp35) -> r30
+    numpy.minimum(r2, r29, out=r30)
+    # tmp37 = tmp10/ranks_per_node -> r2
+    numpy.divide(r9, ranks_per_node, out=r2)
+    # tmp38 = tmp31/nodes -> r31
+    numpy.divide(r26, nodes, out=r31)
+    # tmp39 = tmp26*tmp38 -> r32
+    numpy.multiply(r23, r31, out=r32)
+    # out = msg_bytes/numpy.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12,
+    #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/numpy.minimum(tmp14, tmp15*tmp9) +
+    #     tmp16, numpy.minimum(hop_nvlink_tree_ll_s*tmp1 +
+    #     tmp10/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13,
+    #     numpy.minimum(tmp23/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s + inv2*tmp25 + tmp26*numpy.where(tmp27,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
+    #     numpy.minimum(numpy.where(numpy.logical_and(inv4_mask, numpy.logical_and(tmp4,
+    #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+    #     tmp22/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp18,
+    #     inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), numpy.inf),
+    #     numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s + inv5*tmp25 +
+    #     tmp26*numpy.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(msg_bytes*(tmp20 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks +
+    #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21,
+    #     alpha_ring_simple_s + inv6*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
+    #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 +
+    #     tmp32/numpy.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
+    #     tmp32/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + numpy.minimum(tmp12 +
+    #     tmp37/tmp36, numpy.minimum(tmp13 + tmp37/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.2631578947368421*tmp36), numpy.minimum(tmp16 + tmp37/numpy.minimum(tmp14, tmp15*tmp36),
+    #     numpy.minimum(tmp39/numpy.minimum(tmp28, tmp35) + numpy.where(tmp4, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp26, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp26),
+    #     numpy.minimum(tmp39/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp34) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp26, alpha_ring_ll_s + hop_net_tree_ll_s*tmp26),
+    #     tmp38*(tmp24 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp33) + numpy.where(tmp4,
+    #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp26, alpha_ring_simple_s +
+    #     hop_net_tree_simple_s*tmp26)))))), numpy.inf))))))))
+    numpy.multiply(r1, hop_nvlink_tree_simple_s, out=r33)
+    numpy.divide(r9, r8, out=r34)
+    numpy.add(r33, r34, out=r33)
+    numpy.add(r33, r11, out=r33)
+    numpy.multiply(r1, hop_nvlink_tree_ll128_s, out=r34)
+    numpy.multiply(r14, r8, out=r35)
+    numpy.minimum(r35, r13, out=r35)
+    numpy.divide(r9, r35, out=r35)
+    numpy.add(r34, r35, out=r34)
+    numpy.add(r34, r15, out=r34)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.multiply(r1, hop_nvlink_tree_ll_s, out=r34)
+    numpy.multiply(r8, 0.2631578947368421, out=r35)
+    numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
+    numpy.divide(r9, r35, out=r35)
+    numpy.add(r34, r35, out=r34)
+    numpy.add(r34, r12, out=r34)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.minimum(r24, r7, out=r34)
+    numpy.divide(r20, r34, out=r34)
+    if not m1.all():
+        numpy.multiply(inv2, r22, out=r35)
+        numpy.copyto(r36, hop_net_ring_ll128_s)
+        numpy.copyto(r36, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r36, r23, out=r36)
+        numpy.add(r35, r36, out=r35)
+        numpy.add(r35, alpha_ring_ll128_s, out=r35)
+    numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r36)
+    numpy.add(r36, alpha_ring_ll128_s, out=r36)
+    numpy.copyto(r35, r36, where=m1)
+    numpy.add(r34, r35, out=r34)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.copyto(r34, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(ranks, ranks, out=r35)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r36)
+    numpy.multiply(r36, inv3, out=r36)
+    numpy.multiply(r36, r10, out=r36)
+    numpy.divide(r36, ranks, out=r36)
+    numpy.minimum(r36, nvls_channel_max_bw_bytes_per_s, out=r36)
+    numpy.minimum(r36, r16, out=r36)
+    numpy.multiply(r35, r36, out=r35)
+    numpy.divide(r19, r35, out=r35)
+    numpy.add(r35, hop_nvlink_nvls_s, out=r35)
+    numpy.copyto(r34, r35, where=m3)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.multiply(r6, 0.5, out=r34)
+    numpy.minimum(r34, ll_max_bw_bytes_per_s, out=r34)
+    numpy.divide(r20, r34, out=r34)
+    if not m1.all():
+        numpy.multiply(inv5, r22, out=r35)
+        numpy.copyto(r36, hop_net_ring_ll_s)
+        numpy.copyto(r36, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r36, r23, out=r36)
+        numpy.add(r35, r36, out=r35)
+        numpy.add(r35, alpha_ring_ll_s, out=r35)
+    numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r36)
+    numpy.add(r36, alpha_ring_ll_s, out=r36)
+    numpy.copyto(r35, r36, where=m1)
+    numpy.add(r34, r35, out=r34)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.subtract(r17, 1.5, out=r34)
+    numpy.divide(1.0, r5, out=r35)
+    numpy.copyto(r35, r25, where=m1)
+    numpy.multiply(r34, r35, out=r34)
+    numpy.multiply(r34, msg_bytes, out=r34)
+    numpy.divide(r34, ranks, out=r34)
+    if not m1.all():
+        numpy.multiply(inv6, r22, out=r35)
+        numpy.copyto(r36, hop_net_ring_simple_s)
+        numpy.copyto(r36, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r36, r23, out=r36)
+        numpy.add(r35, r36, out=r35)
+        numpy.add(r35, alpha_ring_simple_s, out=r35)
+    numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r36)
+    numpy.add(r36, alpha_ring_simple_s, out=r36)
+    numpy.copyto(r35, r36, where=m1)
+    numpy.add(r34, r35, out=r34)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.copyto(r34, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r35)
+    numpy.subtract(ranks_per_node, 0.5, out=r36)
+    numpy.multiply(r36, r25, out=r36)
+    numpy.multiply(r36, r26, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.add(r35, alpha_ring_simple_s, out=r35)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r36)
+    numpy.multiply(r3, 0.92, out=r37)
+    numpy.minimum(r37, r24, out=r37)
+    numpy.divide(r27, r37, out=r37)
+    numpy.add(r36, r37, out=r36)
+    numpy.add(r36, alpha_ring_ll128_s, out=r36)
+    numpy.minimum(r35, r36, out=r35)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r36)
+    numpy.multiply(r3, 0.5, out=r37)
+    numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
+    numpy.divide(r27, r37, out=r37)
+    numpy.add(r36, r37, out=r36)
+    numpy.add(r36, alpha_ring_ll_s, out=r36)
+    numpy.minimum(r35, r36, out=r35)
+    numpy.multiply(r35, 2.0, out=r35)
+    numpy.divide(r2, r30, out=r36)
+    numpy.add(r36, r11, out=r36)
+    numpy.multiply(r30, 0.2631578947368421, out=r37)
+    numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
+    numpy.divide(r2, r37, out=r37)
+    numpy.add(r37, r12, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.multiply(r14, r30, out=r37)
+    numpy.minimum(r37, r13, out=r37)
+    numpy.divide(r2, r37, out=r37)
+    numpy.add(r37, r15, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.minimum(r24, r29, out=r37)
+    numpy.divide(r32, r37, out=r37)
+    numpy.multiply(r23, hop_net_tree_ll128_s, out=r38)
+    numpy.add(r38, alpha_ring_ll128_s, out=r38)
+    numpy.multiply(r23, hop_nvlink_ring_ll128_s, out=r39)
+    numpy.add(r39, alpha_ring_ll128_s, out=r39)
+    numpy.copyto(r38, r39, where=m1)
+    numpy.add(r37, r38, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.multiply(r4, 0.5, out=r37)
+    numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
+    numpy.divide(r32, r37, out=r37)
+    numpy.multiply(r23, hop_net_tree_ll_s, out=r38)
+    numpy.add(r38, alpha_ring_ll_s, out=r38)
+    numpy.multiply(r23, hop_nvlink_ring_ll_s, out=r39)
+    numpy.add(r39, alpha_ring_ll_s, out=r39)
+    numpy.copyto(r38, r39, where=m1)
+    numpy.add(r37, r38, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.subtract(r21, 1.5, out=r37)
+    numpy.divide(1.0, r28, out=r38)
+    numpy.copyto(r38, r25, where=m1)
+    numpy.multiply(r37, r38, out=r37)
+    numpy.multiply(r37, r31, out=r37)
+    numpy.multiply(r23, hop_net_tree_simple_s, out=r38)
+    numpy.add(r38, alpha_ring_simple_s, out=r38)
+    numpy.multiply(r23, hop_nvlink_ring_simple_s, out=r39)
+    numpy.add(r39, alpha_ring_simple_s, out=r39)
+    numpy.copyto(r38, r39, where=m1)
+    numpy.add(r37, r38, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.copyto(r34, r35, where=m3)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.divide(msg_bytes, r33, out=out)
+
+
+collective_all_reduce_nccl_algbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_nccl_algbw_bytes_per_s_block,
+    reals=40,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+    invariants=_collective_all_reduce_nccl_algbw_bytes_per_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -2211,24 +2410,7 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2/numpy.log(2)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = 2*nvls_efficiency
-            inv4 = numpy.greater(nvls, 0)
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
-            inv0 = 2/numpy.log(2)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = 2*nvls_efficiency
-            inv4 = numpy.greater(nvls, 0)
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1, inv2, inv3, inv5, inv6) = _collective_all_reduce_nccl_busbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_nccl_busbw_bytes_per_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
@@ -2236,283 +2418,320 @@ def collective_all_reduce_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             reals=40,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
-            # inv4_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = 2*tmp0 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp2 = ring_channels*tree_channel_max_bw_bytes_per_s -> r2
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
-            numpy.minimum(r3, r4, out=r5)
-            # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
-            numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m1)
-            # tmp8 = 0.92*tmp7 -> r7
-            numpy.multiply(r6, 0.92, out=r7)
-            # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
-            numpy.minimum(r2, r7, out=r8)
-            # tmp10 = 2*msg_bytes -> r9
-            numpy.multiply(msg_bytes, 2.0, out=r9)
-            # tmp11 = inv0*numpy.log(nodes) -> r10
-            numpy.log(nodes, out=r10)
-            numpy.multiply(r10, inv0, out=r10)
-            # tmp12 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp11 -> r11
-            numpy.multiply(r10, hop_net_tree_simple_s, out=r11)
-            numpy.add(r11, alpha_tree_simple_s, out=r11)
-            # tmp13 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp11 -> r12
-            numpy.multiply(r10, hop_net_tree_ll_s, out=r12)
-            numpy.add(r12, alpha_tree_ll_s, out=r12)
-            # tmp14 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r13
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
-            # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
-            numpy.copyto(r14, 0.9375)
-            numpy.copyto(r14, 0.7777777777777778, where=m1)
-            # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
-            numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
-            numpy.add(r15, alpha_tree_ll128_s, out=r15)
-            # tmp17 = ranks - 1 -> r10
-            numpy.subtract(ranks, 1.0, out=r10)
-            # tmp18 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp17) -> r16
-            numpy.maximum(1.0, r10, out=r16)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r16, out=r16)
-            # tmp20 = 2*ranks -> r17
-            numpy.multiply(ranks, 2.0, out=r17)
-            # tmp21 = tmp20 - 2 -> r18
-            numpy.subtract(r17, 2.0, out=r18)
-            # tmp22 = msg_bytes*tmp21 -> r19
-            numpy.multiply(r18, msg_bytes, out=r19)
-            # tmp23 = tmp22/ranks -> r20
-            numpy.divide(r19, ranks, out=r20)
-            # tmp24 = 2*nodes -> r21
-            numpy.multiply(nodes, 2.0, out=r21)
-            # tmp25 = 2*ranks - tmp24 -> r22
-            numpy.multiply(ranks, 2.0, out=r22)
-            numpy.subtract(r22, r21, out=r22)
-            # tmp26 = tmp24 - 2 -> r23
-            numpy.subtract(r21, 2.0, out=r23)
-            # tmp27 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r24)
-            # tmp29 = inv1/ring_channels -> r25
-            numpy.divide(inv1, ring_channels, out=r25)
-            # tmp31 = msg_bytes/ranks_per_node -> r26
-            numpy.divide(msg_bytes, ranks_per_node, out=r26)
-            # tmp32 = tmp0*tmp31 -> r27
-            numpy.multiply(r0, r26, out=r27)
-            # tmp33 = numpy.minimum(tmp3, tmp5/ranks_per_node) -> r28
-            numpy.divide(r4, ranks_per_node, out=r28)
-            numpy.minimum(r28, r3, out=r28)
-            # tmp34 = numpy.where(tmp4, tmp3, tmp33) -> r4
-            numpy.copyto(r4, r28)
-            numpy.copyto(r4, r3, where=m1)
-            # tmp35 = 0.92*tmp34 -> r29
-            numpy.multiply(r4, 0.92, out=r29)
-            # tmp36 = numpy.minimum(tmp2, tmp35) -> r30
-            numpy.minimum(r2, r29, out=r30)
-            # tmp37 = tmp10/ranks_per_node -> r2
-            numpy.divide(r9, ranks_per_node, out=r2)
-            # tmp38 = tmp31/nodes -> r31
-            numpy.divide(r26, nodes, out=r31)
-            # tmp39 = tmp26*tmp38 -> r32
-            numpy.multiply(r23, r31, out=r32)
-            # out = tmp23/numpy.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12,
-            #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/numpy.minimum(tmp14,
-            #     tmp15*tmp9) + tmp16, numpy.minimum(hop_nvlink_tree_ll_s*tmp1 +
-            #     tmp10/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13,
-            #     numpy.minimum(tmp23/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s +
-            #     inv2*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
-            #     numpy.logical_and(tmp4, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
-            #     tmp22/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp18, inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp18)/ranks))), numpy.inf),
-            #     numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s +
-            #     inv5*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(msg_bytes*(tmp20 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks +
-            #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21,
-            #     alpha_ring_simple_s + inv6*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 +
-            #     tmp32/numpy.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0
-            #     + tmp32/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + numpy.minimum(tmp12 +
-            #     tmp37/tmp36, numpy.minimum(tmp13 + tmp37/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*tmp36), numpy.minimum(tmp16 + tmp37/numpy.minimum(tmp14,
-            #     tmp15*tmp36), numpy.minimum(tmp39/numpy.minimum(tmp28, tmp35) + numpy.where(tmp4,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp26, alpha_ring_ll128_s +
-            #     hop_net_tree_ll128_s*tmp26),
-            #     numpy.minimum(tmp39/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp34) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp26, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp26), tmp38*(tmp24 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp33) +
-            #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp26,
-            #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp26)))))), numpy.inf))))))))
-            numpy.multiply(r1, hop_nvlink_tree_simple_s, out=r33)
-            numpy.divide(r9, r8, out=r34)
-            numpy.add(r33, r34, out=r33)
-            numpy.add(r33, r11, out=r33)
-            numpy.multiply(r1, hop_nvlink_tree_ll128_s, out=r34)
-            numpy.multiply(r14, r8, out=r35)
-            numpy.minimum(r35, r13, out=r35)
-            numpy.divide(r9, r35, out=r35)
-            numpy.add(r34, r35, out=r34)
-            numpy.add(r34, r15, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.multiply(r1, hop_nvlink_tree_ll_s, out=r34)
-            numpy.multiply(r8, 0.2631578947368421, out=r35)
-            numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
-            numpy.divide(r9, r35, out=r35)
-            numpy.add(r34, r35, out=r34)
-            numpy.add(r34, r12, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.minimum(r24, r7, out=r34)
-            numpy.divide(r20, r34, out=r34)
-            if not m1.all():
-                numpy.multiply(inv2, r22, out=r35)
-                numpy.copyto(r36, hop_net_ring_ll128_s)
-                numpy.copyto(r36, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r36, r23, out=r36)
-                numpy.add(r35, r36, out=r35)
-                numpy.add(r35, alpha_ring_ll128_s, out=r35)
-            numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r36)
-            numpy.add(r36, alpha_ring_ll128_s, out=r36)
-            numpy.copyto(r35, r36, where=m1)
-            numpy.add(r34, r35, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.copyto(r34, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(ranks, ranks, out=r35)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r36)
-            numpy.multiply(r36, inv3, out=r36)
-            numpy.multiply(r36, r10, out=r36)
-            numpy.divide(r36, ranks, out=r36)
-            numpy.minimum(r36, nvls_channel_max_bw_bytes_per_s, out=r36)
-            numpy.minimum(r36, r16, out=r36)
-            numpy.multiply(r35, r36, out=r35)
-            numpy.divide(r19, r35, out=r35)
-            numpy.add(r35, hop_nvlink_nvls_s, out=r35)
-            numpy.copyto(r34, r35, where=m3)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.multiply(r6, 0.5, out=r34)
-            numpy.minimum(r34, ll_max_bw_bytes_per_s, out=r34)
-            numpy.divide(r20, r34, out=r34)
-            if not m1.all():
-                numpy.multiply(inv5, r22, out=r35)
-                numpy.copyto(r36, hop_net_ring_ll_s)
-                numpy.copyto(r36, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r36, r23, out=r36)
-                numpy.add(r35, r36, out=r35)
-                numpy.add(r35, alpha_ring_ll_s, out=r35)
-            numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r36)
-            numpy.add(r36, alpha_ring_ll_s, out=r36)
-            numpy.copyto(r35, r36, where=m1)
-            numpy.add(r34, r35, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.subtract(r17, 1.5, out=r34)
-            numpy.divide(1.0, r5, out=r35)
-            numpy.copyto(r35, r25, where=m1)
-            numpy.multiply(r34, r35, out=r34)
-            numpy.multiply(r34, msg_bytes, out=r34)
-            numpy.divide(r34, ranks, out=r34)
-            if not m1.all():
-                numpy.multiply(inv6, r22, out=r35)
-                numpy.copyto(r36, hop_net_ring_simple_s)
-                numpy.copyto(r36, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r36, r23, out=r36)
-                numpy.add(r35, r36, out=r35)
-                numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r36)
-            numpy.add(r36, alpha_ring_simple_s, out=r36)
-            numpy.copyto(r35, r36, where=m1)
-            numpy.add(r34, r35, out=r34)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.copyto(r34, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r35)
-            numpy.subtract(ranks_per_node, 0.5, out=r36)
-            numpy.multiply(r36, r25, out=r36)
-            numpy.multiply(r36, r26, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.add(r35, alpha_ring_simple_s, out=r35)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r36)
-            numpy.multiply(r3, 0.92, out=r37)
-            numpy.minimum(r37, r24, out=r37)
-            numpy.divide(r27, r37, out=r37)
-            numpy.add(r36, r37, out=r36)
-            numpy.add(r36, alpha_ring_ll128_s, out=r36)
-            numpy.minimum(r35, r36, out=r35)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r36)
-            numpy.multiply(r3, 0.5, out=r37)
-            numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
-            numpy.divide(r27, r37, out=r37)
-            numpy.add(r36, r37, out=r36)
-            numpy.add(r36, alpha_ring_ll_s, out=r36)
-            numpy.minimum(r35, r36, out=r35)
-            numpy.multiply(r35, 2.0, out=r35)
-            numpy.divide(r2, r30, out=r36)
-            numpy.add(r36, r11, out=r36)
-            numpy.multiply(r30, 0.2631578947368421, out=r37)
-            numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
-            numpy.divide(r2, r37, out=r37)
-            numpy.add(r37, r12, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.multiply(r14, r30, out=r37)
-            numpy.minimum(r37, r13, out=r37)
-            numpy.divide(r2, r37, out=r37)
-            numpy.add(r37, r15, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.minimum(r24, r29, out=r37)
-            numpy.divide(r32, r37, out=r37)
-            numpy.multiply(r23, hop_net_tree_ll128_s, out=r38)
-            numpy.add(r38, alpha_ring_ll128_s, out=r38)
-            numpy.multiply(r23, hop_nvlink_ring_ll128_s, out=r39)
-            numpy.add(r39, alpha_ring_ll128_s, out=r39)
-            numpy.copyto(r38, r39, where=m1)
-            numpy.add(r37, r38, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.multiply(r4, 0.5, out=r37)
-            numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
-            numpy.divide(r32, r37, out=r37)
-            numpy.multiply(r23, hop_net_tree_ll_s, out=r38)
-            numpy.add(r38, alpha_ring_ll_s, out=r38)
-            numpy.multiply(r23, hop_nvlink_ring_ll_s, out=r39)
-            numpy.add(r39, alpha_ring_ll_s, out=r39)
-            numpy.copyto(r38, r39, where=m1)
-            numpy.add(r37, r38, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.subtract(r21, 1.5, out=r37)
-            numpy.divide(1.0, r28, out=r38)
-            numpy.copyto(r38, r25, where=m1)
-            numpy.multiply(r37, r38, out=r37)
-            numpy.multiply(r37, r31, out=r37)
-            numpy.multiply(r23, hop_net_tree_simple_s, out=r38)
-            numpy.add(r38, alpha_ring_simple_s, out=r38)
-            numpy.multiply(r23, hop_nvlink_ring_simple_s, out=r39)
-            numpy.add(r39, alpha_ring_simple_s, out=r39)
-            numpy.copyto(r38, r39, where=m1)
-            numpy.add(r37, r38, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.copyto(r34, r35, where=m3)
-            numpy.minimum(r33, r34, out=r33)
-            numpy.divide(r20, r33, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_nccl_busbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_nccl_busbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_nccl_busbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2/numpy.log(2)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv3 = 2*nvls_efficiency
+        inv4 = numpy.greater(nvls, 0)
+        inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
+        inv0 = 2/numpy.log(2)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv3 = 2*nvls_efficiency
+        inv4 = numpy.greater(nvls, 0)
+        inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1, inv2, inv3, inv5, inv6)
+
+
+def _collective_all_reduce_nccl_busbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv5, inv6):
+    """collective_all_reduce_nccl_busbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv4_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = 2*tmp0 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp2 = ring_channels*tree_channel_max_bw_bytes_per_s -> r2
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp4 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    # tmp6 = numpy.minimum(tmp3, tmp5) -> r5
+    numpy.minimum(r3, r4, out=r5)
+    # tmp7 = numpy.where(tmp4, tmp3, tmp6) -> r6
+    numpy.copyto(r6, r5)
+    numpy.copyto(r6, r3, where=m1)
+    # tmp8 = 0.92*tmp7 -> r7
+    numpy.multiply(r6, 0.92, out=r7)
+    # tmp9 = numpy.minimum(tmp2, tmp8) -> r8
+    numpy.minimum(r2, r7, out=r8)
+    # tmp10 = 2*msg_bytes -> r9
+    numpy.multiply(msg_bytes, 2.0, out=r9)
+    # tmp11 = inv0*numpy.log(nodes) -> r10
+    numpy.log(nodes, out=r10)
+    numpy.multiply(r10, inv0, out=r10)
+    # tmp12 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp11 -> r11
+    numpy.multiply(r10, hop_net_tree_simple_s, out=r11)
+    numpy.add(r11, alpha_tree_simple_s, out=r11)
+    # tmp13 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp11 -> r12
+    numpy.multiply(r10, hop_net_tree_ll_s, out=r12)
+    numpy.add(r12, alpha_tree_ll_s, out=r12)
+    # tmp14 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r13
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r13)
+    # tmp15 = numpy.where(tmp4, 0.7777777777777778, 0.9375) -> r14
+    numpy.copyto(r14, 0.9375)
+    numpy.copyto(r14, 0.7777777777777778, where=m1)
+    # tmp16 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp11 -> r15
+    numpy.multiply(r10, hop_net_tree_ll128_s, out=r15)
+    numpy.add(r15, alpha_tree_ll128_s, out=r15)
+    # tmp17 = ranks - 1 -> r10
+    numpy.subtract(ranks, 1.0, out=r10)
+    # tmp18 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp17) -> r16
+    numpy.maximum(1.0, r10, out=r16)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r16, out=r16)
+    # tmp20 = 2*ranks -> r17
+    numpy.multiply(ranks, 2.0, out=r17)
+    # tmp21 = tmp20 - 2 -> r18
+    numpy.subtract(r17, 2.0, out=r18)
+    # tmp22 = msg_bytes*tmp21 -> r19
+    numpy.multiply(r18, msg_bytes, out=r19)
+    # tmp23 = tmp22/ranks -> r20
+    numpy.divide(r19, ranks, out=r20)
+    # tmp24 = 2*nodes -> r21
+    numpy.multiply(nodes, 2.0, out=r21)
+    # tmp25 = 2*ranks - tmp24 -> r22
+    numpy.multiply(ranks, 2.0, out=r22)
+    numpy.subtract(r22, r21, out=r22)
+    # tmp26 = tmp24 - 2 -> r23
+    numpy.subtract(r21, 2.0, out=r23)
+    # tmp27 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp28 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r24
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r24)
+    # tmp29 = inv1/ring_channels -> r25
+    numpy.divide(inv1, ring_channels, out=r25)
+    # tmp31 = msg_bytes/ranks_per_node -> r26
+    numpy.divide(msg_bytes, ranks_per_node, out=r26)
+    # tmp32 = tmp0*tmp31 -> r27
+    numpy.multiply(r0, r26, out=r27)
+    # tmp33 = numpy.minimum(tmp3, tmp5/ranks_per_node) -> r28
+    numpy.divide(r4, ranks_per_node, out=r28)
+    numpy.minimum(r28, r3, out=r28)
+    # tmp34 = numpy.where(tmp4, tmp3, tmp33) -> r4
+    numpy.copyto(r4, r28)
+    numpy.copyto(r4, r3, where=m1)
+    # tmp35 = 0.92*tmp34 -> r29
+    numpy.multiply(r4, 0.92, out=r29)
+    # tmp36 = numpy.minimum(tmp2, tmp35) -> r30
+    numpy.minimum(r2, r29, out=r30)
+    # tmp37 = tmp10/ranks_per_node -> r2
+    numpy.divide(r9, ranks_per_node, out=r2)
+    # tmp38 = tmp31/nodes -> r31
+    numpy.divide(r26, nodes, out=r31)
+    # tmp39 = tmp26*tmp38 -> r32
+    numpy.multiply(r23, r31, out=r32)
+    # out = tmp23/numpy.minimum(hop_nvlink_tree_simple_s*tmp1 + tmp10/tmp9 + tmp12,
+    #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp1 + tmp10/numpy.minimum(tmp14, tmp15*tmp9) +
+    #     tmp16, numpy.minimum(hop_nvlink_tree_ll_s*tmp1 +
+    #     tmp10/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp9) + tmp13,
+    #     numpy.minimum(tmp23/numpy.minimum(tmp28, tmp8) + numpy.where(tmp4, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp21, alpha_ring_ll128_s + inv2*tmp25 + tmp26*numpy.where(tmp27,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
+    #     numpy.minimum(numpy.where(numpy.logical_and(inv4_mask, numpy.logical_and(tmp4,
+    #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+    #     tmp22/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp18,
+    #     inv3*tmp17*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp18)/ranks))), numpy.inf),
+    #     numpy.minimum(tmp23/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp21, alpha_ring_ll_s + inv5*tmp25 +
+    #     tmp26*numpy.where(tmp27, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(msg_bytes*(tmp20 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp6)/ranks +
+    #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp21,
+    #     alpha_ring_simple_s + inv6*tmp25 + tmp26*numpy.where(tmp27, hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
+    #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0 + tmp29*tmp31*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 +
+    #     tmp32/numpy.minimum(tmp28, 0.92*tmp3), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
+    #     tmp32/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp3))) + numpy.minimum(tmp12 +
+    #     tmp37/tmp36, numpy.minimum(tmp13 + tmp37/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.2631578947368421*tmp36), numpy.minimum(tmp16 + tmp37/numpy.minimum(tmp14, tmp15*tmp36),
+    #     numpy.minimum(tmp39/numpy.minimum(tmp28, tmp35) + numpy.where(tmp4, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp26, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp26),
+    #     numpy.minimum(tmp39/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp34) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp26, alpha_ring_ll_s + hop_net_tree_ll_s*tmp26),
+    #     tmp38*(tmp24 - 1.5)*numpy.where(tmp4, tmp29, 1/tmp33) + numpy.where(tmp4,
+    #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp26, alpha_ring_simple_s +
+    #     hop_net_tree_simple_s*tmp26)))))), numpy.inf))))))))
+    numpy.multiply(r1, hop_nvlink_tree_simple_s, out=r33)
+    numpy.divide(r9, r8, out=r34)
+    numpy.add(r33, r34, out=r33)
+    numpy.add(r33, r11, out=r33)
+    numpy.multiply(r1, hop_nvlink_tree_ll128_s, out=r34)
+    numpy.multiply(r14, r8, out=r35)
+    numpy.minimum(r35, r13, out=r35)
+    numpy.divide(r9, r35, out=r35)
+    numpy.add(r34, r35, out=r34)
+    numpy.add(r34, r15, out=r34)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.multiply(r1, hop_nvlink_tree_ll_s, out=r34)
+    numpy.multiply(r8, 0.2631578947368421, out=r35)
+    numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
+    numpy.divide(r9, r35, out=r35)
+    numpy.add(r34, r35, out=r34)
+    numpy.add(r34, r12, out=r34)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.minimum(r24, r7, out=r34)
+    numpy.divide(r20, r34, out=r34)
+    if not m1.all():
+        numpy.multiply(inv2, r22, out=r35)
+        numpy.copyto(r36, hop_net_ring_ll128_s)
+        numpy.copyto(r36, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r36, r23, out=r36)
+        numpy.add(r35, r36, out=r35)
+        numpy.add(r35, alpha_ring_ll128_s, out=r35)
+    numpy.multiply(r18, hop_nvlink_ring_ll128_s, out=r36)
+    numpy.add(r36, alpha_ring_ll128_s, out=r36)
+    numpy.copyto(r35, r36, where=m1)
+    numpy.add(r34, r35, out=r34)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.copyto(r34, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(ranks, ranks, out=r35)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r16, out=r36)
+    numpy.multiply(r36, inv3, out=r36)
+    numpy.multiply(r36, r10, out=r36)
+    numpy.divide(r36, ranks, out=r36)
+    numpy.minimum(r36, nvls_channel_max_bw_bytes_per_s, out=r36)
+    numpy.minimum(r36, r16, out=r36)
+    numpy.multiply(r35, r36, out=r35)
+    numpy.divide(r19, r35, out=r35)
+    numpy.add(r35, hop_nvlink_nvls_s, out=r35)
+    numpy.copyto(r34, r35, where=m3)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.multiply(r6, 0.5, out=r34)
+    numpy.minimum(r34, ll_max_bw_bytes_per_s, out=r34)
+    numpy.divide(r20, r34, out=r34)
+    if not m1.all():
+        numpy.multiply(inv5, r22, out=r35)
+        numpy.copyto(r36, hop_net_ring_ll_s)
+        numpy.copyto(r36, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r36, r23, out=r36)
+        numpy.add(r35, r36, out=r35)
+        numpy.add(r35, alpha_ring_ll_s, out=r35)
+    numpy.multiply(r18, hop_nvlink_ring_ll_s, out=r36)
+    numpy.add(r36, alpha_ring_ll_s, out=r36)
+    numpy.copyto(r35, r36, where=m1)
+    numpy.add(r34, r35, out=r34)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.subtract(r17, 1.5, out=r34)
+    numpy.divide(1.0, r5, out=r35)
+    numpy.copyto(r35, r25, where=m1)
+    numpy.multiply(r34, r35, out=r34)
+    numpy.multiply(r34, msg_bytes, out=r34)
+    numpy.divide(r34, ranks, out=r34)
+    if not m1.all():
+        numpy.multiply(inv6, r22, out=r35)
+        numpy.copyto(r36, hop_net_ring_simple_s)
+        numpy.copyto(r36, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r36, r23, out=r36)
+        numpy.add(r35, r36, out=r35)
+        numpy.add(r35, alpha_ring_simple_s, out=r35)
+    numpy.multiply(r18, hop_nvlink_ring_simple_s, out=r36)
+    numpy.add(r36, alpha_ring_simple_s, out=r36)
+    numpy.copyto(r35, r36, where=m1)
+    numpy.add(r34, r35, out=r34)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.copyto(r34, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r35)
+    numpy.subtract(ranks_per_node, 0.5, out=r36)
+    numpy.multiply(r36, r25, out=r36)
+    numpy.multiply(r36, r26, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.add(r35, alpha_ring_simple_s, out=r35)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r36)
+    numpy.multiply(r3, 0.92, out=r37)
+    numpy.minimum(r37, r24, out=r37)
+    numpy.divide(r27, r37, out=r37)
+    numpy.add(r36, r37, out=r36)
+    numpy.add(r36, alpha_ring_ll128_s, out=r36)
+    numpy.minimum(r35, r36, out=r35)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r36)
+    numpy.multiply(r3, 0.5, out=r37)
+    numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
+    numpy.divide(r27, r37, out=r37)
+    numpy.add(r36, r37, out=r36)
+    numpy.add(r36, alpha_ring_ll_s, out=r36)
+    numpy.minimum(r35, r36, out=r35)
+    numpy.multiply(r35, 2.0, out=r35)
+    numpy.divide(r2, r30, out=r36)
+    numpy.add(r36, r11, out=r36)
+    numpy.multiply(r30, 0.2631578947368421, out=r37)
+    numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
+    numpy.divide(r2, r37, out=r37)
+    numpy.add(r37, r12, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.multiply(r14, r30, out=r37)
+    numpy.minimum(r37, r13, out=r37)
+    numpy.divide(r2, r37, out=r37)
+    numpy.add(r37, r15, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.minimum(r24, r29, out=r37)
+    numpy.divide(r32, r37, out=r37)
+    numpy.multiply(r23, hop_net_tree_ll128_s, out=r38)
+    numpy.add(r38, alpha_ring_ll128_s, out=r38)
+    numpy.multiply(r23, hop_nvlink_ring_ll128_s, out=r39)
+    numpy.add(r39, alpha_ring_ll128_s, out=r39)
+    numpy.copyto(r38, r39, where=m1)
+    numpy.add(r37, r38, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.multiply(r4, 0.5, out=r37)
+    numpy.minimum(r37, ll_max_bw_bytes_per_s, out=r37)
+    numpy.divide(r32, r37, out=r37)
+    numpy.multiply(r23, hop_net_tree_ll_s, out=r38)
+    numpy.add(r38, alpha_ring_ll_s, out=r38)
+    numpy.multiply(r23, hop_nvlink_ring_ll_s, out=r39)
+    numpy.add(r39, alpha_ring_ll_s, out=r39)
+    numpy.copyto(r38, r39, where=m1)
+    numpy.add(r37, r38, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.subtract(r21, 1.5, out=r37)
+    numpy.divide(1.0, r28, out=r38)
+    numpy.copyto(r38, r25, where=m1)
+    numpy.multiply(r37, r38, out=r37)
+    numpy.multiply(r37, r31, out=r37)
+    numpy.multiply(r23, hop_net_tree_simple_s, out=r38)
+    numpy.add(r38, alpha_ring_simple_s, out=r38)
+    numpy.multiply(r23, hop_nvlink_ring_simple_s, out=r39)
+    numpy.add(r39, alpha_ring_simple_s, out=r39)
+    numpy.copyto(r38, r39, where=m1)
+    numpy.add(r37, r38, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.copyto(r34, r35, where=m3)
+    numpy.minimum(r33, r34, out=r33)
+    numpy.divide(r20, r33, out=out)
+
+
+collective_all_reduce_nccl_busbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_nccl_busbw_bytes_per_s_block,
+    reals=40,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+    invariants=_collective_all_reduce_nccl_busbw_bytes_per_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_nccl_busbw_factor_ratio(*, ranks):
@@ -2546,12 +2765,29 @@ def collective_all_reduce_nccl_busbw_factor_ratio(*, ranks):
         reals=0,
         masks=0,
     )
-    for out, ranks in call.blocks():
-        # out = (2*ranks - 2)/ranks
-        numpy.multiply(ranks, 2.0, out=out)
-        numpy.subtract(out, 2.0, out=out)
-        numpy.divide(out, ranks, out=out)
+    for block in call.blocks():
+        _collective_all_reduce_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_all_reduce_nccl_busbw_factor_ratio_block(out, ranks):
+    """collective_all_reduce_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (2*ranks - 2)/ranks
+    numpy.multiply(ranks, 2.0, out=out)
+    numpy.subtract(out, 2.0, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_reduce_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_all_reduce_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=("ranks",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -2607,12 +2843,7 @@ def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        (inv0,) = _collective_all_gather_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -2620,41 +2851,67 @@ def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp2,
-            #     tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2,
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + inv0*(-nodes +
-            #     ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_ll_s, hop_net_ring_ll_s))
-            numpy.multiply(r0, msg_bytes, out=out)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r1, out=r2)
-            numpy.copyto(r2, r1, where=m0)
-            numpy.multiply(r2, 0.5, out=r2)
-            numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll_s, out=r2)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r3)
-            numpy.add(r3, alpha_ring_ll_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_all_gather_ring_ll_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp2, tmp1,
+    #     numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2, alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + inv0*(-nodes + ranks) + (nodes -
+    #     1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
+    numpy.multiply(r0, msg_bytes, out=out)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r1, out=r2)
+    numpy.copyto(r2, r1, where=m0)
+    numpy.multiply(r2, 0.5, out=r2)
+    numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll_s, out=r2)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r3)
+    numpy.add(r3, alpha_ring_ll_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_all_gather_ring_ll_time_s.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll_time_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -2712,12 +2969,7 @@ def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        (inv0,) = _collective_all_gather_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll128_time_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -2725,44 +2977,69 @@ def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out =
-            #     msg_bytes*tmp0/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels
-            #     , 0.92*numpy.where(tmp2, tmp1, numpy.minimum(tmp1,
-            #     nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2, alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv0*(-nodes + ranks) + (nodes
-            #     - 1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s))
-            numpy.multiply(r0, msg_bytes, out=out)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
-            numpy.minimum(r3, r1, out=r3)
-            numpy.copyto(r3, r1, where=m0)
-            numpy.multiply(r3, 0.92, out=r3)
-            numpy.minimum(r2, r3, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll128_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll128_s, out=r2)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r3)
-            numpy.add(r3, alpha_ring_ll128_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll128_time_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_all_gather_ring_ll128_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll128_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_ll128_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(tmp2, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) +
+    #     numpy.where(tmp2, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s +
+    #     inv0*(-nodes + ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s))
+    numpy.multiply(r0, msg_bytes, out=out)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
+    numpy.minimum(r3, r1, out=r3)
+    numpy.copyto(r3, r1, where=m0)
+    numpy.multiply(r3, 0.92, out=r3)
+    numpy.minimum(r2, r3, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll128_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll128_s, out=r2)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r3)
+    numpy.add(r3, alpha_ring_ll128_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_all_gather_ring_ll128_time_s.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll128_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll128_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -2815,14 +3092,7 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1) = _collective_all_gather_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -2830,42 +3100,71 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = msg_bytes*(ranks - 0.5)*numpy.where(tmp0, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp0,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), alpha_ring_simple_s +
-            #     inv1*(-nodes + ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_simple_s, hop_net_ring_simple_s))
-            numpy.subtract(ranks, 0.5, out=out)
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=r0)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r0)
-                numpy.copyto(r1, hop_net_ring_simple_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r1, hop_net_tree_simple_s, where=m1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.subtract(ranks, nodes, out=r1)
-                numpy.multiply(r1, inv1, out=r1)
-                numpy.add(r0, r1, out=r0)
-                numpy.add(r0, alpha_ring_simple_s, out=r0)
-            numpy.subtract(ranks, 1.0, out=r1)
-            numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r1)
-            numpy.add(r1, alpha_ring_simple_s, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_ring_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_all_gather_ring_simple_time_s_block(out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_gather_ring_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*(ranks - 0.5)*numpy.where(tmp0, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp0, alpha_ring_simple_s
+    #     + hop_nvlink_ring_simple_s*(ranks - 1), alpha_ring_simple_s + inv1*(-nodes + ranks) +
+    #     (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))
+    numpy.subtract(ranks, 0.5, out=out)
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=r0)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r0)
+        numpy.copyto(r1, hop_net_ring_simple_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r1, hop_net_tree_simple_s, where=m1)
+        numpy.multiply(r0, r1, out=r0)
+        numpy.subtract(ranks, nodes, out=r1)
+        numpy.multiply(r1, inv1, out=r1)
+        numpy.add(r0, r1, out=r0)
+        numpy.add(r0, alpha_ring_simple_s, out=r0)
+    numpy.subtract(ranks, 1.0, out=r1)
+    numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r1)
+    numpy.add(r1, alpha_ring_simple_s, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.add(out, r0, out=out)
+
+
+collective_all_gather_ring_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_simple_time_s_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_gather_ring_simple_time_s_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -2913,12 +3212,6 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_all_gather_nvls_simple_time_s", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_gather_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -2926,38 +3219,54 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             reals=4,
             masks=3,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
-            #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks)))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.multiply(r0, r0, out=r2)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r2, nvls_efficiency, out=r2)
-            numpy.multiply(ranks, ranks, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
-            numpy.minimum(r2, r1, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(msg_bytes, r2, out=r2)
-            numpy.add(r2, hop_nvlink_nvls_s, out=r2)
-            numpy.copyto(out, r2, where=m1)
+        for block in call.blocks():
+            _collective_all_gather_nvls_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_nvls_simple_time_s_block(out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_all_gather_nvls_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))), hop_nvlink_nvls_s +
+    #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks)))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.multiply(r0, r0, out=r2)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.multiply(r2, nvls_efficiency, out=r2)
+    numpy.multiply(ranks, ranks, out=r3)
+    numpy.divide(r2, r3, out=r2)
+    numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
+    numpy.minimum(r2, r1, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(msg_bytes, r2, out=r2)
+    numpy.add(r2, hop_nvlink_nvls_s, out=r2)
+    numpy.copyto(out, r2, where=m1)
+
+
+collective_all_gather_nvls_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_gather_nvls_simple_time_s_block,
+    reals=4,
+    masks=3,
+    arguments=("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -3046,12 +3355,7 @@ def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_gather_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_hierarchical_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -3059,106 +3363,131 @@ def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
             reals=15,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = inv0/ring_channels -> r1
-            numpy.divide(inv0, ring_channels, out=r1)
-            # tmp3 = msg_bytes/ranks_per_node -> r2
-            numpy.divide(msg_bytes, ranks_per_node, out=r2)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = tmp0*tmp3 -> r4
-            numpy.multiply(r0, r2, out=r4)
-            # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
-            # tmp7 = nodes - 1 -> r6
-            numpy.subtract(nodes, 1.0, out=r6)
-            # tmp8 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
-            numpy.divide(r7, ranks_per_node, out=r7)
-            numpy.minimum(r7, r3, out=r7)
-            # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
-            numpy.copyto(r8, r7)
-            numpy.copyto(r8, r3, where=m0)
-            # tmp11 = tmp3/nodes -> r9
-            numpy.divide(r2, nodes, out=r9)
-            # tmp12 = tmp11*tmp7 -> r10
-            numpy.multiply(r9, r6, out=r10)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) +
-            #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp12/numpy.minimum(tmp6, 0.92*tmp10) +
-            #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp11*(nodes -
-            #     0.5)*numpy.where(tmp8, tmp1, 1/tmp9) + numpy.where(tmp8, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s + hop_net_tree_simple_s*tmp7)))
-            #     + numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 +
-            #     tmp1*tmp3*(ranks_per_node - 0.5), numpy.minimum(alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp0 + tmp5/numpy.minimum(tmp6, 0.92*tmp4),
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
-            #     tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m1)
-            numpy.greater(ranks_per_node, 1.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.multiply(r8, 0.5, out=r11)
-            numpy.minimum(r11, ll_max_bw_bytes_per_s, out=r11)
-            numpy.divide(r10, r11, out=r11)
-            numpy.multiply(r6, hop_net_tree_ll_s, out=r12)
-            numpy.add(r12, alpha_ring_ll_s, out=r12)
-            numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r13)
-            numpy.add(r13, alpha_ring_ll_s, out=r13)
-            numpy.copyto(r12, r13, where=m0)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r8, 0.92, out=r12)
-            numpy.minimum(r12, r5, out=r12)
-            numpy.divide(r10, r12, out=r12)
-            numpy.multiply(r6, hop_net_tree_ll128_s, out=r13)
-            numpy.add(r13, alpha_ring_ll128_s, out=r13)
-            numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r14)
-            numpy.add(r14, alpha_ring_ll128_s, out=r14)
-            numpy.copyto(r13, r14, where=m0)
-            numpy.add(r12, r13, out=r12)
-            numpy.minimum(r11, r12, out=r11)
-            numpy.subtract(nodes, 0.5, out=r12)
-            numpy.divide(1.0, r7, out=r13)
-            numpy.copyto(r13, r1, where=m0)
-            numpy.multiply(r12, r13, out=r12)
-            numpy.multiply(r12, r9, out=r12)
-            numpy.multiply(r6, hop_net_tree_simple_s, out=r13)
-            numpy.add(r13, alpha_ring_simple_s, out=r13)
-            numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r14)
-            numpy.add(r14, alpha_ring_simple_s, out=r14)
-            numpy.copyto(r13, r14, where=m0)
-            numpy.add(r12, r13, out=r12)
-            numpy.minimum(r11, r12, out=r11)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r12)
-            numpy.subtract(ranks_per_node, 0.5, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.add(r12, alpha_ring_simple_s, out=r12)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r13)
-            numpy.multiply(r3, 0.92, out=r14)
-            numpy.minimum(r14, r5, out=r14)
-            numpy.divide(r4, r14, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, alpha_ring_ll128_s, out=r13)
-            numpy.minimum(r12, r13, out=r12)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r13)
-            numpy.multiply(r3, 0.5, out=r14)
-            numpy.minimum(r14, ll_max_bw_bytes_per_s, out=r14)
-            numpy.divide(r4, r14, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, alpha_ring_ll_s, out=r13)
-            numpy.minimum(r12, r13, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.copyto(out, r11, where=m1)
+        for block in call.blocks():
+            _collective_all_gather_hierarchical_time_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_hierarchical_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_gather_hierarchical_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_hierarchical_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = inv0/ring_channels -> r1
+    numpy.divide(inv0, ring_channels, out=r1)
+    # tmp3 = msg_bytes/ranks_per_node -> r2
+    numpy.divide(msg_bytes, ranks_per_node, out=r2)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = tmp0*tmp3 -> r4
+    numpy.multiply(r0, r2, out=r4)
+    # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
+    # tmp7 = nodes - 1 -> r6
+    numpy.subtract(nodes, 1.0, out=r6)
+    # tmp8 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
+    numpy.divide(r7, ranks_per_node, out=r7)
+    numpy.minimum(r7, r3, out=r7)
+    # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
+    numpy.copyto(r8, r7)
+    numpy.copyto(r8, r3, where=m0)
+    # tmp11 = tmp3/nodes -> r9
+    numpy.divide(r2, nodes, out=r9)
+    # tmp12 = tmp11*tmp7 -> r10
+    numpy.multiply(r9, r6, out=r10)
+    # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node,
+    #     1)), numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) +
+    #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
+    #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp12/numpy.minimum(tmp6, 0.92*tmp10) +
+    #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp7), tmp11*(nodes - 0.5)*numpy.where(tmp8, tmp1, 1/tmp9) +
+    #     numpy.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s
+    #     + hop_net_tree_simple_s*tmp7))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp3*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp5/numpy.minimum(tmp6,
+    #     0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
+    #     tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m1)
+    numpy.greater(ranks_per_node, 1.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.multiply(r8, 0.5, out=r11)
+    numpy.minimum(r11, ll_max_bw_bytes_per_s, out=r11)
+    numpy.divide(r10, r11, out=r11)
+    numpy.multiply(r6, hop_net_tree_ll_s, out=r12)
+    numpy.add(r12, alpha_ring_ll_s, out=r12)
+    numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r13)
+    numpy.add(r13, alpha_ring_ll_s, out=r13)
+    numpy.copyto(r12, r13, where=m0)
+    numpy.add(r11, r12, out=r11)
+    numpy.multiply(r8, 0.92, out=r12)
+    numpy.minimum(r12, r5, out=r12)
+    numpy.divide(r10, r12, out=r12)
+    numpy.multiply(r6, hop_net_tree_ll128_s, out=r13)
+    numpy.add(r13, alpha_ring_ll128_s, out=r13)
+    numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r14)
+    numpy.add(r14, alpha_ring_ll128_s, out=r14)
+    numpy.copyto(r13, r14, where=m0)
+    numpy.add(r12, r13, out=r12)
+    numpy.minimum(r11, r12, out=r11)
+    numpy.subtract(nodes, 0.5, out=r12)
+    numpy.divide(1.0, r7, out=r13)
+    numpy.copyto(r13, r1, where=m0)
+    numpy.multiply(r12, r13, out=r12)
+    numpy.multiply(r12, r9, out=r12)
+    numpy.multiply(r6, hop_net_tree_simple_s, out=r13)
+    numpy.add(r13, alpha_ring_simple_s, out=r13)
+    numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r14)
+    numpy.add(r14, alpha_ring_simple_s, out=r14)
+    numpy.copyto(r13, r14, where=m0)
+    numpy.add(r12, r13, out=r12)
+    numpy.minimum(r11, r12, out=r11)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r12)
+    numpy.subtract(ranks_per_node, 0.5, out=r13)
+    numpy.multiply(r13, r1, out=r13)
+    numpy.multiply(r13, r2, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.add(r12, alpha_ring_simple_s, out=r12)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r13)
+    numpy.multiply(r3, 0.92, out=r14)
+    numpy.minimum(r14, r5, out=r14)
+    numpy.divide(r4, r14, out=r14)
+    numpy.add(r13, r14, out=r13)
+    numpy.add(r13, alpha_ring_ll128_s, out=r13)
+    numpy.minimum(r12, r13, out=r12)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r13)
+    numpy.multiply(r3, 0.5, out=r14)
+    numpy.minimum(r14, ll_max_bw_bytes_per_s, out=r14)
+    numpy.divide(r4, r14, out=r14)
+    numpy.add(r13, r14, out=r13)
+    numpy.add(r13, alpha_ring_ll_s, out=r13)
+    numpy.minimum(r12, r13, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.copyto(out, r11, where=m1)
+
+
+collective_all_gather_hierarchical_time_s.kernel = _runtime.Kernel(
+    _collective_all_gather_hierarchical_time_s_block,
+    reals=15,
+    masks=3,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_hierarchical_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -3291,20 +3620,7 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv2, inv3, inv4) = _collective_all_gather_nccl_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_nccl_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
@@ -3312,205 +3628,236 @@ def collective_all_gather_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, al
             reals=23,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = msg_bytes/ranks -> r2
-            numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
-            numpy.minimum(r3, r4, out=r5)
-            # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
-            numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m1)
-            # tmp8 = tmp0*tmp2 -> r7
-            numpy.multiply(r0, r2, out=r7)
-            # tmp9 = -nodes + ranks -> r8
-            numpy.subtract(ranks, nodes, out=r8)
-            # tmp10 = nodes - 1 -> r9
-            numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
-            # tmp13 = inv0/ring_channels -> r11
-            numpy.divide(inv0, ring_channels, out=r11)
-            # tmp14 = ranks_per_node - 1 -> r12
-            numpy.subtract(ranks_per_node, 1.0, out=r12)
-            # tmp16 = msg_bytes/ranks_per_node -> r13
-            numpy.divide(msg_bytes, ranks_per_node, out=r13)
-            # tmp17 = tmp14*tmp16 -> r14
-            numpy.multiply(r12, r13, out=r14)
-            # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
-            numpy.divide(r4, ranks_per_node, out=r15)
-            numpy.minimum(r15, r3, out=r15)
-            # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
-            numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m1)
-            # tmp20 = tmp16/nodes -> r16
-            numpy.divide(r13, nodes, out=r16)
-            # tmp21 = tmp10*tmp20 -> r17
-            numpy.multiply(r9, r16, out=r17)
-            # out = numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
-            #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
-            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks))), numpy.inf),
-            #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
-            #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
-            #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
-            #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp10), numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes -
-            #     0.5)*numpy.where(tmp3, tmp13, 1/tmp18) + numpy.where(tmp3, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s +
-            #     hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
-            #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s +
-            #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp4))), numpy.inf)))))
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r18)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r19)
-            numpy.multiply(r18, r19, out=r18)
-            numpy.multiply(r18, nvls_efficiency, out=r18)
-            numpy.multiply(ranks, ranks, out=r19)
-            numpy.divide(r18, r19, out=r18)
-            numpy.minimum(r18, nvls_channel_max_bw_bytes_per_s, out=r18)
-            numpy.minimum(r18, r1, out=r18)
-            numpy.divide(r2, r18, out=r18)
-            numpy.add(r18, hop_nvlink_nvls_s, out=r18)
-            numpy.copyto(out, r18, where=m3)
-            numpy.multiply(r6, 0.5, out=r18)
-            numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
-            numpy.divide(r7, r18, out=r18)
-            if not m1.all():
-                numpy.copyto(r19, hop_net_ring_ll_s)
-                numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv2, r8, out=r20)
-                numpy.add(r19, r20, out=r19)
-                numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r20)
-            numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m1)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(out, r18, out=out)
-            numpy.multiply(r6, 0.92, out=r18)
-            numpy.minimum(r18, r10, out=r18)
-            numpy.divide(r7, r18, out=r18)
-            if not m1.all():
-                numpy.copyto(r19, hop_net_ring_ll128_s)
-                numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv3, r8, out=r20)
-                numpy.add(r19, r20, out=r19)
-                numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r20)
-            numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.copyto(r19, r20, where=m1)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(out, r18, out=out)
-            numpy.subtract(ranks, 0.5, out=r18)
-            numpy.divide(1.0, r5, out=r19)
-            numpy.copyto(r19, r11, where=m1)
-            numpy.multiply(r18, r19, out=r18)
-            numpy.multiply(r18, r2, out=r18)
-            if not m1.all():
-                numpy.copyto(r19, hop_net_ring_simple_s)
-                numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv4, r8, out=r20)
-                numpy.add(r19, r20, out=r19)
-                numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r20)
-            numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.copyto(r19, r20, where=m1)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(out, r18, out=out)
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r4, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r17, r19, out=r19)
-            numpy.multiply(r9, hop_net_tree_ll_s, out=r20)
-            numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.multiply(r4, 0.92, out=r20)
-            numpy.minimum(r20, r10, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r9, hop_net_tree_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.minimum(r19, r20, out=r19)
-            numpy.subtract(nodes, 0.5, out=r20)
-            numpy.divide(1.0, r15, out=r21)
-            numpy.copyto(r21, r11, where=m1)
-            numpy.multiply(r20, r21, out=r20)
-            numpy.multiply(r20, r16, out=r20)
-            numpy.multiply(r9, hop_net_tree_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.minimum(r19, r20, out=r19)
-            numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r20)
-            numpy.subtract(ranks_per_node, 0.5, out=r21)
-            numpy.multiply(r21, r11, out=r21)
-            numpy.multiply(r21, r13, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.multiply(r3, 0.92, out=r22)
-            numpy.minimum(r22, r10, out=r22)
-            numpy.divide(r14, r22, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r21)
-            numpy.multiply(r3, 0.5, out=r22)
-            numpy.minimum(r22, ll_max_bw_bytes_per_s, out=r22)
-            numpy.divide(r14, r22, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.add(r19, r20, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.minimum(out, r18, out=out)
+        for block in call.blocks():
+            _collective_all_gather_nccl_time_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_nccl_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_nccl_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv2, inv3, inv4)
+
+
+def _collective_all_gather_nccl_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4):
+    """collective_all_gather_nccl_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = msg_bytes/ranks -> r2
+    numpy.divide(msg_bytes, ranks, out=r2)
+    # tmp3 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
+    numpy.minimum(r3, r4, out=r5)
+    # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
+    numpy.copyto(r6, r5)
+    numpy.copyto(r6, r3, where=m1)
+    # tmp8 = tmp0*tmp2 -> r7
+    numpy.multiply(r0, r2, out=r7)
+    # tmp9 = -nodes + ranks -> r8
+    numpy.subtract(ranks, nodes, out=r8)
+    # tmp10 = nodes - 1 -> r9
+    numpy.subtract(nodes, 1.0, out=r9)
+    # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
+    # tmp13 = inv0/ring_channels -> r11
+    numpy.divide(inv0, ring_channels, out=r11)
+    # tmp14 = ranks_per_node - 1 -> r12
+    numpy.subtract(ranks_per_node, 1.0, out=r12)
+    # tmp16 = msg_bytes/ranks_per_node -> r13
+    numpy.divide(msg_bytes, ranks_per_node, out=r13)
+    # tmp17 = tmp14*tmp16 -> r14
+    numpy.multiply(r12, r13, out=r14)
+    # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
+    numpy.divide(r4, ranks_per_node, out=r15)
+    numpy.minimum(r15, r3, out=r15)
+    # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
+    numpy.copyto(r4, r15)
+    numpy.copyto(r4, r3, where=m1)
+    # tmp20 = tmp16/nodes -> r16
+    numpy.divide(r13, nodes, out=r16)
+    # tmp21 = tmp10*tmp20 -> r17
+    numpy.multiply(r9, r16, out=r17)
+    # out = numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+    #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+    #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks))), numpy.inf), numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*tmp7) + numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s
+    #     + inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3, alpha_ring_ll128_s
+    #     + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)), numpy.minimum(tmp2*(ranks -
+    #     0.5)*numpy.where(tmp3, tmp13, 1/tmp6) + numpy.where(tmp3, alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10),
+    #     numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*numpy.where(tmp3, tmp13, 1/tmp18) +
+    #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
+    #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 +
+    #     tmp17/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)))))
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r18)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r19)
+    numpy.multiply(r18, r19, out=r18)
+    numpy.multiply(r18, nvls_efficiency, out=r18)
+    numpy.multiply(ranks, ranks, out=r19)
+    numpy.divide(r18, r19, out=r18)
+    numpy.minimum(r18, nvls_channel_max_bw_bytes_per_s, out=r18)
+    numpy.minimum(r18, r1, out=r18)
+    numpy.divide(r2, r18, out=r18)
+    numpy.add(r18, hop_nvlink_nvls_s, out=r18)
+    numpy.copyto(out, r18, where=m3)
+    numpy.multiply(r6, 0.5, out=r18)
+    numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
+    numpy.divide(r7, r18, out=r18)
+    if not m1.all():
+        numpy.copyto(r19, hop_net_ring_ll_s)
+        numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r19, r9, out=r19)
+        numpy.multiply(inv2, r8, out=r20)
+        numpy.add(r19, r20, out=r19)
+        numpy.add(r19, alpha_ring_ll_s, out=r19)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r20)
+    numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.copyto(r19, r20, where=m1)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(out, r18, out=out)
+    numpy.multiply(r6, 0.92, out=r18)
+    numpy.minimum(r18, r10, out=r18)
+    numpy.divide(r7, r18, out=r18)
+    if not m1.all():
+        numpy.copyto(r19, hop_net_ring_ll128_s)
+        numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r19, r9, out=r19)
+        numpy.multiply(inv3, r8, out=r20)
+        numpy.add(r19, r20, out=r19)
+        numpy.add(r19, alpha_ring_ll128_s, out=r19)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r20)
+    numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.copyto(r19, r20, where=m1)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(out, r18, out=out)
+    numpy.subtract(ranks, 0.5, out=r18)
+    numpy.divide(1.0, r5, out=r19)
+    numpy.copyto(r19, r11, where=m1)
+    numpy.multiply(r18, r19, out=r18)
+    numpy.multiply(r18, r2, out=r18)
+    if not m1.all():
+        numpy.copyto(r19, hop_net_ring_simple_s)
+        numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r19, r9, out=r19)
+        numpy.multiply(inv4, r8, out=r20)
+        numpy.add(r19, r20, out=r19)
+        numpy.add(r19, alpha_ring_simple_s, out=r19)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r20)
+    numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.copyto(r19, r20, where=m1)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(out, r18, out=out)
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r4, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r17, r19, out=r19)
+    numpy.multiply(r9, hop_net_tree_ll_s, out=r20)
+    numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.multiply(r4, 0.92, out=r20)
+    numpy.minimum(r20, r10, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r9, hop_net_tree_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.minimum(r19, r20, out=r19)
+    numpy.subtract(nodes, 0.5, out=r20)
+    numpy.divide(1.0, r15, out=r21)
+    numpy.copyto(r21, r11, where=m1)
+    numpy.multiply(r20, r21, out=r20)
+    numpy.multiply(r20, r16, out=r20)
+    numpy.multiply(r9, hop_net_tree_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.minimum(r19, r20, out=r19)
+    numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r20)
+    numpy.subtract(ranks_per_node, 0.5, out=r21)
+    numpy.multiply(r21, r11, out=r21)
+    numpy.multiply(r21, r13, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.multiply(r3, 0.92, out=r22)
+    numpy.minimum(r22, r10, out=r22)
+    numpy.divide(r14, r22, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r21)
+    numpy.multiply(r3, 0.5, out=r22)
+    numpy.minimum(r22, ll_max_bw_bytes_per_s, out=r22)
+    numpy.divide(r14, r22, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.add(r19, r20, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.minimum(out, r18, out=out)
+
+
+collective_all_gather_nccl_time_s.kernel = _runtime.Kernel(
+    _collective_all_gather_nccl_time_s_block,
+    reals=23,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv2", "inv3", "inv4"),
+    invariants=_collective_all_gather_nccl_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -3641,20 +3988,7 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv2, inv3, inv4) = _collective_all_gather_nccl_algbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_nccl_algbw_bytes_per_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
@@ -3662,206 +3996,237 @@ def collective_all_gather_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             reals=24,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = msg_bytes/ranks -> r2
-            numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
-            numpy.minimum(r3, r4, out=r5)
-            # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
-            numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m1)
-            # tmp8 = tmp0*tmp2 -> r7
-            numpy.multiply(r0, r2, out=r7)
-            # tmp9 = -nodes + ranks -> r8
-            numpy.subtract(ranks, nodes, out=r8)
-            # tmp10 = nodes - 1 -> r9
-            numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
-            # tmp13 = inv0/ring_channels -> r11
-            numpy.divide(inv0, ring_channels, out=r11)
-            # tmp14 = ranks_per_node - 1 -> r12
-            numpy.subtract(ranks_per_node, 1.0, out=r12)
-            # tmp16 = msg_bytes/ranks_per_node -> r13
-            numpy.divide(msg_bytes, ranks_per_node, out=r13)
-            # tmp17 = tmp14*tmp16 -> r14
-            numpy.multiply(r12, r13, out=r14)
-            # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
-            numpy.divide(r4, ranks_per_node, out=r15)
-            numpy.minimum(r15, r3, out=r15)
-            # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
-            numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m1)
-            # tmp20 = tmp16/nodes -> r16
-            numpy.divide(r13, nodes, out=r16)
-            # tmp21 = tmp10*tmp20 -> r17
-            numpy.multiply(r9, r16, out=r17)
-            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
-            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
-            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks))), numpy.inf),
-            #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
-            #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
-            #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
-            #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp10), numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes -
-            #     0.5)*numpy.where(tmp3, tmp13, 1/tmp18) + numpy.where(tmp3, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s +
-            #     hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
-            #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s +
-            #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp4))), numpy.inf)))))
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r19)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, nvls_efficiency, out=r19)
-            numpy.multiply(ranks, ranks, out=r20)
-            numpy.divide(r19, r20, out=r19)
-            numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
-            numpy.minimum(r19, r1, out=r19)
-            numpy.divide(r2, r19, out=r19)
-            numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(r6, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r7, r19, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_ll_s)
-                numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv2, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(r6, 0.92, out=r19)
-            numpy.minimum(r19, r10, out=r19)
-            numpy.divide(r7, r19, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_ll128_s)
-                numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv3, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.subtract(ranks, 0.5, out=r19)
-            numpy.divide(1.0, r5, out=r20)
-            numpy.copyto(r20, r11, where=m1)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, r2, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_simple_s)
-                numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv4, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r4, 0.5, out=r20)
-            numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r9, hop_net_tree_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.multiply(r4, 0.92, out=r21)
-            numpy.minimum(r21, r10, out=r21)
-            numpy.divide(r17, r21, out=r21)
-            numpy.multiply(r9, hop_net_tree_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
-            numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.subtract(nodes, 0.5, out=r21)
-            numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r11, where=m1)
-            numpy.multiply(r21, r22, out=r21)
-            numpy.multiply(r21, r16, out=r21)
-            numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
-            numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
-            numpy.subtract(ranks_per_node, 0.5, out=r22)
-            numpy.multiply(r22, r11, out=r22)
-            numpy.multiply(r22, r13, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.multiply(r3, 0.92, out=r23)
-            numpy.minimum(r23, r10, out=r23)
-            numpy.divide(r14, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r22)
-            numpy.multiply(r3, 0.5, out=r23)
-            numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
-            numpy.divide(r14, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.divide(msg_bytes, r18, out=out)
+        for block in call.blocks():
+            _collective_all_gather_nccl_algbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_nccl_algbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_nccl_algbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv2, inv3, inv4)
+
+
+def _collective_all_gather_nccl_algbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4):
+    """collective_all_gather_nccl_algbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = msg_bytes/ranks -> r2
+    numpy.divide(msg_bytes, ranks, out=r2)
+    # tmp3 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
+    numpy.minimum(r3, r4, out=r5)
+    # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
+    numpy.copyto(r6, r5)
+    numpy.copyto(r6, r3, where=m1)
+    # tmp8 = tmp0*tmp2 -> r7
+    numpy.multiply(r0, r2, out=r7)
+    # tmp9 = -nodes + ranks -> r8
+    numpy.subtract(ranks, nodes, out=r8)
+    # tmp10 = nodes - 1 -> r9
+    numpy.subtract(nodes, 1.0, out=r9)
+    # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
+    # tmp13 = inv0/ring_channels -> r11
+    numpy.divide(inv0, ring_channels, out=r11)
+    # tmp14 = ranks_per_node - 1 -> r12
+    numpy.subtract(ranks_per_node, 1.0, out=r12)
+    # tmp16 = msg_bytes/ranks_per_node -> r13
+    numpy.divide(msg_bytes, ranks_per_node, out=r13)
+    # tmp17 = tmp14*tmp16 -> r14
+    numpy.multiply(r12, r13, out=r14)
+    # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
+    numpy.divide(r4, ranks_per_node, out=r15)
+    numpy.minimum(r15, r3, out=r15)
+    # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
+    numpy.copyto(r4, r15)
+    numpy.copyto(r4, r3, where=m1)
+    # tmp20 = tmp16/nodes -> r16
+    numpy.divide(r13, nodes, out=r16)
+    # tmp21 = tmp10*tmp20 -> r17
+    numpy.multiply(r9, r16, out=r17)
+    # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+    #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+    #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks))), numpy.inf), numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*tmp7) + numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s
+    #     + inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3, alpha_ring_ll128_s
+    #     + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)), numpy.minimum(tmp2*(ranks -
+    #     0.5)*numpy.where(tmp3, tmp13, 1/tmp6) + numpy.where(tmp3, alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10),
+    #     numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*numpy.where(tmp3, tmp13, 1/tmp18) +
+    #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
+    #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 +
+    #     tmp17/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)))))
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r19)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, nvls_efficiency, out=r19)
+    numpy.multiply(ranks, ranks, out=r20)
+    numpy.divide(r19, r20, out=r19)
+    numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
+    numpy.minimum(r19, r1, out=r19)
+    numpy.divide(r2, r19, out=r19)
+    numpy.add(r19, hop_nvlink_nvls_s, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(r6, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r7, r19, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_ll_s)
+        numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv2, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(r6, 0.92, out=r19)
+    numpy.minimum(r19, r10, out=r19)
+    numpy.divide(r7, r19, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_ll128_s)
+        numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv3, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.subtract(ranks, 0.5, out=r19)
+    numpy.divide(1.0, r5, out=r20)
+    numpy.copyto(r20, r11, where=m1)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, r2, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_simple_s)
+        numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv4, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.copyto(r19, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r4, 0.5, out=r20)
+    numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r9, hop_net_tree_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.multiply(r4, 0.92, out=r21)
+    numpy.minimum(r21, r10, out=r21)
+    numpy.divide(r17, r21, out=r21)
+    numpy.multiply(r9, hop_net_tree_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
+    numpy.add(r23, alpha_ring_ll128_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.subtract(nodes, 0.5, out=r21)
+    numpy.divide(1.0, r15, out=r22)
+    numpy.copyto(r22, r11, where=m1)
+    numpy.multiply(r21, r22, out=r21)
+    numpy.multiply(r21, r16, out=r21)
+    numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
+    numpy.add(r23, alpha_ring_simple_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
+    numpy.subtract(ranks_per_node, 0.5, out=r22)
+    numpy.multiply(r22, r11, out=r22)
+    numpy.multiply(r22, r13, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.multiply(r3, 0.92, out=r23)
+    numpy.minimum(r23, r10, out=r23)
+    numpy.divide(r14, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r22)
+    numpy.multiply(r3, 0.5, out=r23)
+    numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
+    numpy.divide(r14, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.divide(msg_bytes, r18, out=out)
+
+
+collective_all_gather_nccl_algbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_all_gather_nccl_algbw_bytes_per_s_block,
+    reals=24,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv2", "inv3", "inv4"),
+    invariants=_collective_all_gather_nccl_algbw_bytes_per_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -3993,20 +4358,7 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv2, inv3, inv4) = _collective_all_gather_nccl_busbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_nccl_busbw_bytes_per_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
@@ -4014,206 +4366,237 @@ def collective_all_gather_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ri
             reals=24,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = msg_bytes/ranks -> r2
-            numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
-            numpy.minimum(r3, r4, out=r5)
-            # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
-            numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m1)
-            # tmp8 = tmp0*tmp2 -> r7
-            numpy.multiply(r0, r2, out=r7)
-            # tmp9 = -nodes + ranks -> r8
-            numpy.subtract(ranks, nodes, out=r8)
-            # tmp10 = nodes - 1 -> r9
-            numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
-            # tmp13 = inv0/ring_channels -> r11
-            numpy.divide(inv0, ring_channels, out=r11)
-            # tmp14 = ranks_per_node - 1 -> r12
-            numpy.subtract(ranks_per_node, 1.0, out=r12)
-            # tmp16 = msg_bytes/ranks_per_node -> r13
-            numpy.divide(msg_bytes, ranks_per_node, out=r13)
-            # tmp17 = tmp14*tmp16 -> r14
-            numpy.multiply(r12, r13, out=r14)
-            # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
-            numpy.divide(r4, ranks_per_node, out=r15)
-            numpy.minimum(r15, r3, out=r15)
-            # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
-            numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m1)
-            # tmp20 = tmp16/nodes -> r16
-            numpy.divide(r13, nodes, out=r16)
-            # tmp21 = tmp10*tmp20 -> r17
-            numpy.multiply(r9, r16, out=r17)
-            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
-            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
-            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks))), numpy.inf),
-            #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
-            #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
-            #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
-            #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp10), numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes -
-            #     0.5)*numpy.where(tmp3, tmp13, 1/tmp18) + numpy.where(tmp3, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s +
-            #     hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
-            #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s +
-            #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp4))), numpy.inf)))))
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r19)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, nvls_efficiency, out=r19)
-            numpy.multiply(ranks, ranks, out=r20)
-            numpy.divide(r19, r20, out=r19)
-            numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
-            numpy.minimum(r19, r1, out=r19)
-            numpy.divide(r2, r19, out=r19)
-            numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(r6, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r7, r19, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_ll_s)
-                numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv2, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(r6, 0.92, out=r19)
-            numpy.minimum(r19, r10, out=r19)
-            numpy.divide(r7, r19, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_ll128_s)
-                numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv3, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.subtract(ranks, 0.5, out=r19)
-            numpy.divide(1.0, r5, out=r20)
-            numpy.copyto(r20, r11, where=m1)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, r2, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_simple_s)
-                numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv4, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r4, 0.5, out=r20)
-            numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r9, hop_net_tree_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.multiply(r4, 0.92, out=r21)
-            numpy.minimum(r21, r10, out=r21)
-            numpy.divide(r17, r21, out=r21)
-            numpy.multiply(r9, hop_net_tree_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
-            numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.subtract(nodes, 0.5, out=r21)
-            numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r11, where=m1)
-            numpy.multiply(r21, r22, out=r21)
-            numpy.multiply(r21, r16, out=r21)
-            numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
-            numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
-            numpy.subtract(ranks_per_node, 0.5, out=r22)
-            numpy.multiply(r22, r11, out=r22)
-            numpy.multiply(r22, r13, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.multiply(r3, 0.92, out=r23)
-            numpy.minimum(r23, r10, out=r23)
-            numpy.divide(r14, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r22)
-            numpy.multiply(r3, 0.5, out=r23)
-            numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
-            numpy.divide(r14, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.divide(r7, r18, out=out)
+        for block in call.blocks():
+            _collective_all_gather_nccl_busbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_nccl_busbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_nccl_busbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv2, inv3, inv4)
+
+
+def _collective_all_gather_nccl_busbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4):
+    """collective_all_gather_nccl_busbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = msg_bytes/ranks -> r2
+    numpy.divide(msg_bytes, ranks, out=r2)
+    # tmp3 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
+    numpy.minimum(r3, r4, out=r5)
+    # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
+    numpy.copyto(r6, r5)
+    numpy.copyto(r6, r3, where=m1)
+    # tmp8 = tmp0*tmp2 -> r7
+    numpy.multiply(r0, r2, out=r7)
+    # tmp9 = -nodes + ranks -> r8
+    numpy.subtract(ranks, nodes, out=r8)
+    # tmp10 = nodes - 1 -> r9
+    numpy.subtract(nodes, 1.0, out=r9)
+    # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
+    # tmp13 = inv0/ring_channels -> r11
+    numpy.divide(inv0, ring_channels, out=r11)
+    # tmp14 = ranks_per_node - 1 -> r12
+    numpy.subtract(ranks_per_node, 1.0, out=r12)
+    # tmp16 = msg_bytes/ranks_per_node -> r13
+    numpy.divide(msg_bytes, ranks_per_node, out=r13)
+    # tmp17 = tmp14*tmp16 -> r14
+    numpy.multiply(r12, r13, out=r14)
+    # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
+    numpy.divide(r4, ranks_per_node, out=r15)
+    numpy.minimum(r15, r3, out=r15)
+    # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
+    numpy.copyto(r4, r15)
+    numpy.copyto(r4, r3, where=m1)
+    # tmp20 = tmp16/nodes -> r16
+    numpy.divide(r13, nodes, out=r16)
+    # tmp21 = tmp10*tmp20 -> r17
+    numpy.multiply(r9, r16, out=r17)
+    # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+    #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+    #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks))), numpy.inf), numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*tmp7) + numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s
+    #     + inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3, alpha_ring_ll128_s
+    #     + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)), numpy.minimum(tmp2*(ranks -
+    #     0.5)*numpy.where(tmp3, tmp13, 1/tmp6) + numpy.where(tmp3, alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10),
+    #     numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*numpy.where(tmp3, tmp13, 1/tmp18) +
+    #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
+    #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 +
+    #     tmp17/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)))))
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r19)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, nvls_efficiency, out=r19)
+    numpy.multiply(ranks, ranks, out=r20)
+    numpy.divide(r19, r20, out=r19)
+    numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
+    numpy.minimum(r19, r1, out=r19)
+    numpy.divide(r2, r19, out=r19)
+    numpy.add(r19, hop_nvlink_nvls_s, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(r6, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r7, r19, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_ll_s)
+        numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv2, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(r6, 0.92, out=r19)
+    numpy.minimum(r19, r10, out=r19)
+    numpy.divide(r7, r19, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_ll128_s)
+        numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv3, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.subtract(ranks, 0.5, out=r19)
+    numpy.divide(1.0, r5, out=r20)
+    numpy.copyto(r20, r11, where=m1)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, r2, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_simple_s)
+        numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv4, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.copyto(r19, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r4, 0.5, out=r20)
+    numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r9, hop_net_tree_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.multiply(r4, 0.92, out=r21)
+    numpy.minimum(r21, r10, out=r21)
+    numpy.divide(r17, r21, out=r21)
+    numpy.multiply(r9, hop_net_tree_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
+    numpy.add(r23, alpha_ring_ll128_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.subtract(nodes, 0.5, out=r21)
+    numpy.divide(1.0, r15, out=r22)
+    numpy.copyto(r22, r11, where=m1)
+    numpy.multiply(r21, r22, out=r21)
+    numpy.multiply(r21, r16, out=r21)
+    numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
+    numpy.add(r23, alpha_ring_simple_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
+    numpy.subtract(ranks_per_node, 0.5, out=r22)
+    numpy.multiply(r22, r11, out=r22)
+    numpy.multiply(r22, r13, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.multiply(r3, 0.92, out=r23)
+    numpy.minimum(r23, r10, out=r23)
+    numpy.divide(r14, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r22)
+    numpy.multiply(r3, 0.5, out=r23)
+    numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
+    numpy.divide(r14, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.divide(r7, r18, out=out)
+
+
+collective_all_gather_nccl_busbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_all_gather_nccl_busbw_bytes_per_s_block,
+    reals=24,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv2", "inv3", "inv4"),
+    invariants=_collective_all_gather_nccl_busbw_bytes_per_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_nccl_busbw_factor_ratio(*, ranks):
@@ -4247,11 +4630,28 @@ def collective_all_gather_nccl_busbw_factor_ratio(*, ranks):
         reals=0,
         masks=0,
     )
-    for out, ranks in call.blocks():
-        # out = (ranks - 1)/ranks
-        numpy.subtract(ranks, 1.0, out=out)
-        numpy.divide(out, ranks, out=out)
+    for block in call.blocks():
+        _collective_all_gather_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_all_gather_nccl_busbw_factor_ratio_block(out, ranks):
+    """collective_all_gather_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (ranks - 1)/ranks
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_gather_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_all_gather_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=("ranks",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -4307,12 +4707,7 @@ def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        (inv0,) = _collective_reduce_scatter_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -4320,41 +4715,67 @@ def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp2,
-            #     tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2,
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + inv0*(-nodes +
-            #     ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_ll_s, hop_net_ring_ll_s))
-            numpy.multiply(r0, msg_bytes, out=out)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r1, out=r2)
-            numpy.copyto(r2, r1, where=m0)
-            numpy.multiply(r2, 0.5, out=r2)
-            numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll_s, out=r2)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r3)
-            numpy.add(r3, alpha_ring_ll_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_ll_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp2, tmp1,
+    #     numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2, alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + inv0*(-nodes + ranks) + (nodes -
+    #     1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
+    numpy.multiply(r0, msg_bytes, out=out)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r1, out=r2)
+    numpy.copyto(r2, r1, where=m0)
+    numpy.multiply(r2, 0.5, out=r2)
+    numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll_s, out=r2)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r3)
+    numpy.add(r3, alpha_ring_ll_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_reduce_scatter_ring_ll_time_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll_time_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -4412,12 +4833,7 @@ def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_r
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        (inv0,) = _collective_reduce_scatter_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll128_time_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -4425,44 +4841,69 @@ def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_r
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out =
-            #     msg_bytes*tmp0/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels
-            #     , 0.92*numpy.where(tmp2, tmp1, numpy.minimum(tmp1,
-            #     nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2, alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv0*(-nodes + ranks) + (nodes
-            #     - 1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s))
-            numpy.multiply(r0, msg_bytes, out=out)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
-            numpy.minimum(r3, r1, out=r3)
-            numpy.copyto(r3, r1, where=m0)
-            numpy.multiply(r3, 0.92, out=r3)
-            numpy.minimum(r2, r3, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll128_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll128_s, out=r2)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r3)
-            numpy.add(r3, alpha_ring_ll128_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll128_time_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_ll128_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll128_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_ll128_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(tmp2, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) +
+    #     numpy.where(tmp2, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s +
+    #     inv0*(-nodes + ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s))
+    numpy.multiply(r0, msg_bytes, out=out)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
+    numpy.minimum(r3, r1, out=r3)
+    numpy.copyto(r3, r1, where=m0)
+    numpy.multiply(r3, 0.92, out=r3)
+    numpy.minimum(r2, r3, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll128_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll128_s, out=r2)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r3)
+    numpy.add(r3, alpha_ring_ll128_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_reduce_scatter_ring_ll128_time_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll128_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll128_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -4515,14 +4956,7 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1) = _collective_reduce_scatter_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -4530,42 +4964,71 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = msg_bytes*(ranks - 0.5)*numpy.where(tmp0, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp0,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), alpha_ring_simple_s +
-            #     inv1*(-nodes + ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_simple_s, hop_net_ring_simple_s))
-            numpy.subtract(ranks, 0.5, out=out)
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=r0)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r0)
-                numpy.copyto(r1, hop_net_ring_simple_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r1, hop_net_tree_simple_s, where=m1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.subtract(ranks, nodes, out=r1)
-                numpy.multiply(r1, inv1, out=r1)
-                numpy.add(r0, r1, out=r0)
-                numpy.add(r0, alpha_ring_simple_s, out=r0)
-            numpy.subtract(ranks, 1.0, out=r1)
-            numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r1)
-            numpy.add(r1, alpha_ring_simple_s, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_ring_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_reduce_scatter_ring_simple_time_s_block(out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_reduce_scatter_ring_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*(ranks - 0.5)*numpy.where(tmp0, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp0, alpha_ring_simple_s
+    #     + hop_nvlink_ring_simple_s*(ranks - 1), alpha_ring_simple_s + inv1*(-nodes + ranks) +
+    #     (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))
+    numpy.subtract(ranks, 0.5, out=out)
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=r0)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r0)
+        numpy.copyto(r1, hop_net_ring_simple_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r1, hop_net_tree_simple_s, where=m1)
+        numpy.multiply(r0, r1, out=r0)
+        numpy.subtract(ranks, nodes, out=r1)
+        numpy.multiply(r1, inv1, out=r1)
+        numpy.add(r0, r1, out=r0)
+        numpy.add(r0, alpha_ring_simple_s, out=r0)
+    numpy.subtract(ranks, 1.0, out=r1)
+    numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r1)
+    numpy.add(r1, alpha_ring_simple_s, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.add(out, r0, out=out)
+
+
+collective_reduce_scatter_ring_simple_time_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_simple_time_s_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_reduce_scatter_ring_simple_time_s_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -4613,12 +5076,6 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_reduce_scatter_nvls_simple_time_s", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_reduce_scatter_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -4626,38 +5083,54 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
             reals=4,
             masks=3,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
-            #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks)))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.multiply(r0, r0, out=r2)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r2, nvls_efficiency, out=r2)
-            numpy.multiply(ranks, ranks, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
-            numpy.minimum(r2, r1, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(msg_bytes, r2, out=r2)
-            numpy.add(r2, hop_nvlink_nvls_s, out=r2)
-            numpy.copyto(out, r2, where=m1)
+        for block in call.blocks():
+            _collective_reduce_scatter_nvls_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_nvls_simple_time_s_block(out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_reduce_scatter_nvls_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))), hop_nvlink_nvls_s +
+    #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks)))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.multiply(r0, r0, out=r2)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.multiply(r2, nvls_efficiency, out=r2)
+    numpy.multiply(ranks, ranks, out=r3)
+    numpy.divide(r2, r3, out=r2)
+    numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
+    numpy.minimum(r2, r1, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(msg_bytes, r2, out=r2)
+    numpy.add(r2, hop_nvlink_nvls_s, out=r2)
+    numpy.copyto(out, r2, where=m1)
+
+
+collective_reduce_scatter_nvls_simple_time_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_nvls_simple_time_s_block,
+    reals=4,
+    masks=3,
+    arguments=("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -4746,12 +5219,7 @@ def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_r
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_reduce_scatter_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_hierarchical_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -4759,106 +5227,131 @@ def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_r
             reals=15,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = inv0/ring_channels -> r1
-            numpy.divide(inv0, ring_channels, out=r1)
-            # tmp3 = msg_bytes/ranks_per_node -> r2
-            numpy.divide(msg_bytes, ranks_per_node, out=r2)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = tmp0*tmp3 -> r4
-            numpy.multiply(r0, r2, out=r4)
-            # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
-            # tmp7 = nodes - 1 -> r6
-            numpy.subtract(nodes, 1.0, out=r6)
-            # tmp8 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
-            numpy.divide(r7, ranks_per_node, out=r7)
-            numpy.minimum(r7, r3, out=r7)
-            # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
-            numpy.copyto(r8, r7)
-            numpy.copyto(r8, r3, where=m0)
-            # tmp11 = tmp3/nodes -> r9
-            numpy.divide(r2, nodes, out=r9)
-            # tmp12 = tmp11*tmp7 -> r10
-            numpy.multiply(r9, r6, out=r10)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) +
-            #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp12/numpy.minimum(tmp6, 0.92*tmp10) +
-            #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp11*(nodes -
-            #     0.5)*numpy.where(tmp8, tmp1, 1/tmp9) + numpy.where(tmp8, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s + hop_net_tree_simple_s*tmp7)))
-            #     + numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 +
-            #     tmp1*tmp3*(ranks_per_node - 0.5), numpy.minimum(alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp0 + tmp5/numpy.minimum(tmp6, 0.92*tmp4),
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
-            #     tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m1)
-            numpy.greater(ranks_per_node, 1.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.multiply(r8, 0.5, out=r11)
-            numpy.minimum(r11, ll_max_bw_bytes_per_s, out=r11)
-            numpy.divide(r10, r11, out=r11)
-            numpy.multiply(r6, hop_net_tree_ll_s, out=r12)
-            numpy.add(r12, alpha_ring_ll_s, out=r12)
-            numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r13)
-            numpy.add(r13, alpha_ring_ll_s, out=r13)
-            numpy.copyto(r12, r13, where=m0)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r8, 0.92, out=r12)
-            numpy.minimum(r12, r5, out=r12)
-            numpy.divide(r10, r12, out=r12)
-            numpy.multiply(r6, hop_net_tree_ll128_s, out=r13)
-            numpy.add(r13, alpha_ring_ll128_s, out=r13)
-            numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r14)
-            numpy.add(r14, alpha_ring_ll128_s, out=r14)
-            numpy.copyto(r13, r14, where=m0)
-            numpy.add(r12, r13, out=r12)
-            numpy.minimum(r11, r12, out=r11)
-            numpy.subtract(nodes, 0.5, out=r12)
-            numpy.divide(1.0, r7, out=r13)
-            numpy.copyto(r13, r1, where=m0)
-            numpy.multiply(r12, r13, out=r12)
-            numpy.multiply(r12, r9, out=r12)
-            numpy.multiply(r6, hop_net_tree_simple_s, out=r13)
-            numpy.add(r13, alpha_ring_simple_s, out=r13)
-            numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r14)
-            numpy.add(r14, alpha_ring_simple_s, out=r14)
-            numpy.copyto(r13, r14, where=m0)
-            numpy.add(r12, r13, out=r12)
-            numpy.minimum(r11, r12, out=r11)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r12)
-            numpy.subtract(ranks_per_node, 0.5, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.add(r12, alpha_ring_simple_s, out=r12)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r13)
-            numpy.multiply(r3, 0.92, out=r14)
-            numpy.minimum(r14, r5, out=r14)
-            numpy.divide(r4, r14, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, alpha_ring_ll128_s, out=r13)
-            numpy.minimum(r12, r13, out=r12)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r13)
-            numpy.multiply(r3, 0.5, out=r14)
-            numpy.minimum(r14, ll_max_bw_bytes_per_s, out=r14)
-            numpy.divide(r4, r14, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, alpha_ring_ll_s, out=r13)
-            numpy.minimum(r12, r13, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.copyto(out, r11, where=m1)
+        for block in call.blocks():
+            _collective_reduce_scatter_hierarchical_time_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_hierarchical_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_reduce_scatter_hierarchical_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_hierarchical_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = inv0/ring_channels -> r1
+    numpy.divide(inv0, ring_channels, out=r1)
+    # tmp3 = msg_bytes/ranks_per_node -> r2
+    numpy.divide(msg_bytes, ranks_per_node, out=r2)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = tmp0*tmp3 -> r4
+    numpy.multiply(r0, r2, out=r4)
+    # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
+    # tmp7 = nodes - 1 -> r6
+    numpy.subtract(nodes, 1.0, out=r6)
+    # tmp8 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
+    numpy.divide(r7, ranks_per_node, out=r7)
+    numpy.minimum(r7, r3, out=r7)
+    # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
+    numpy.copyto(r8, r7)
+    numpy.copyto(r8, r3, where=m0)
+    # tmp11 = tmp3/nodes -> r9
+    numpy.divide(r2, nodes, out=r9)
+    # tmp12 = tmp11*tmp7 -> r10
+    numpy.multiply(r9, r6, out=r10)
+    # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node,
+    #     1)), numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) +
+    #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
+    #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp12/numpy.minimum(tmp6, 0.92*tmp10) +
+    #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp7), tmp11*(nodes - 0.5)*numpy.where(tmp8, tmp1, 1/tmp9) +
+    #     numpy.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s
+    #     + hop_net_tree_simple_s*tmp7))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp3*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp5/numpy.minimum(tmp6,
+    #     0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
+    #     tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m1)
+    numpy.greater(ranks_per_node, 1.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.multiply(r8, 0.5, out=r11)
+    numpy.minimum(r11, ll_max_bw_bytes_per_s, out=r11)
+    numpy.divide(r10, r11, out=r11)
+    numpy.multiply(r6, hop_net_tree_ll_s, out=r12)
+    numpy.add(r12, alpha_ring_ll_s, out=r12)
+    numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r13)
+    numpy.add(r13, alpha_ring_ll_s, out=r13)
+    numpy.copyto(r12, r13, where=m0)
+    numpy.add(r11, r12, out=r11)
+    numpy.multiply(r8, 0.92, out=r12)
+    numpy.minimum(r12, r5, out=r12)
+    numpy.divide(r10, r12, out=r12)
+    numpy.multiply(r6, hop_net_tree_ll128_s, out=r13)
+    numpy.add(r13, alpha_ring_ll128_s, out=r13)
+    numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r14)
+    numpy.add(r14, alpha_ring_ll128_s, out=r14)
+    numpy.copyto(r13, r14, where=m0)
+    numpy.add(r12, r13, out=r12)
+    numpy.minimum(r11, r12, out=r11)
+    numpy.subtract(nodes, 0.5, out=r12)
+    numpy.divide(1.0, r7, out=r13)
+    numpy.copyto(r13, r1, where=m0)
+    numpy.multiply(r12, r13, out=r12)
+    numpy.multiply(r12, r9, out=r12)
+    numpy.multiply(r6, hop_net_tree_simple_s, out=r13)
+    numpy.add(r13, alpha_ring_simple_s, out=r13)
+    numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r14)
+    numpy.add(r14, alpha_ring_simple_s, out=r14)
+    numpy.copyto(r13, r14, where=m0)
+    numpy.add(r12, r13, out=r12)
+    numpy.minimum(r11, r12, out=r11)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r12)
+    numpy.subtract(ranks_per_node, 0.5, out=r13)
+    numpy.multiply(r13, r1, out=r13)
+    numpy.multiply(r13, r2, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.add(r12, alpha_ring_simple_s, out=r12)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r13)
+    numpy.multiply(r3, 0.92, out=r14)
+    numpy.minimum(r14, r5, out=r14)
+    numpy.divide(r4, r14, out=r14)
+    numpy.add(r13, r14, out=r13)
+    numpy.add(r13, alpha_ring_ll128_s, out=r13)
+    numpy.minimum(r12, r13, out=r12)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r13)
+    numpy.multiply(r3, 0.5, out=r14)
+    numpy.minimum(r14, ll_max_bw_bytes_per_s, out=r14)
+    numpy.divide(r4, r14, out=r14)
+    numpy.add(r13, r14, out=r13)
+    numpy.add(r13, alpha_ring_ll_s, out=r13)
+    numpy.minimum(r12, r13, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.copyto(out, r11, where=m1)
+
+
+collective_reduce_scatter_hierarchical_time_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_hierarchical_time_s_block,
+    reals=15,
+    masks=3,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_hierarchical_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -4991,20 +5484,7 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv2, inv3, inv4) = _collective_reduce_scatter_nccl_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_nccl_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
@@ -5012,205 +5492,236 @@ def collective_reduce_scatter_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s
             reals=23,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = msg_bytes/ranks -> r2
-            numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
-            numpy.minimum(r3, r4, out=r5)
-            # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
-            numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m1)
-            # tmp8 = tmp0*tmp2 -> r7
-            numpy.multiply(r0, r2, out=r7)
-            # tmp9 = -nodes + ranks -> r8
-            numpy.subtract(ranks, nodes, out=r8)
-            # tmp10 = nodes - 1 -> r9
-            numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
-            # tmp13 = inv0/ring_channels -> r11
-            numpy.divide(inv0, ring_channels, out=r11)
-            # tmp14 = ranks_per_node - 1 -> r12
-            numpy.subtract(ranks_per_node, 1.0, out=r12)
-            # tmp16 = msg_bytes/ranks_per_node -> r13
-            numpy.divide(msg_bytes, ranks_per_node, out=r13)
-            # tmp17 = tmp14*tmp16 -> r14
-            numpy.multiply(r12, r13, out=r14)
-            # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
-            numpy.divide(r4, ranks_per_node, out=r15)
-            numpy.minimum(r15, r3, out=r15)
-            # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
-            numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m1)
-            # tmp20 = tmp16/nodes -> r16
-            numpy.divide(r13, nodes, out=r16)
-            # tmp21 = tmp10*tmp20 -> r17
-            numpy.multiply(r9, r16, out=r17)
-            # out = numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
-            #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
-            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks))), numpy.inf),
-            #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
-            #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
-            #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
-            #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp10), numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes -
-            #     0.5)*numpy.where(tmp3, tmp13, 1/tmp18) + numpy.where(tmp3, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s +
-            #     hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
-            #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s +
-            #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp4))), numpy.inf)))))
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r18)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r19)
-            numpy.multiply(r18, r19, out=r18)
-            numpy.multiply(r18, nvls_efficiency, out=r18)
-            numpy.multiply(ranks, ranks, out=r19)
-            numpy.divide(r18, r19, out=r18)
-            numpy.minimum(r18, nvls_channel_max_bw_bytes_per_s, out=r18)
-            numpy.minimum(r18, r1, out=r18)
-            numpy.divide(r2, r18, out=r18)
-            numpy.add(r18, hop_nvlink_nvls_s, out=r18)
-            numpy.copyto(out, r18, where=m3)
-            numpy.multiply(r6, 0.5, out=r18)
-            numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
-            numpy.divide(r7, r18, out=r18)
-            if not m1.all():
-                numpy.copyto(r19, hop_net_ring_ll_s)
-                numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv2, r8, out=r20)
-                numpy.add(r19, r20, out=r19)
-                numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r20)
-            numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m1)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(out, r18, out=out)
-            numpy.multiply(r6, 0.92, out=r18)
-            numpy.minimum(r18, r10, out=r18)
-            numpy.divide(r7, r18, out=r18)
-            if not m1.all():
-                numpy.copyto(r19, hop_net_ring_ll128_s)
-                numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv3, r8, out=r20)
-                numpy.add(r19, r20, out=r19)
-                numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r20)
-            numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.copyto(r19, r20, where=m1)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(out, r18, out=out)
-            numpy.subtract(ranks, 0.5, out=r18)
-            numpy.divide(1.0, r5, out=r19)
-            numpy.copyto(r19, r11, where=m1)
-            numpy.multiply(r18, r19, out=r18)
-            numpy.multiply(r18, r2, out=r18)
-            if not m1.all():
-                numpy.copyto(r19, hop_net_ring_simple_s)
-                numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r19, r9, out=r19)
-                numpy.multiply(inv4, r8, out=r20)
-                numpy.add(r19, r20, out=r19)
-                numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r20)
-            numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.copyto(r19, r20, where=m1)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(out, r18, out=out)
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r4, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r17, r19, out=r19)
-            numpy.multiply(r9, hop_net_tree_ll_s, out=r20)
-            numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.multiply(r4, 0.92, out=r20)
-            numpy.minimum(r20, r10, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r9, hop_net_tree_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.minimum(r19, r20, out=r19)
-            numpy.subtract(nodes, 0.5, out=r20)
-            numpy.divide(1.0, r15, out=r21)
-            numpy.copyto(r21, r11, where=m1)
-            numpy.multiply(r20, r21, out=r20)
-            numpy.multiply(r20, r16, out=r20)
-            numpy.multiply(r9, hop_net_tree_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.minimum(r19, r20, out=r19)
-            numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r20)
-            numpy.subtract(ranks_per_node, 0.5, out=r21)
-            numpy.multiply(r21, r11, out=r21)
-            numpy.multiply(r21, r13, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.multiply(r3, 0.92, out=r22)
-            numpy.minimum(r22, r10, out=r22)
-            numpy.divide(r14, r22, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r21)
-            numpy.multiply(r3, 0.5, out=r22)
-            numpy.minimum(r22, ll_max_bw_bytes_per_s, out=r22)
-            numpy.divide(r14, r22, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.add(r19, r20, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.minimum(out, r18, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_nccl_time_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_nccl_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_nccl_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv2, inv3, inv4)
+
+
+def _collective_reduce_scatter_nccl_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4):
+    """collective_reduce_scatter_nccl_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = msg_bytes/ranks -> r2
+    numpy.divide(msg_bytes, ranks, out=r2)
+    # tmp3 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
+    numpy.minimum(r3, r4, out=r5)
+    # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
+    numpy.copyto(r6, r5)
+    numpy.copyto(r6, r3, where=m1)
+    # tmp8 = tmp0*tmp2 -> r7
+    numpy.multiply(r0, r2, out=r7)
+    # tmp9 = -nodes + ranks -> r8
+    numpy.subtract(ranks, nodes, out=r8)
+    # tmp10 = nodes - 1 -> r9
+    numpy.subtract(nodes, 1.0, out=r9)
+    # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
+    # tmp13 = inv0/ring_channels -> r11
+    numpy.divide(inv0, ring_channels, out=r11)
+    # tmp14 = ranks_per_node - 1 -> r12
+    numpy.subtract(ranks_per_node, 1.0, out=r12)
+    # tmp16 = msg_bytes/ranks_per_node -> r13
+    numpy.divide(msg_bytes, ranks_per_node, out=r13)
+    # tmp17 = tmp14*tmp16 -> r14
+    numpy.multiply(r12, r13, out=r14)
+    # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
+    numpy.divide(r4, ranks_per_node, out=r15)
+    numpy.minimum(r15, r3, out=r15)
+    # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
+    numpy.copyto(r4, r15)
+    numpy.copyto(r4, r3, where=m1)
+    # tmp20 = tmp16/nodes -> r16
+    numpy.divide(r13, nodes, out=r16)
+    # tmp21 = tmp10*tmp20 -> r17
+    numpy.multiply(r9, r16, out=r17)
+    # out = numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+    #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+    #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks))), numpy.inf), numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*tmp7) + numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s
+    #     + inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3, alpha_ring_ll128_s
+    #     + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)), numpy.minimum(tmp2*(ranks -
+    #     0.5)*numpy.where(tmp3, tmp13, 1/tmp6) + numpy.where(tmp3, alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10),
+    #     numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*numpy.where(tmp3, tmp13, 1/tmp18) +
+    #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
+    #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 +
+    #     tmp17/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)))))
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r18)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r19)
+    numpy.multiply(r18, r19, out=r18)
+    numpy.multiply(r18, nvls_efficiency, out=r18)
+    numpy.multiply(ranks, ranks, out=r19)
+    numpy.divide(r18, r19, out=r18)
+    numpy.minimum(r18, nvls_channel_max_bw_bytes_per_s, out=r18)
+    numpy.minimum(r18, r1, out=r18)
+    numpy.divide(r2, r18, out=r18)
+    numpy.add(r18, hop_nvlink_nvls_s, out=r18)
+    numpy.copyto(out, r18, where=m3)
+    numpy.multiply(r6, 0.5, out=r18)
+    numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
+    numpy.divide(r7, r18, out=r18)
+    if not m1.all():
+        numpy.copyto(r19, hop_net_ring_ll_s)
+        numpy.copyto(r19, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r19, r9, out=r19)
+        numpy.multiply(inv2, r8, out=r20)
+        numpy.add(r19, r20, out=r19)
+        numpy.add(r19, alpha_ring_ll_s, out=r19)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r20)
+    numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.copyto(r19, r20, where=m1)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(out, r18, out=out)
+    numpy.multiply(r6, 0.92, out=r18)
+    numpy.minimum(r18, r10, out=r18)
+    numpy.divide(r7, r18, out=r18)
+    if not m1.all():
+        numpy.copyto(r19, hop_net_ring_ll128_s)
+        numpy.copyto(r19, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r19, r9, out=r19)
+        numpy.multiply(inv3, r8, out=r20)
+        numpy.add(r19, r20, out=r19)
+        numpy.add(r19, alpha_ring_ll128_s, out=r19)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r20)
+    numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.copyto(r19, r20, where=m1)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(out, r18, out=out)
+    numpy.subtract(ranks, 0.5, out=r18)
+    numpy.divide(1.0, r5, out=r19)
+    numpy.copyto(r19, r11, where=m1)
+    numpy.multiply(r18, r19, out=r18)
+    numpy.multiply(r18, r2, out=r18)
+    if not m1.all():
+        numpy.copyto(r19, hop_net_ring_simple_s)
+        numpy.copyto(r19, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r19, r9, out=r19)
+        numpy.multiply(inv4, r8, out=r20)
+        numpy.add(r19, r20, out=r19)
+        numpy.add(r19, alpha_ring_simple_s, out=r19)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r20)
+    numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.copyto(r19, r20, where=m1)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(out, r18, out=out)
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r4, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r17, r19, out=r19)
+    numpy.multiply(r9, hop_net_tree_ll_s, out=r20)
+    numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.multiply(r4, 0.92, out=r20)
+    numpy.minimum(r20, r10, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r9, hop_net_tree_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.minimum(r19, r20, out=r19)
+    numpy.subtract(nodes, 0.5, out=r20)
+    numpy.divide(1.0, r15, out=r21)
+    numpy.copyto(r21, r11, where=m1)
+    numpy.multiply(r20, r21, out=r20)
+    numpy.multiply(r20, r16, out=r20)
+    numpy.multiply(r9, hop_net_tree_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.minimum(r19, r20, out=r19)
+    numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r20)
+    numpy.subtract(ranks_per_node, 0.5, out=r21)
+    numpy.multiply(r21, r11, out=r21)
+    numpy.multiply(r21, r13, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.multiply(r3, 0.92, out=r22)
+    numpy.minimum(r22, r10, out=r22)
+    numpy.divide(r14, r22, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r21)
+    numpy.multiply(r3, 0.5, out=r22)
+    numpy.minimum(r22, ll_max_bw_bytes_per_s, out=r22)
+    numpy.divide(r14, r22, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.add(r19, r20, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.minimum(out, r18, out=out)
+
+
+collective_reduce_scatter_nccl_time_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_nccl_time_s_block,
+    reals=23,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv2", "inv3", "inv4"),
+    invariants=_collective_reduce_scatter_nccl_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -5341,20 +5852,7 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv2, inv3, inv4) = _collective_reduce_scatter_nccl_algbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_nccl_algbw_bytes_per_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
@@ -5362,206 +5860,237 @@ def collective_reduce_scatter_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             reals=24,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = msg_bytes/ranks -> r2
-            numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
-            numpy.minimum(r3, r4, out=r5)
-            # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
-            numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m1)
-            # tmp8 = tmp0*tmp2 -> r7
-            numpy.multiply(r0, r2, out=r7)
-            # tmp9 = -nodes + ranks -> r8
-            numpy.subtract(ranks, nodes, out=r8)
-            # tmp10 = nodes - 1 -> r9
-            numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
-            # tmp13 = inv0/ring_channels -> r11
-            numpy.divide(inv0, ring_channels, out=r11)
-            # tmp14 = ranks_per_node - 1 -> r12
-            numpy.subtract(ranks_per_node, 1.0, out=r12)
-            # tmp16 = msg_bytes/ranks_per_node -> r13
-            numpy.divide(msg_bytes, ranks_per_node, out=r13)
-            # tmp17 = tmp14*tmp16 -> r14
-            numpy.multiply(r12, r13, out=r14)
-            # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
-            numpy.divide(r4, ranks_per_node, out=r15)
-            numpy.minimum(r15, r3, out=r15)
-            # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
-            numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m1)
-            # tmp20 = tmp16/nodes -> r16
-            numpy.divide(r13, nodes, out=r16)
-            # tmp21 = tmp10*tmp20 -> r17
-            numpy.multiply(r9, r16, out=r17)
-            # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
-            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
-            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks))), numpy.inf),
-            #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
-            #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
-            #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
-            #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp10), numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes -
-            #     0.5)*numpy.where(tmp3, tmp13, 1/tmp18) + numpy.where(tmp3, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s +
-            #     hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
-            #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s +
-            #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp4))), numpy.inf)))))
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r19)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, nvls_efficiency, out=r19)
-            numpy.multiply(ranks, ranks, out=r20)
-            numpy.divide(r19, r20, out=r19)
-            numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
-            numpy.minimum(r19, r1, out=r19)
-            numpy.divide(r2, r19, out=r19)
-            numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(r6, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r7, r19, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_ll_s)
-                numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv2, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(r6, 0.92, out=r19)
-            numpy.minimum(r19, r10, out=r19)
-            numpy.divide(r7, r19, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_ll128_s)
-                numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv3, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.subtract(ranks, 0.5, out=r19)
-            numpy.divide(1.0, r5, out=r20)
-            numpy.copyto(r20, r11, where=m1)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, r2, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_simple_s)
-                numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv4, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r4, 0.5, out=r20)
-            numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r9, hop_net_tree_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.multiply(r4, 0.92, out=r21)
-            numpy.minimum(r21, r10, out=r21)
-            numpy.divide(r17, r21, out=r21)
-            numpy.multiply(r9, hop_net_tree_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
-            numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.subtract(nodes, 0.5, out=r21)
-            numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r11, where=m1)
-            numpy.multiply(r21, r22, out=r21)
-            numpy.multiply(r21, r16, out=r21)
-            numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
-            numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
-            numpy.subtract(ranks_per_node, 0.5, out=r22)
-            numpy.multiply(r22, r11, out=r22)
-            numpy.multiply(r22, r13, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.multiply(r3, 0.92, out=r23)
-            numpy.minimum(r23, r10, out=r23)
-            numpy.divide(r14, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r22)
-            numpy.multiply(r3, 0.5, out=r23)
-            numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
-            numpy.divide(r14, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.divide(msg_bytes, r18, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_nccl_algbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_nccl_algbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_nccl_algbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_algbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv2, inv3, inv4)
+
+
+def _collective_reduce_scatter_nccl_algbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4):
+    """collective_reduce_scatter_nccl_algbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = msg_bytes/ranks -> r2
+    numpy.divide(msg_bytes, ranks, out=r2)
+    # tmp3 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
+    numpy.minimum(r3, r4, out=r5)
+    # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
+    numpy.copyto(r6, r5)
+    numpy.copyto(r6, r3, where=m1)
+    # tmp8 = tmp0*tmp2 -> r7
+    numpy.multiply(r0, r2, out=r7)
+    # tmp9 = -nodes + ranks -> r8
+    numpy.subtract(ranks, nodes, out=r8)
+    # tmp10 = nodes - 1 -> r9
+    numpy.subtract(nodes, 1.0, out=r9)
+    # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
+    # tmp13 = inv0/ring_channels -> r11
+    numpy.divide(inv0, ring_channels, out=r11)
+    # tmp14 = ranks_per_node - 1 -> r12
+    numpy.subtract(ranks_per_node, 1.0, out=r12)
+    # tmp16 = msg_bytes/ranks_per_node -> r13
+    numpy.divide(msg_bytes, ranks_per_node, out=r13)
+    # tmp17 = tmp14*tmp16 -> r14
+    numpy.multiply(r12, r13, out=r14)
+    # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
+    numpy.divide(r4, ranks_per_node, out=r15)
+    numpy.minimum(r15, r3, out=r15)
+    # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
+    numpy.copyto(r4, r15)
+    numpy.copyto(r4, r3, where=m1)
+    # tmp20 = tmp16/nodes -> r16
+    numpy.divide(r13, nodes, out=r16)
+    # tmp21 = tmp10*tmp20 -> r17
+    numpy.multiply(r9, r16, out=r17)
+    # out = msg_bytes/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+    #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+    #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks))), numpy.inf), numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*tmp7) + numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s
+    #     + inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3, alpha_ring_ll128_s
+    #     + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)), numpy.minimum(tmp2*(ranks -
+    #     0.5)*numpy.where(tmp3, tmp13, 1/tmp6) + numpy.where(tmp3, alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10),
+    #     numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*numpy.where(tmp3, tmp13, 1/tmp18) +
+    #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
+    #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 +
+    #     tmp17/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)))))
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r19)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, nvls_efficiency, out=r19)
+    numpy.multiply(ranks, ranks, out=r20)
+    numpy.divide(r19, r20, out=r19)
+    numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
+    numpy.minimum(r19, r1, out=r19)
+    numpy.divide(r2, r19, out=r19)
+    numpy.add(r19, hop_nvlink_nvls_s, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(r6, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r7, r19, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_ll_s)
+        numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv2, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(r6, 0.92, out=r19)
+    numpy.minimum(r19, r10, out=r19)
+    numpy.divide(r7, r19, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_ll128_s)
+        numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv3, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.subtract(ranks, 0.5, out=r19)
+    numpy.divide(1.0, r5, out=r20)
+    numpy.copyto(r20, r11, where=m1)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, r2, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_simple_s)
+        numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv4, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.copyto(r19, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r4, 0.5, out=r20)
+    numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r9, hop_net_tree_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.multiply(r4, 0.92, out=r21)
+    numpy.minimum(r21, r10, out=r21)
+    numpy.divide(r17, r21, out=r21)
+    numpy.multiply(r9, hop_net_tree_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
+    numpy.add(r23, alpha_ring_ll128_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.subtract(nodes, 0.5, out=r21)
+    numpy.divide(1.0, r15, out=r22)
+    numpy.copyto(r22, r11, where=m1)
+    numpy.multiply(r21, r22, out=r21)
+    numpy.multiply(r21, r16, out=r21)
+    numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
+    numpy.add(r23, alpha_ring_simple_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
+    numpy.subtract(ranks_per_node, 0.5, out=r22)
+    numpy.multiply(r22, r11, out=r22)
+    numpy.multiply(r22, r13, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.multiply(r3, 0.92, out=r23)
+    numpy.minimum(r23, r10, out=r23)
+    numpy.divide(r14, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r22)
+    numpy.multiply(r3, 0.5, out=r23)
+    numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
+    numpy.divide(r14, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.divide(msg_bytes, r18, out=out)
+
+
+collective_reduce_scatter_nccl_algbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_nccl_algbw_bytes_per_s_block,
+    reals=24,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv2", "inv3", "inv4"),
+    invariants=_collective_reduce_scatter_nccl_algbw_bytes_per_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -5693,20 +6222,7 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv2, inv3, inv4) = _collective_reduce_scatter_nccl_busbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_nccl_busbw_bytes_per_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv2", "inv3", "inv4"),
@@ -5714,206 +6230,237 @@ def collective_reduce_scatter_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alph
             reals=24,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = msg_bytes/ranks -> r2
-            numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp3 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
-            numpy.minimum(r3, r4, out=r5)
-            # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
-            numpy.copyto(r6, r5)
-            numpy.copyto(r6, r3, where=m1)
-            # tmp8 = tmp0*tmp2 -> r7
-            numpy.multiply(r0, r2, out=r7)
-            # tmp9 = -nodes + ranks -> r8
-            numpy.subtract(ranks, nodes, out=r8)
-            # tmp10 = nodes - 1 -> r9
-            numpy.subtract(nodes, 1.0, out=r9)
-            # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
-            # tmp13 = inv0/ring_channels -> r11
-            numpy.divide(inv0, ring_channels, out=r11)
-            # tmp14 = ranks_per_node - 1 -> r12
-            numpy.subtract(ranks_per_node, 1.0, out=r12)
-            # tmp16 = msg_bytes/ranks_per_node -> r13
-            numpy.divide(msg_bytes, ranks_per_node, out=r13)
-            # tmp17 = tmp14*tmp16 -> r14
-            numpy.multiply(r12, r13, out=r14)
-            # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
-            numpy.divide(r4, ranks_per_node, out=r15)
-            numpy.minimum(r15, r3, out=r15)
-            # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
-            numpy.copyto(r4, r15)
-            numpy.copyto(r4, r3, where=m1)
-            # tmp20 = tmp16/nodes -> r16
-            numpy.divide(r13, nodes, out=r16)
-            # tmp21 = tmp10*tmp20 -> r17
-            numpy.multiply(r9, r16, out=r17)
-            # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
-            #     numpy.logical_and(tmp3, numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
-            #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks))), numpy.inf),
-            #     numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp7) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9
-            #     + tmp10*numpy.where(tmp11, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
-            #     numpy.minimum(tmp2*(ranks - 0.5)*numpy.where(tmp3, tmp13, 1/tmp6) +
-            #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp10), numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) +
-            #     numpy.where(tmp3, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp10), tmp20*(nodes -
-            #     0.5)*numpy.where(tmp3, tmp13, 1/tmp18) + numpy.where(tmp3, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp10, alpha_ring_simple_s +
-            #     hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
-            #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s +
-            #     hop_nvlink_ring_ll_s*tmp14 + tmp17/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp4))), numpy.inf)))))
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r19)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, nvls_efficiency, out=r19)
-            numpy.multiply(ranks, ranks, out=r20)
-            numpy.divide(r19, r20, out=r19)
-            numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
-            numpy.minimum(r19, r1, out=r19)
-            numpy.divide(r2, r19, out=r19)
-            numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(r6, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r7, r19, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_ll_s)
-                numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv2, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(r6, 0.92, out=r19)
-            numpy.minimum(r19, r10, out=r19)
-            numpy.divide(r7, r19, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_ll128_s)
-                numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv3, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.subtract(ranks, 0.5, out=r19)
-            numpy.divide(1.0, r5, out=r20)
-            numpy.copyto(r20, r11, where=m1)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, r2, out=r19)
-            if not m1.all():
-                numpy.copyto(r20, hop_net_ring_simple_s)
-                numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r20, r9, out=r20)
-                numpy.multiply(inv4, r8, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r4, 0.5, out=r20)
-            numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r9, hop_net_tree_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.multiply(r4, 0.92, out=r21)
-            numpy.minimum(r21, r10, out=r21)
-            numpy.divide(r17, r21, out=r21)
-            numpy.multiply(r9, hop_net_tree_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
-            numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.subtract(nodes, 0.5, out=r21)
-            numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r11, where=m1)
-            numpy.multiply(r21, r22, out=r21)
-            numpy.multiply(r21, r16, out=r21)
-            numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
-            numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
-            numpy.subtract(ranks_per_node, 0.5, out=r22)
-            numpy.multiply(r22, r11, out=r22)
-            numpy.multiply(r22, r13, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.multiply(r3, 0.92, out=r23)
-            numpy.minimum(r23, r10, out=r23)
-            numpy.divide(r14, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r22)
-            numpy.multiply(r3, 0.5, out=r23)
-            numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
-            numpy.divide(r14, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.divide(r7, r18, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_nccl_busbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_nccl_busbw_bytes_per_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_nccl_busbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_nccl_busbw_bytes_per_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv2, inv3, inv4)
+
+
+def _collective_reduce_scatter_nccl_busbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv2, inv3, inv4):
+    """collective_reduce_scatter_nccl_busbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = msg_bytes/ranks -> r2
+    numpy.divide(msg_bytes, ranks, out=r2)
+    # tmp3 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
+    numpy.minimum(r3, r4, out=r5)
+    # tmp7 = numpy.where(tmp3, tmp4, tmp6) -> r6
+    numpy.copyto(r6, r5)
+    numpy.copyto(r6, r3, where=m1)
+    # tmp8 = tmp0*tmp2 -> r7
+    numpy.multiply(r0, r2, out=r7)
+    # tmp9 = -nodes + ranks -> r8
+    numpy.subtract(ranks, nodes, out=r8)
+    # tmp10 = nodes - 1 -> r9
+    numpy.subtract(nodes, 1.0, out=r9)
+    # tmp11 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp12 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r10
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r10)
+    # tmp13 = inv0/ring_channels -> r11
+    numpy.divide(inv0, ring_channels, out=r11)
+    # tmp14 = ranks_per_node - 1 -> r12
+    numpy.subtract(ranks_per_node, 1.0, out=r12)
+    # tmp16 = msg_bytes/ranks_per_node -> r13
+    numpy.divide(msg_bytes, ranks_per_node, out=r13)
+    # tmp17 = tmp14*tmp16 -> r14
+    numpy.multiply(r12, r13, out=r14)
+    # tmp18 = numpy.minimum(tmp4, tmp5/ranks_per_node) -> r15
+    numpy.divide(r4, ranks_per_node, out=r15)
+    numpy.minimum(r15, r3, out=r15)
+    # tmp19 = numpy.where(tmp3, tmp4, tmp18) -> r4
+    numpy.copyto(r4, r15)
+    numpy.copyto(r4, r3, where=m1)
+    # tmp20 = tmp16/nodes -> r16
+    numpy.divide(r13, nodes, out=r16)
+    # tmp21 = tmp10*tmp20 -> r17
+    numpy.multiply(r9, r16, out=r17)
+    # out = tmp8/numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp3,
+    #     numpy.greater(ranks, 1))), hop_nvlink_nvls_s +
+    #     tmp2/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks))), numpy.inf), numpy.minimum(tmp8/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*tmp7) + numpy.where(tmp3, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s
+    #     + inv2*tmp9 + tmp10*numpy.where(tmp11, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp8/numpy.minimum(tmp12, 0.92*tmp7) + numpy.where(tmp3, alpha_ring_ll128_s
+    #     + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)), numpy.minimum(tmp2*(ranks -
+    #     0.5)*numpy.where(tmp3, tmp13, 1/tmp6) + numpy.where(tmp3, alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv4*tmp9 + tmp10*numpy.where(tmp11,
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp21/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp10, alpha_ring_ll_s + hop_net_tree_ll_s*tmp10),
+    #     numpy.minimum(tmp21/numpy.minimum(tmp12, 0.92*tmp19) + numpy.where(tmp3,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp10, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp10), tmp20*(nodes - 0.5)*numpy.where(tmp3, tmp13, 1/tmp18) +
+    #     numpy.where(tmp3, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp10,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp10))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp14 + tmp13*tmp16*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14 +
+    #     tmp17/numpy.minimum(tmp12, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14 +
+    #     tmp17/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)))))
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r19)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, nvls_efficiency, out=r19)
+    numpy.multiply(ranks, ranks, out=r20)
+    numpy.divide(r19, r20, out=r19)
+    numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
+    numpy.minimum(r19, r1, out=r19)
+    numpy.divide(r2, r19, out=r19)
+    numpy.add(r19, hop_nvlink_nvls_s, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(r6, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r7, r19, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_ll_s)
+        numpy.copyto(r20, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv2, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(r6, 0.92, out=r19)
+    numpy.minimum(r19, r10, out=r19)
+    numpy.divide(r7, r19, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_ll128_s)
+        numpy.copyto(r20, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv3, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.subtract(ranks, 0.5, out=r19)
+    numpy.divide(1.0, r5, out=r20)
+    numpy.copyto(r20, r11, where=m1)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, r2, out=r19)
+    if not m1.all():
+        numpy.copyto(r20, hop_net_ring_simple_s)
+        numpy.copyto(r20, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r20, r9, out=r20)
+        numpy.multiply(inv4, r8, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.copyto(r19, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r4, 0.5, out=r20)
+    numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r9, hop_net_tree_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.multiply(r9, hop_nvlink_ring_ll_s, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.multiply(r4, 0.92, out=r21)
+    numpy.minimum(r21, r10, out=r21)
+    numpy.divide(r17, r21, out=r21)
+    numpy.multiply(r9, hop_net_tree_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.multiply(r9, hop_nvlink_ring_ll128_s, out=r23)
+    numpy.add(r23, alpha_ring_ll128_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.subtract(nodes, 0.5, out=r21)
+    numpy.divide(1.0, r15, out=r22)
+    numpy.copyto(r22, r11, where=m1)
+    numpy.multiply(r21, r22, out=r21)
+    numpy.multiply(r21, r16, out=r21)
+    numpy.multiply(r9, hop_net_tree_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.multiply(r9, hop_nvlink_ring_simple_s, out=r23)
+    numpy.add(r23, alpha_ring_simple_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r21)
+    numpy.subtract(ranks_per_node, 0.5, out=r22)
+    numpy.multiply(r22, r11, out=r22)
+    numpy.multiply(r22, r13, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.multiply(r3, 0.92, out=r23)
+    numpy.minimum(r23, r10, out=r23)
+    numpy.divide(r14, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r22)
+    numpy.multiply(r3, 0.5, out=r23)
+    numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
+    numpy.divide(r14, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.divide(r7, r18, out=out)
+
+
+collective_reduce_scatter_nccl_busbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_nccl_busbw_bytes_per_s_block,
+    reals=24,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv2", "inv3", "inv4"),
+    invariants=_collective_reduce_scatter_nccl_busbw_bytes_per_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_nccl_busbw_factor_ratio(*, ranks):
@@ -5947,11 +6494,28 @@ def collective_reduce_scatter_nccl_busbw_factor_ratio(*, ranks):
         reals=0,
         masks=0,
     )
-    for out, ranks in call.blocks():
-        # out = (ranks - 1)/ranks
-        numpy.subtract(ranks, 1.0, out=out)
-        numpy.divide(out, ranks, out=out)
+    for block in call.blocks():
+        _collective_reduce_scatter_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_nccl_busbw_factor_ratio_block(out, ranks):
+    """collective_reduce_scatter_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (ranks - 1)/ranks
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_reduce_scatter_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=("ranks",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def collective_broadcast_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6010,28 +6574,45 @@ def collective_broadcast_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = alpha_ring_ll_s + msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) +
-            #     numpy.where(tmp0, hop_nvlink_ring_ll_s, numpy.where(numpy.equal(ranks_per_node,
-            #     1), hop_net_tree_ll_s, hop_net_ring_ll_s))
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            numpy.copyto(r1, r0, where=m0)
-            numpy.multiply(r1, 0.5, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.divide(msg_bytes, r1, out=out)
-            numpy.copyto(r1, hop_net_ring_ll_s)
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            numpy.copyto(r1, hop_net_tree_ll_s, where=m1)
-            numpy.copyto(r1, hop_nvlink_ring_ll_s, where=m0)
-            numpy.add(out, r1, out=out)
-            numpy.add(out, alpha_ring_ll_s, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll_time_s_block(out, r0, r1, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_broadcast_ring_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = alpha_ring_ll_s + msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp0,
+    #     tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) + numpy.where(tmp0,
+    #     hop_nvlink_ring_ll_s, numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll_s,
+    #     hop_net_ring_ll_s))
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    numpy.copyto(r1, r0, where=m0)
+    numpy.multiply(r1, 0.5, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.divide(msg_bytes, r1, out=out)
+    numpy.copyto(r1, hop_net_ring_ll_s)
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    numpy.copyto(r1, hop_net_tree_ll_s, where=m1)
+    numpy.copyto(r1, hop_nvlink_ring_ll_s, where=m0)
+    numpy.add(out, r1, out=out)
+    numpy.add(out, alpha_ring_ll_s, out=out)
+
+
+collective_broadcast_ring_ll_time_s.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll_time_s_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6091,30 +6672,47 @@ def collective_broadcast_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_l
             reals=3,
             masks=2,
         )
-        for out, r0, r1, r2, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = alpha_ring_ll128_s +
-            #     msg_bytes/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
-            #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) +
-            #     numpy.where(tmp0, hop_nvlink_ring_ll128_s, numpy.where(numpy.equal(ranks_per_node,
-            #     1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(msg_bytes, r1, out=out)
-            numpy.copyto(r1, hop_net_ring_ll128_s)
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            numpy.copyto(r1, hop_net_tree_ll128_s, where=m1)
-            numpy.copyto(r1, hop_nvlink_ring_ll128_s, where=m0)
-            numpy.add(out, r1, out=out)
-            numpy.add(out, alpha_ring_ll128_s, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll128_time_s_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll128_time_s_block(out, r0, r1, r2, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_broadcast_ring_ll128_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = alpha_ring_ll128_s +
+    #     msg_bytes/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) +
+    #     numpy.where(tmp0, hop_nvlink_ring_ll128_s, numpy.where(numpy.equal(ranks_per_node, 1),
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s))
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(msg_bytes, r1, out=out)
+    numpy.copyto(r1, hop_net_ring_ll128_s)
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    numpy.copyto(r1, hop_net_tree_ll128_s, where=m1)
+    numpy.copyto(r1, hop_nvlink_ring_ll128_s, where=m0)
+    numpy.add(out, r1, out=out)
+    numpy.add(out, alpha_ring_ll128_s, out=out)
+
+
+collective_broadcast_ring_ll128_time_s.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll128_time_s_block,
+    reals=3,
+    masks=2,
+    arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6163,12 +6761,7 @@ def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_broadcast_ring_simple_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_broadcast_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -6176,29 +6769,55 @@ def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = alpha_ring_simple_s + msg_bytes*numpy.where(tmp0, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels)) + numpy.where(tmp0,
-            #     hop_nvlink_ring_simple_s, numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_simple_s, hop_net_ring_simple_s))
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=out)
-            numpy.divide(inv0, ring_channels, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r0, hop_net_ring_simple_s)
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            numpy.copyto(r0, hop_net_tree_simple_s, where=m1)
-            numpy.copyto(r0, hop_nvlink_ring_simple_s, where=m0)
-            numpy.add(out, r0, out=out)
-            numpy.add(out, alpha_ring_simple_s, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_simple_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_broadcast_ring_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_broadcast_ring_simple_time_s_block(out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_broadcast_ring_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = alpha_ring_simple_s + msg_bytes*numpy.where(tmp0, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))
+    #     + numpy.where(tmp0, hop_nvlink_ring_simple_s, numpy.where(numpy.equal(ranks_per_node, 1),
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s))
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=out)
+    numpy.divide(inv0, ring_channels, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r0, hop_net_ring_simple_s)
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    numpy.copyto(r0, hop_net_tree_simple_s, where=m1)
+    numpy.copyto(r0, hop_nvlink_ring_simple_s, where=m0)
+    numpy.add(out, r0, out=out)
+    numpy.add(out, alpha_ring_simple_s, out=out)
+
+
+collective_broadcast_ring_simple_time_s.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_simple_time_s_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_broadcast_ring_simple_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_broadcast_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6269,12 +6888,7 @@ def collective_broadcast_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_broadcast_nccl_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_broadcast_nccl_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -6282,57 +6896,83 @@ def collective_broadcast_nccl_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # tmp2 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp3 = numpy.minimum(tmp2, nic_bw_bytes_per_s*nics_used) -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            # tmp4 = numpy.where(tmp0, tmp2, tmp3) -> r2
-            numpy.copyto(r2, r1)
-            numpy.copyto(r2, r0, where=m0)
-            # out = numpy.minimum(alpha_ring_ll_s + msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp4) + numpy.where(tmp0, hop_nvlink_ring_ll_s, numpy.where(tmp1,
-            #     hop_net_tree_ll_s, hop_net_ring_ll_s)), numpy.minimum(alpha_ring_ll128_s +
-            #     msg_bytes/numpy.minimum(0.92*tmp4, ll128_channel_max_bw_bytes_per_s*ring_channels)
-            #     + numpy.where(tmp0, hop_nvlink_ring_ll128_s, numpy.where(tmp1,
-            #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)), alpha_ring_simple_s +
-            #     msg_bytes*numpy.where(tmp0, inv0/ring_channels, 1/tmp3) + numpy.where(tmp0,
-            #     hop_nvlink_ring_simple_s, numpy.where(tmp1, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s))))
-            numpy.multiply(r2, 0.5, out=r0)
-            numpy.minimum(r0, ll_max_bw_bytes_per_s, out=r0)
-            numpy.divide(msg_bytes, r0, out=out)
-            numpy.copyto(r0, hop_net_ring_ll_s)
-            numpy.copyto(r0, hop_net_tree_ll_s, where=m1)
-            numpy.copyto(r0, hop_nvlink_ring_ll_s, where=m0)
-            numpy.add(out, r0, out=out)
-            numpy.add(out, alpha_ring_ll_s, out=out)
-            numpy.multiply(r2, 0.92, out=r0)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r3)
-            numpy.minimum(r0, r3, out=r0)
-            numpy.divide(msg_bytes, r0, out=r0)
-            numpy.copyto(r3, hop_net_ring_ll128_s)
-            numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
-            numpy.copyto(r3, hop_nvlink_ring_ll128_s, where=m0)
-            numpy.add(r0, r3, out=r0)
-            numpy.add(r0, alpha_ring_ll128_s, out=r0)
-            numpy.minimum(out, r0, out=out)
-            numpy.divide(1.0, r1, out=r0)
-            numpy.divide(inv0, ring_channels, out=r3)
-            numpy.copyto(r0, r3, where=m0)
-            numpy.multiply(r0, msg_bytes, out=r0)
-            numpy.copyto(r3, hop_net_ring_simple_s)
-            numpy.copyto(r3, hop_net_tree_simple_s, where=m1)
-            numpy.copyto(r3, hop_nvlink_ring_simple_s, where=m0)
-            numpy.add(r0, r3, out=r0)
-            numpy.add(r0, alpha_ring_simple_s, out=r0)
-            numpy.minimum(out, r0, out=out)
+        for block in call.blocks():
+            _collective_broadcast_nccl_time_s_block(*block)
     return call.out
+
+
+def _collective_broadcast_nccl_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_broadcast_nccl_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_broadcast_nccl_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_broadcast_nccl_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # tmp2 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp3 = numpy.minimum(tmp2, nic_bw_bytes_per_s*nics_used) -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    # tmp4 = numpy.where(tmp0, tmp2, tmp3) -> r2
+    numpy.copyto(r2, r1)
+    numpy.copyto(r2, r0, where=m0)
+    # out = numpy.minimum(alpha_ring_ll_s + msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4)
+    #     + numpy.where(tmp0, hop_nvlink_ring_ll_s, numpy.where(tmp1, hop_net_tree_ll_s,
+    #     hop_net_ring_ll_s)), numpy.minimum(alpha_ring_ll128_s + msg_bytes/numpy.minimum(0.92*tmp4,
+    #     ll128_channel_max_bw_bytes_per_s*ring_channels) + numpy.where(tmp0,
+    #     hop_nvlink_ring_ll128_s, numpy.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
+    #     alpha_ring_simple_s + msg_bytes*numpy.where(tmp0, inv0/ring_channels, 1/tmp3) +
+    #     numpy.where(tmp0, hop_nvlink_ring_simple_s, numpy.where(tmp1, hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))))
+    numpy.multiply(r2, 0.5, out=r0)
+    numpy.minimum(r0, ll_max_bw_bytes_per_s, out=r0)
+    numpy.divide(msg_bytes, r0, out=out)
+    numpy.copyto(r0, hop_net_ring_ll_s)
+    numpy.copyto(r0, hop_net_tree_ll_s, where=m1)
+    numpy.copyto(r0, hop_nvlink_ring_ll_s, where=m0)
+    numpy.add(out, r0, out=out)
+    numpy.add(out, alpha_ring_ll_s, out=out)
+    numpy.multiply(r2, 0.92, out=r0)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r3)
+    numpy.minimum(r0, r3, out=r0)
+    numpy.divide(msg_bytes, r0, out=r0)
+    numpy.copyto(r3, hop_net_ring_ll128_s)
+    numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
+    numpy.copyto(r3, hop_nvlink_ring_ll128_s, where=m0)
+    numpy.add(r0, r3, out=r0)
+    numpy.add(r0, alpha_ring_ll128_s, out=r0)
+    numpy.minimum(out, r0, out=out)
+    numpy.divide(1.0, r1, out=r0)
+    numpy.divide(inv0, ring_channels, out=r3)
+    numpy.copyto(r0, r3, where=m0)
+    numpy.multiply(r0, msg_bytes, out=r0)
+    numpy.copyto(r3, hop_net_ring_simple_s)
+    numpy.copyto(r3, hop_net_tree_simple_s, where=m1)
+    numpy.copyto(r3, hop_nvlink_ring_simple_s, where=m0)
+    numpy.add(r0, r3, out=r0)
+    numpy.add(r0, alpha_ring_simple_s, out=r0)
+    numpy.minimum(out, r0, out=out)
+
+
+collective_broadcast_nccl_time_s.kernel = _runtime.Kernel(
+    _collective_broadcast_nccl_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_broadcast_nccl_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_broadcast_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6403,12 +7043,7 @@ def collective_broadcast_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_algbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_broadcast_nccl_algbw_bytes_per_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_broadcast_nccl_algbw_bytes_per_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -6416,58 +7051,84 @@ def collective_broadcast_nccl_algbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # tmp2 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp3 = numpy.minimum(tmp2, nic_bw_bytes_per_s*nics_used) -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            # tmp4 = numpy.where(tmp0, tmp2, tmp3) -> r2
-            numpy.copyto(r2, r1)
-            numpy.copyto(r2, r0, where=m0)
-            # out = msg_bytes/numpy.minimum(alpha_ring_ll_s +
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4) + numpy.where(tmp0,
-            #     hop_nvlink_ring_ll_s, numpy.where(tmp1, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(alpha_ring_ll128_s + msg_bytes/numpy.minimum(0.92*tmp4,
-            #     ll128_channel_max_bw_bytes_per_s*ring_channels) + numpy.where(tmp0,
-            #     hop_nvlink_ring_ll128_s, numpy.where(tmp1, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), alpha_ring_simple_s + msg_bytes*numpy.where(tmp0,
-            #     inv0/ring_channels, 1/tmp3) + numpy.where(tmp0, hop_nvlink_ring_simple_s,
-            #     numpy.where(tmp1, hop_net_tree_simple_s, hop_net_ring_simple_s))))
-            numpy.multiply(r2, 0.5, out=r0)
-            numpy.minimum(r0, ll_max_bw_bytes_per_s, out=r0)
-            numpy.divide(msg_bytes, r0, out=r0)
-            numpy.copyto(r3, hop_net_ring_ll_s)
-            numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
-            numpy.copyto(r3, hop_nvlink_ring_ll_s, where=m0)
-            numpy.add(r0, r3, out=r0)
-            numpy.add(r0, alpha_ring_ll_s, out=r0)
-            numpy.multiply(r2, 0.92, out=r3)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r4)
-            numpy.minimum(r3, r4, out=r3)
-            numpy.divide(msg_bytes, r3, out=r3)
-            numpy.copyto(r4, hop_net_ring_ll128_s)
-            numpy.copyto(r4, hop_net_tree_ll128_s, where=m1)
-            numpy.copyto(r4, hop_nvlink_ring_ll128_s, where=m0)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r3, alpha_ring_ll128_s, out=r3)
-            numpy.minimum(r0, r3, out=r0)
-            numpy.divide(1.0, r1, out=r3)
-            numpy.divide(inv0, ring_channels, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.multiply(r3, msg_bytes, out=r3)
-            numpy.copyto(r4, hop_net_ring_simple_s)
-            numpy.copyto(r4, hop_net_tree_simple_s, where=m1)
-            numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m0)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r3, alpha_ring_simple_s, out=r3)
-            numpy.minimum(r0, r3, out=r0)
-            numpy.divide(msg_bytes, r0, out=out)
+        for block in call.blocks():
+            _collective_broadcast_nccl_algbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_broadcast_nccl_algbw_bytes_per_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_broadcast_nccl_algbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_algbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_broadcast_nccl_algbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_broadcast_nccl_algbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # tmp2 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp3 = numpy.minimum(tmp2, nic_bw_bytes_per_s*nics_used) -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    # tmp4 = numpy.where(tmp0, tmp2, tmp3) -> r2
+    numpy.copyto(r2, r1)
+    numpy.copyto(r2, r0, where=m0)
+    # out = msg_bytes/numpy.minimum(alpha_ring_ll_s + msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*tmp4) + numpy.where(tmp0, hop_nvlink_ring_ll_s, numpy.where(tmp1, hop_net_tree_ll_s,
+    #     hop_net_ring_ll_s)), numpy.minimum(alpha_ring_ll128_s + msg_bytes/numpy.minimum(0.92*tmp4,
+    #     ll128_channel_max_bw_bytes_per_s*ring_channels) + numpy.where(tmp0,
+    #     hop_nvlink_ring_ll128_s, numpy.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
+    #     alpha_ring_simple_s + msg_bytes*numpy.where(tmp0, inv0/ring_channels, 1/tmp3) +
+    #     numpy.where(tmp0, hop_nvlink_ring_simple_s, numpy.where(tmp1, hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))))
+    numpy.multiply(r2, 0.5, out=r0)
+    numpy.minimum(r0, ll_max_bw_bytes_per_s, out=r0)
+    numpy.divide(msg_bytes, r0, out=r0)
+    numpy.copyto(r3, hop_net_ring_ll_s)
+    numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
+    numpy.copyto(r3, hop_nvlink_ring_ll_s, where=m0)
+    numpy.add(r0, r3, out=r0)
+    numpy.add(r0, alpha_ring_ll_s, out=r0)
+    numpy.multiply(r2, 0.92, out=r3)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r4)
+    numpy.minimum(r3, r4, out=r3)
+    numpy.divide(msg_bytes, r3, out=r3)
+    numpy.copyto(r4, hop_net_ring_ll128_s)
+    numpy.copyto(r4, hop_net_tree_ll128_s, where=m1)
+    numpy.copyto(r4, hop_nvlink_ring_ll128_s, where=m0)
+    numpy.add(r3, r4, out=r3)
+    numpy.add(r3, alpha_ring_ll128_s, out=r3)
+    numpy.minimum(r0, r3, out=r0)
+    numpy.divide(1.0, r1, out=r3)
+    numpy.divide(inv0, ring_channels, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.multiply(r3, msg_bytes, out=r3)
+    numpy.copyto(r4, hop_net_ring_simple_s)
+    numpy.copyto(r4, hop_net_tree_simple_s, where=m1)
+    numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m0)
+    numpy.add(r3, r4, out=r3)
+    numpy.add(r3, alpha_ring_simple_s, out=r3)
+    numpy.minimum(r0, r3, out=r0)
+    numpy.divide(msg_bytes, r0, out=out)
+
+
+collective_broadcast_nccl_algbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_broadcast_nccl_algbw_bytes_per_s_block,
+    reals=5,
+    masks=2,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_broadcast_nccl_algbw_bytes_per_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_broadcast_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6539,12 +7200,7 @@ def collective_broadcast_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_busbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_broadcast_nccl_busbw_bytes_per_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_broadcast_nccl_busbw_bytes_per_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -6552,58 +7208,84 @@ def collective_broadcast_nccl_busbw_bytes_per_s(*, alpha_ring_ll128_s, alpha_rin
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # tmp2 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp3 = numpy.minimum(tmp2, nic_bw_bytes_per_s*nics_used) -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            # tmp4 = numpy.where(tmp0, tmp2, tmp3) -> r2
-            numpy.copyto(r2, r1)
-            numpy.copyto(r2, r0, where=m0)
-            # out = msg_bytes/numpy.minimum(alpha_ring_ll_s +
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4) + numpy.where(tmp0,
-            #     hop_nvlink_ring_ll_s, numpy.where(tmp1, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(alpha_ring_ll128_s + msg_bytes/numpy.minimum(0.92*tmp4,
-            #     ll128_channel_max_bw_bytes_per_s*ring_channels) + numpy.where(tmp0,
-            #     hop_nvlink_ring_ll128_s, numpy.where(tmp1, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), alpha_ring_simple_s + msg_bytes*numpy.where(tmp0,
-            #     inv0/ring_channels, 1/tmp3) + numpy.where(tmp0, hop_nvlink_ring_simple_s,
-            #     numpy.where(tmp1, hop_net_tree_simple_s, hop_net_ring_simple_s))))
-            numpy.multiply(r2, 0.5, out=r0)
-            numpy.minimum(r0, ll_max_bw_bytes_per_s, out=r0)
-            numpy.divide(msg_bytes, r0, out=r0)
-            numpy.copyto(r3, hop_net_ring_ll_s)
-            numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
-            numpy.copyto(r3, hop_nvlink_ring_ll_s, where=m0)
-            numpy.add(r0, r3, out=r0)
-            numpy.add(r0, alpha_ring_ll_s, out=r0)
-            numpy.multiply(r2, 0.92, out=r3)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r4)
-            numpy.minimum(r3, r4, out=r3)
-            numpy.divide(msg_bytes, r3, out=r3)
-            numpy.copyto(r4, hop_net_ring_ll128_s)
-            numpy.copyto(r4, hop_net_tree_ll128_s, where=m1)
-            numpy.copyto(r4, hop_nvlink_ring_ll128_s, where=m0)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r3, alpha_ring_ll128_s, out=r3)
-            numpy.minimum(r0, r3, out=r0)
-            numpy.divide(1.0, r1, out=r3)
-            numpy.divide(inv0, ring_channels, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.multiply(r3, msg_bytes, out=r3)
-            numpy.copyto(r4, hop_net_ring_simple_s)
-            numpy.copyto(r4, hop_net_tree_simple_s, where=m1)
-            numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m0)
-            numpy.add(r3, r4, out=r3)
-            numpy.add(r3, alpha_ring_simple_s, out=r3)
-            numpy.minimum(r0, r3, out=r0)
-            numpy.divide(msg_bytes, r0, out=out)
+        for block in call.blocks():
+            _collective_broadcast_nccl_busbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_broadcast_nccl_busbw_bytes_per_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_broadcast_nccl_busbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_nccl_busbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_broadcast_nccl_busbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_broadcast_nccl_busbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # tmp2 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp3 = numpy.minimum(tmp2, nic_bw_bytes_per_s*nics_used) -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    # tmp4 = numpy.where(tmp0, tmp2, tmp3) -> r2
+    numpy.copyto(r2, r1)
+    numpy.copyto(r2, r0, where=m0)
+    # out = msg_bytes/numpy.minimum(alpha_ring_ll_s + msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*tmp4) + numpy.where(tmp0, hop_nvlink_ring_ll_s, numpy.where(tmp1, hop_net_tree_ll_s,
+    #     hop_net_ring_ll_s)), numpy.minimum(alpha_ring_ll128_s + msg_bytes/numpy.minimum(0.92*tmp4,
+    #     ll128_channel_max_bw_bytes_per_s*ring_channels) + numpy.where(tmp0,
+    #     hop_nvlink_ring_ll128_s, numpy.where(tmp1, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
+    #     alpha_ring_simple_s + msg_bytes*numpy.where(tmp0, inv0/ring_channels, 1/tmp3) +
+    #     numpy.where(tmp0, hop_nvlink_ring_simple_s, numpy.where(tmp1, hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))))
+    numpy.multiply(r2, 0.5, out=r0)
+    numpy.minimum(r0, ll_max_bw_bytes_per_s, out=r0)
+    numpy.divide(msg_bytes, r0, out=r0)
+    numpy.copyto(r3, hop_net_ring_ll_s)
+    numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
+    numpy.copyto(r3, hop_nvlink_ring_ll_s, where=m0)
+    numpy.add(r0, r3, out=r0)
+    numpy.add(r0, alpha_ring_ll_s, out=r0)
+    numpy.multiply(r2, 0.92, out=r3)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r4)
+    numpy.minimum(r3, r4, out=r3)
+    numpy.divide(msg_bytes, r3, out=r3)
+    numpy.copyto(r4, hop_net_ring_ll128_s)
+    numpy.copyto(r4, hop_net_tree_ll128_s, where=m1)
+    numpy.copyto(r4, hop_nvlink_ring_ll128_s, where=m0)
+    numpy.add(r3, r4, out=r3)
+    numpy.add(r3, alpha_ring_ll128_s, out=r3)
+    numpy.minimum(r0, r3, out=r0)
+    numpy.divide(1.0, r1, out=r3)
+    numpy.divide(inv0, ring_channels, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.multiply(r3, msg_bytes, out=r3)
+    numpy.copyto(r4, hop_net_ring_simple_s)
+    numpy.copyto(r4, hop_net_tree_simple_s, where=m1)
+    numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m0)
+    numpy.add(r3, r4, out=r3)
+    numpy.add(r3, alpha_ring_simple_s, out=r3)
+    numpy.minimum(r0, r3, out=r0)
+    numpy.divide(msg_bytes, r0, out=out)
+
+
+collective_broadcast_nccl_busbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_broadcast_nccl_busbw_bytes_per_s_block,
+    reals=5,
+    masks=2,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_broadcast_nccl_busbw_bytes_per_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_broadcast_nccl_busbw_factor_ratio():
@@ -6628,10 +7310,27 @@ def collective_broadcast_nccl_busbw_factor_ratio():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _collective_broadcast_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_broadcast_nccl_busbw_factor_ratio_block(out,):
+    """collective_broadcast_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+collective_broadcast_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_broadcast_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def collective_all_to_all_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6694,39 +7393,56 @@ def collective_all_to_all_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = msg_bytes/ranks -> r1
-            numpy.divide(msg_bytes, ranks, out=r1)
-            # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp1), alpha_ring_ll_s +
-            #     numpy.where(numpy.less(nodes, 2), hop_nvlink_ring_ll_s, hop_net_ring_ll_s) +
-            #     numpy.maximum(tmp1*(ranks_per_node - 1)/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp0), tmp1*(ranks - ranks_per_node)/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.minimum(tmp0, nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater_equal(p2p_ll_threshold_bytes, r1, out=m0)
-            numpy.subtract(ranks_per_node, 1.0, out=r2)
-            numpy.multiply(r2, r1, out=r2)
-            numpy.multiply(r0, 0.5, out=r3)
-            numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            numpy.subtract(ranks, ranks_per_node, out=r3)
-            numpy.multiply(r3, r1, out=r3)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            numpy.divide(r4, ranks_per_node, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, 0.5, out=r4)
-            numpy.minimum(r4, ll_max_bw_bytes_per_s, out=r4)
-            numpy.divide(r3, r4, out=r3)
-            numpy.maximum(r2, r3, out=r2)
-            numpy.copyto(r3, hop_net_ring_ll_s)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.copyto(r3, hop_nvlink_ring_ll_s, where=m1)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r2, alpha_ring_ll_s, out=r2)
-            numpy.copyto(out, r2, where=m0)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_ll_time_s_block(out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_to_all_p2p_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = msg_bytes/ranks -> r1
+    numpy.divide(msg_bytes, ranks, out=r1)
+    # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp1), alpha_ring_ll_s +
+    #     numpy.where(numpy.less(nodes, 2), hop_nvlink_ring_ll_s, hop_net_ring_ll_s) +
+    #     numpy.maximum(tmp1*(ranks_per_node - 1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp0),
+    #     tmp1*(ranks - ranks_per_node)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater_equal(p2p_ll_threshold_bytes, r1, out=m0)
+    numpy.subtract(ranks_per_node, 1.0, out=r2)
+    numpy.multiply(r2, r1, out=r2)
+    numpy.multiply(r0, 0.5, out=r3)
+    numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
+    numpy.divide(r2, r3, out=r2)
+    numpy.subtract(ranks, ranks_per_node, out=r3)
+    numpy.multiply(r3, r1, out=r3)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    numpy.divide(r4, ranks_per_node, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, 0.5, out=r4)
+    numpy.minimum(r4, ll_max_bw_bytes_per_s, out=r4)
+    numpy.divide(r3, r4, out=r3)
+    numpy.maximum(r2, r3, out=r2)
+    numpy.copyto(r3, hop_net_ring_ll_s)
+    numpy.less(nodes, 2.0, out=m1)
+    numpy.copyto(r3, hop_nvlink_ring_ll_s, where=m1)
+    numpy.add(r2, r3, out=r2)
+    numpy.add(r2, alpha_ring_ll_s, out=r2)
+    numpy.copyto(out, r2, where=m0)
+
+
+collective_all_to_all_p2p_ll_time_s.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_ll_time_s_block,
+    reals=5,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6778,14 +7494,7 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 1/nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 1/nic_bw_bytes_per_s
+        (inv0, inv1) = _collective_all_to_all_p2p_simple_time_s_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_to_all_p2p_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -6793,32 +7502,61 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = msg_bytes/ranks -> r0
-            numpy.divide(msg_bytes, ranks, out=r0)
-            # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp0), numpy.inf,
-            #     alpha_ring_simple_s + numpy.where(numpy.less(nodes, 2), hop_nvlink_ring_simple_s,
-            #     hop_net_ring_simple_s) + numpy.maximum(inv0*tmp0*(ranks_per_node -
-            #     0.5)/ring_channels, inv1*ranks_per_node*tmp0*(ranks - ranks_per_node)/nics_used))
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            if not m0.all():
-                numpy.subtract(ranks_per_node, 0.5, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.divide(out, ring_channels, out=out)
-                numpy.subtract(ranks, ranks_per_node, out=r1)
-                numpy.multiply(r1, inv1, out=r1)
-                numpy.multiply(r1, r0, out=r1)
-                numpy.multiply(r1, ranks_per_node, out=r1)
-                numpy.divide(r1, nics_used, out=r1)
-                numpy.maximum(out, r1, out=out)
-                numpy.copyto(r1, hop_net_ring_simple_s)
-                numpy.less(nodes, 2.0, out=m1)
-                numpy.copyto(r1, hop_nvlink_ring_simple_s, where=m1)
-                numpy.add(out, r1, out=out)
-                numpy.add(out, alpha_ring_simple_s, out=out)
-            numpy.copyto(out, numpy.inf, where=m0)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_simple_time_s_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_to_all_p2p_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 1/nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 1/nic_bw_bytes_per_s
+    return (inv0, inv1)
+
+
+def _collective_all_to_all_p2p_simple_time_s_block(out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_to_all_p2p_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = msg_bytes/ranks -> r0
+    numpy.divide(msg_bytes, ranks, out=r0)
+    # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp0), numpy.inf,
+    #     alpha_ring_simple_s + numpy.where(numpy.less(nodes, 2), hop_nvlink_ring_simple_s,
+    #     hop_net_ring_simple_s) + numpy.maximum(inv0*tmp0*(ranks_per_node - 0.5)/ring_channels,
+    #     inv1*ranks_per_node*tmp0*(ranks - ranks_per_node)/nics_used))
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    if not m0.all():
+        numpy.subtract(ranks_per_node, 0.5, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.divide(out, ring_channels, out=out)
+        numpy.subtract(ranks, ranks_per_node, out=r1)
+        numpy.multiply(r1, inv1, out=r1)
+        numpy.multiply(r1, r0, out=r1)
+        numpy.multiply(r1, ranks_per_node, out=r1)
+        numpy.divide(r1, nics_used, out=r1)
+        numpy.maximum(out, r1, out=out)
+        numpy.copyto(r1, hop_net_ring_simple_s)
+        numpy.less(nodes, 2.0, out=m1)
+        numpy.copyto(r1, hop_nvlink_ring_simple_s, where=m1)
+        numpy.add(out, r1, out=out)
+        numpy.add(out, alpha_ring_simple_s, out=out)
+    numpy.copyto(out, numpy.inf, where=m0)
+
+
+collective_all_to_all_p2p_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_simple_time_s_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_to_all_p2p_simple_time_s_invariants,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_to_all_nccl_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6882,14 +7620,7 @@ def collective_all_to_all_nccl_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, h
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/nic_bw_bytes_per_s
-            inv1 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/nic_bw_bytes_per_s
-            inv1 = 1/ring_channel_bw_bytes_per_s
+        (inv0, inv1) = _collective_all_to_all_nccl_time_s_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_to_all_nccl_time_s",
             ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -6897,60 +7628,89 @@ def collective_all_to_all_nccl_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, h
             reals=6,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = msg_bytes/ranks -> r0
-            numpy.divide(msg_bytes, ranks, out=r0)
-            # tmp1 = numpy.greater_equal(p2p_ll_threshold_bytes, tmp0) -> m0
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            # tmp2 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp3 = tmp0*(ranks - ranks_per_node) -> r1
-            numpy.subtract(ranks, ranks_per_node, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r2
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
-            # out = numpy.minimum(numpy.where(tmp1, numpy.inf, alpha_ring_simple_s +
-            #     numpy.where(tmp2, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
-            #     numpy.maximum(inv0*ranks_per_node*tmp3/nics_used, inv1*tmp0*(ranks_per_node -
-            #     0.5)/ring_channels)), numpy.where(tmp1, alpha_ring_ll_s + numpy.where(tmp2,
-            #     hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.maximum(tmp0*(ranks_per_node -
-            #     1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4),
-            #     tmp3/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp4,
-            #     nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf))
-            if not m0.all():
-                numpy.multiply(inv0, r1, out=out)
-                numpy.multiply(out, ranks_per_node, out=out)
-                numpy.divide(out, nics_used, out=out)
-                numpy.subtract(ranks_per_node, 0.5, out=r3)
-                numpy.multiply(r3, inv1, out=r3)
-                numpy.multiply(r3, r0, out=r3)
-                numpy.divide(r3, ring_channels, out=r3)
-                numpy.maximum(out, r3, out=out)
-                numpy.copyto(r3, hop_net_ring_simple_s)
-                numpy.copyto(r3, hop_nvlink_ring_simple_s, where=m1)
-                numpy.add(out, r3, out=out)
-                numpy.add(out, alpha_ring_simple_s, out=out)
-            numpy.copyto(out, numpy.inf, where=m0)
-            numpy.copyto(r3, numpy.inf)
-            numpy.subtract(ranks_per_node, 1.0, out=r4)
-            numpy.multiply(r4, r0, out=r4)
-            numpy.multiply(r2, 0.5, out=r5)
-            numpy.minimum(r5, ll_max_bw_bytes_per_s, out=r5)
-            numpy.divide(r4, r5, out=r4)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
-            numpy.divide(r5, ranks_per_node, out=r5)
-            numpy.minimum(r5, r2, out=r5)
-            numpy.multiply(r5, 0.5, out=r5)
-            numpy.minimum(r5, ll_max_bw_bytes_per_s, out=r5)
-            numpy.divide(r1, r5, out=r5)
-            numpy.maximum(r4, r5, out=r4)
-            numpy.copyto(r5, hop_net_ring_ll_s)
-            numpy.copyto(r5, hop_nvlink_ring_ll_s, where=m1)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, alpha_ring_ll_s, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.minimum(out, r3, out=out)
+        for block in call.blocks():
+            _collective_all_to_all_nccl_time_s_block(*block)
     return call.out
+
+
+def _collective_all_to_all_nccl_time_s_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_to_all_nccl_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/nic_bw_bytes_per_s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/nic_bw_bytes_per_s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+    return (inv0, inv1)
+
+
+def _collective_all_to_all_nccl_time_s_block(out, r0, r1, r2, r3, r4, r5, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_to_all_nccl_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = msg_bytes/ranks -> r0
+    numpy.divide(msg_bytes, ranks, out=r0)
+    # tmp1 = numpy.greater_equal(p2p_ll_threshold_bytes, tmp0) -> m0
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    # tmp2 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp3 = tmp0*(ranks - ranks_per_node) -> r1
+    numpy.subtract(ranks, ranks_per_node, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r2
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
+    # out = numpy.minimum(numpy.where(tmp1, numpy.inf, alpha_ring_simple_s + numpy.where(tmp2,
+    #     hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
+    #     numpy.maximum(inv0*ranks_per_node*tmp3/nics_used, inv1*tmp0*(ranks_per_node -
+    #     0.5)/ring_channels)), numpy.where(tmp1, alpha_ring_ll_s + numpy.where(tmp2,
+    #     hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.maximum(tmp0*(ranks_per_node -
+    #     1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4),
+    #     tmp3/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp4,
+    #     nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf))
+    if not m0.all():
+        numpy.multiply(inv0, r1, out=out)
+        numpy.multiply(out, ranks_per_node, out=out)
+        numpy.divide(out, nics_used, out=out)
+        numpy.subtract(ranks_per_node, 0.5, out=r3)
+        numpy.multiply(r3, inv1, out=r3)
+        numpy.multiply(r3, r0, out=r3)
+        numpy.divide(r3, ring_channels, out=r3)
+        numpy.maximum(out, r3, out=out)
+        numpy.copyto(r3, hop_net_ring_simple_s)
+        numpy.copyto(r3, hop_nvlink_ring_simple_s, where=m1)
+        numpy.add(out, r3, out=out)
+        numpy.add(out, alpha_ring_simple_s, out=out)
+    numpy.copyto(out, numpy.inf, where=m0)
+    numpy.copyto(r3, numpy.inf)
+    numpy.subtract(ranks_per_node, 1.0, out=r4)
+    numpy.multiply(r4, r0, out=r4)
+    numpy.multiply(r2, 0.5, out=r5)
+    numpy.minimum(r5, ll_max_bw_bytes_per_s, out=r5)
+    numpy.divide(r4, r5, out=r4)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
+    numpy.divide(r5, ranks_per_node, out=r5)
+    numpy.minimum(r5, r2, out=r5)
+    numpy.multiply(r5, 0.5, out=r5)
+    numpy.minimum(r5, ll_max_bw_bytes_per_s, out=r5)
+    numpy.divide(r1, r5, out=r5)
+    numpy.maximum(r4, r5, out=r4)
+    numpy.copyto(r5, hop_net_ring_ll_s)
+    numpy.copyto(r5, hop_nvlink_ring_ll_s, where=m1)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, alpha_ring_ll_s, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.minimum(out, r3, out=out)
+
+
+collective_all_to_all_nccl_time_s.kernel = _runtime.Kernel(
+    _collective_all_to_all_nccl_time_s_block,
+    reals=6,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_to_all_nccl_time_s_invariants,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_to_all_nccl_algbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -7013,14 +7773,7 @@ def collective_all_to_all_nccl_algbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/nic_bw_bytes_per_s
-            inv1 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_algbw_bytes_per_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/nic_bw_bytes_per_s
-            inv1 = 1/ring_channel_bw_bytes_per_s
+        (inv0, inv1) = _collective_all_to_all_nccl_algbw_bytes_per_s_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_to_all_nccl_algbw_bytes_per_s",
             ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -7028,61 +7781,90 @@ def collective_all_to_all_nccl_algbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = msg_bytes/ranks -> r0
-            numpy.divide(msg_bytes, ranks, out=r0)
-            # tmp1 = numpy.greater_equal(p2p_ll_threshold_bytes, tmp0) -> m0
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            # tmp2 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp3 = tmp0*(ranks - ranks_per_node) -> r1
-            numpy.subtract(ranks, ranks_per_node, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r2
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
-            # out = msg_bytes/numpy.minimum(numpy.where(tmp1, numpy.inf, alpha_ring_simple_s +
-            #     numpy.where(tmp2, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
-            #     numpy.maximum(inv0*ranks_per_node*tmp3/nics_used, inv1*tmp0*(ranks_per_node -
-            #     0.5)/ring_channels)), numpy.where(tmp1, alpha_ring_ll_s + numpy.where(tmp2,
-            #     hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.maximum(tmp0*(ranks_per_node -
-            #     1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4),
-            #     tmp3/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp4,
-            #     nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf))
-            if not m0.all():
-                numpy.multiply(inv0, r1, out=r3)
-                numpy.multiply(r3, ranks_per_node, out=r3)
-                numpy.divide(r3, nics_used, out=r3)
-                numpy.subtract(ranks_per_node, 0.5, out=r4)
-                numpy.multiply(r4, inv1, out=r4)
-                numpy.multiply(r4, r0, out=r4)
-                numpy.divide(r4, ring_channels, out=r4)
-                numpy.maximum(r3, r4, out=r3)
-                numpy.copyto(r4, hop_net_ring_simple_s)
-                numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m1)
-                numpy.add(r3, r4, out=r3)
-                numpy.add(r3, alpha_ring_simple_s, out=r3)
-            numpy.copyto(r3, numpy.inf, where=m0)
-            numpy.copyto(r4, numpy.inf)
-            numpy.subtract(ranks_per_node, 1.0, out=r5)
-            numpy.multiply(r5, r0, out=r5)
-            numpy.multiply(r2, 0.5, out=r6)
-            numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
-            numpy.divide(r5, r6, out=r5)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r6)
-            numpy.divide(r6, ranks_per_node, out=r6)
-            numpy.minimum(r6, r2, out=r6)
-            numpy.multiply(r6, 0.5, out=r6)
-            numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
-            numpy.divide(r1, r6, out=r6)
-            numpy.maximum(r5, r6, out=r5)
-            numpy.copyto(r6, hop_net_ring_ll_s)
-            numpy.copyto(r6, hop_nvlink_ring_ll_s, where=m1)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, alpha_ring_ll_s, out=r5)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.minimum(r3, r4, out=r3)
-            numpy.divide(msg_bytes, r3, out=out)
+        for block in call.blocks():
+            _collective_all_to_all_nccl_algbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_all_to_all_nccl_algbw_bytes_per_s_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_to_all_nccl_algbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/nic_bw_bytes_per_s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_algbw_bytes_per_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/nic_bw_bytes_per_s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+    return (inv0, inv1)
+
+
+def _collective_all_to_all_nccl_algbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_to_all_nccl_algbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = msg_bytes/ranks -> r0
+    numpy.divide(msg_bytes, ranks, out=r0)
+    # tmp1 = numpy.greater_equal(p2p_ll_threshold_bytes, tmp0) -> m0
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    # tmp2 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp3 = tmp0*(ranks - ranks_per_node) -> r1
+    numpy.subtract(ranks, ranks_per_node, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r2
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
+    # out = msg_bytes/numpy.minimum(numpy.where(tmp1, numpy.inf, alpha_ring_simple_s +
+    #     numpy.where(tmp2, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
+    #     numpy.maximum(inv0*ranks_per_node*tmp3/nics_used, inv1*tmp0*(ranks_per_node -
+    #     0.5)/ring_channels)), numpy.where(tmp1, alpha_ring_ll_s + numpy.where(tmp2,
+    #     hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.maximum(tmp0*(ranks_per_node -
+    #     1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4),
+    #     tmp3/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp4,
+    #     nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf))
+    if not m0.all():
+        numpy.multiply(inv0, r1, out=r3)
+        numpy.multiply(r3, ranks_per_node, out=r3)
+        numpy.divide(r3, nics_used, out=r3)
+        numpy.subtract(ranks_per_node, 0.5, out=r4)
+        numpy.multiply(r4, inv1, out=r4)
+        numpy.multiply(r4, r0, out=r4)
+        numpy.divide(r4, ring_channels, out=r4)
+        numpy.maximum(r3, r4, out=r3)
+        numpy.copyto(r4, hop_net_ring_simple_s)
+        numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m1)
+        numpy.add(r3, r4, out=r3)
+        numpy.add(r3, alpha_ring_simple_s, out=r3)
+    numpy.copyto(r3, numpy.inf, where=m0)
+    numpy.copyto(r4, numpy.inf)
+    numpy.subtract(ranks_per_node, 1.0, out=r5)
+    numpy.multiply(r5, r0, out=r5)
+    numpy.multiply(r2, 0.5, out=r6)
+    numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
+    numpy.divide(r5, r6, out=r5)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r6)
+    numpy.divide(r6, ranks_per_node, out=r6)
+    numpy.minimum(r6, r2, out=r6)
+    numpy.multiply(r6, 0.5, out=r6)
+    numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
+    numpy.divide(r1, r6, out=r6)
+    numpy.maximum(r5, r6, out=r5)
+    numpy.copyto(r6, hop_net_ring_ll_s)
+    numpy.copyto(r6, hop_nvlink_ring_ll_s, where=m1)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, alpha_ring_ll_s, out=r5)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.minimum(r3, r4, out=r3)
+    numpy.divide(msg_bytes, r3, out=out)
+
+
+collective_all_to_all_nccl_algbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_all_to_all_nccl_algbw_bytes_per_s_block,
+    reals=7,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_to_all_nccl_algbw_bytes_per_s_invariants,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_to_all_nccl_busbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -7146,14 +7928,7 @@ def collective_all_to_all_nccl_busbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/nic_bw_bytes_per_s
-            inv1 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_busbw_bytes_per_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/nic_bw_bytes_per_s
-            inv1 = 1/ring_channel_bw_bytes_per_s
+        (inv0, inv1) = _collective_all_to_all_nccl_busbw_bytes_per_s_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_to_all_nccl_busbw_bytes_per_s",
             ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -7161,63 +7936,92 @@ def collective_all_to_all_nccl_busbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = msg_bytes/ranks -> r0
-            numpy.divide(msg_bytes, ranks, out=r0)
-            # tmp1 = numpy.greater_equal(p2p_ll_threshold_bytes, tmp0) -> m0
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            # tmp2 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp3 = tmp0*(ranks - ranks_per_node) -> r1
-            numpy.subtract(ranks, ranks_per_node, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r2
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
-            # out = tmp0*(ranks - 1)/numpy.minimum(numpy.where(tmp1, numpy.inf, alpha_ring_simple_s
-            #     + numpy.where(tmp2, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
-            #     numpy.maximum(inv0*ranks_per_node*tmp3/nics_used, inv1*tmp0*(ranks_per_node -
-            #     0.5)/ring_channels)), numpy.where(tmp1, alpha_ring_ll_s + numpy.where(tmp2,
-            #     hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.maximum(tmp0*(ranks_per_node -
-            #     1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4),
-            #     tmp3/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp4,
-            #     nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.multiply(out, r0, out=out)
-            if not m0.all():
-                numpy.multiply(inv0, r1, out=r3)
-                numpy.multiply(r3, ranks_per_node, out=r3)
-                numpy.divide(r3, nics_used, out=r3)
-                numpy.subtract(ranks_per_node, 0.5, out=r4)
-                numpy.multiply(r4, inv1, out=r4)
-                numpy.multiply(r4, r0, out=r4)
-                numpy.divide(r4, ring_channels, out=r4)
-                numpy.maximum(r3, r4, out=r3)
-                numpy.copyto(r4, hop_net_ring_simple_s)
-                numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m1)
-                numpy.add(r3, r4, out=r3)
-                numpy.add(r3, alpha_ring_simple_s, out=r3)
-            numpy.copyto(r3, numpy.inf, where=m0)
-            numpy.copyto(r4, numpy.inf)
-            numpy.subtract(ranks_per_node, 1.0, out=r5)
-            numpy.multiply(r5, r0, out=r5)
-            numpy.multiply(r2, 0.5, out=r6)
-            numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
-            numpy.divide(r5, r6, out=r5)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r6)
-            numpy.divide(r6, ranks_per_node, out=r6)
-            numpy.minimum(r6, r2, out=r6)
-            numpy.multiply(r6, 0.5, out=r6)
-            numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
-            numpy.divide(r1, r6, out=r6)
-            numpy.maximum(r5, r6, out=r5)
-            numpy.copyto(r6, hop_net_ring_ll_s)
-            numpy.copyto(r6, hop_nvlink_ring_ll_s, where=m1)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, alpha_ring_ll_s, out=r5)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.minimum(r3, r4, out=r3)
-            numpy.divide(out, r3, out=out)
+        for block in call.blocks():
+            _collective_all_to_all_nccl_busbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_all_to_all_nccl_busbw_bytes_per_s_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_to_all_nccl_busbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/nic_bw_bytes_per_s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_nccl_busbw_bytes_per_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/nic_bw_bytes_per_s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+    return (inv0, inv1)
+
+
+def _collective_all_to_all_nccl_busbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_to_all_nccl_busbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = msg_bytes/ranks -> r0
+    numpy.divide(msg_bytes, ranks, out=r0)
+    # tmp1 = numpy.greater_equal(p2p_ll_threshold_bytes, tmp0) -> m0
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    # tmp2 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp3 = tmp0*(ranks - ranks_per_node) -> r1
+    numpy.subtract(ranks, ranks_per_node, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r2
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
+    # out = tmp0*(ranks - 1)/numpy.minimum(numpy.where(tmp1, numpy.inf, alpha_ring_simple_s +
+    #     numpy.where(tmp2, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
+    #     numpy.maximum(inv0*ranks_per_node*tmp3/nics_used, inv1*tmp0*(ranks_per_node -
+    #     0.5)/ring_channels)), numpy.where(tmp1, alpha_ring_ll_s + numpy.where(tmp2,
+    #     hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.maximum(tmp0*(ranks_per_node -
+    #     1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4),
+    #     tmp3/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp4,
+    #     nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.multiply(out, r0, out=out)
+    if not m0.all():
+        numpy.multiply(inv0, r1, out=r3)
+        numpy.multiply(r3, ranks_per_node, out=r3)
+        numpy.divide(r3, nics_used, out=r3)
+        numpy.subtract(ranks_per_node, 0.5, out=r4)
+        numpy.multiply(r4, inv1, out=r4)
+        numpy.multiply(r4, r0, out=r4)
+        numpy.divide(r4, ring_channels, out=r4)
+        numpy.maximum(r3, r4, out=r3)
+        numpy.copyto(r4, hop_net_ring_simple_s)
+        numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m1)
+        numpy.add(r3, r4, out=r3)
+        numpy.add(r3, alpha_ring_simple_s, out=r3)
+    numpy.copyto(r3, numpy.inf, where=m0)
+    numpy.copyto(r4, numpy.inf)
+    numpy.subtract(ranks_per_node, 1.0, out=r5)
+    numpy.multiply(r5, r0, out=r5)
+    numpy.multiply(r2, 0.5, out=r6)
+    numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
+    numpy.divide(r5, r6, out=r5)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r6)
+    numpy.divide(r6, ranks_per_node, out=r6)
+    numpy.minimum(r6, r2, out=r6)
+    numpy.multiply(r6, 0.5, out=r6)
+    numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
+    numpy.divide(r1, r6, out=r6)
+    numpy.maximum(r5, r6, out=r5)
+    numpy.copyto(r6, hop_net_ring_ll_s)
+    numpy.copyto(r6, hop_nvlink_ring_ll_s, where=m1)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, alpha_ring_ll_s, out=r5)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.minimum(r3, r4, out=r3)
+    numpy.divide(out, r3, out=out)
+
+
+collective_all_to_all_nccl_busbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_all_to_all_nccl_busbw_bytes_per_s_block,
+    reals=7,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_to_all_nccl_busbw_bytes_per_s_invariants,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_to_all_nccl_busbw_factor_ratio(*, ranks):
@@ -7251,11 +8055,28 @@ def collective_all_to_all_nccl_busbw_factor_ratio(*, ranks):
         reals=0,
         masks=0,
     )
-    for out, ranks in call.blocks():
-        # out = (ranks - 1)/ranks
-        numpy.subtract(ranks, 1.0, out=out)
-        numpy.divide(out, ranks, out=out)
+    for block in call.blocks():
+        _collective_all_to_all_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_all_to_all_nccl_busbw_factor_ratio_block(out, ranks):
+    """collective_all_to_all_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (ranks - 1)/ranks
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_to_all_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_all_to_all_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=("ranks",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -7307,12 +8128,7 @@ def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, ho
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 0.5*ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 0.5*ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_send_recv_p2p_ll_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_send_recv_p2p_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -7320,30 +8136,57 @@ def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, ho
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = inv0*ring_channels -> r0
-            numpy.multiply(inv0, ring_channels, out=r0)
-            # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes), alpha_ring_ll_s
-            #     + numpy.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.where(tmp0,
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, tmp1),
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp1))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m1)
-            numpy.copyto(r1, hop_net_ring_ll_s)
-            numpy.copyto(r1, hop_nvlink_ring_ll_s, where=m0)
-            numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.divide(msg_bytes, r2, out=r2)
-            numpy.minimum(ll_max_bw_bytes_per_s, r0, out=r3)
-            numpy.divide(msg_bytes, r3, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(r1, r2, out=r1)
-            numpy.add(r1, alpha_ring_ll_s, out=r1)
-            numpy.copyto(out, r1, where=m1)
+        for block in call.blocks():
+            _collective_send_recv_p2p_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_ll_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_send_recv_p2p_ll_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.5*ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 0.5*ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_send_recv_p2p_ll_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_send_recv_p2p_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = inv0*ring_channels -> r0
+    numpy.multiply(inv0, ring_channels, out=r0)
+    # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes), alpha_ring_ll_s +
+    #     numpy.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.where(tmp0,
+    #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, tmp1),
+    #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s, tmp1))),
+    #     numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m1)
+    numpy.copyto(r1, hop_net_ring_ll_s)
+    numpy.copyto(r1, hop_nvlink_ring_ll_s, where=m0)
+    numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.divide(msg_bytes, r2, out=r2)
+    numpy.minimum(ll_max_bw_bytes_per_s, r0, out=r3)
+    numpy.divide(msg_bytes, r3, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(r1, r2, out=r1)
+    numpy.add(r1, alpha_ring_ll_s, out=r1)
+    numpy.copyto(out, r1, where=m1)
+
+
+collective_send_recv_p2p_ll_time_s.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_ll_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_send_recv_p2p_ll_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -7393,12 +8236,7 @@ def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_send_recv_p2p_simple_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_send_recv_p2p_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -7406,30 +8244,56 @@ def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_
             reals=3,
             masks=2,
         )
-        for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = 1.5*msg_bytes -> r0
-            numpy.multiply(msg_bytes, 1.5, out=r0)
-            # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes), numpy.inf,
-            #     alpha_ring_simple_s + numpy.where(tmp0, hop_nvlink_ring_simple_s,
-            #     hop_net_ring_simple_s) + numpy.where(tmp0, inv0*tmp1/ring_channels,
-            #     tmp1/numpy.minimum(nic_bw_bytes_per_s,
-            #     ring_channel_bw_bytes_per_s*ring_channels)))
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m1)
-            if not m1.all():
-                numpy.copyto(out, hop_net_ring_simple_s)
-                numpy.copyto(out, hop_nvlink_ring_simple_s, where=m0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r1, nic_bw_bytes_per_s, out=r1)
-                numpy.divide(r0, r1, out=r1)
-                numpy.multiply(inv0, r0, out=r2)
-                numpy.divide(r2, ring_channels, out=r2)
-                numpy.copyto(r1, r2, where=m0)
-                numpy.add(out, r1, out=out)
-                numpy.add(out, alpha_ring_simple_s, out=out)
-            numpy.copyto(out, numpy.inf, where=m1)
+        for block in call.blocks():
+            _collective_send_recv_p2p_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_simple_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_send_recv_p2p_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_send_recv_p2p_simple_time_s_block(out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_send_recv_p2p_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = 1.5*msg_bytes -> r0
+    numpy.multiply(msg_bytes, 1.5, out=r0)
+    # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes), numpy.inf,
+    #     alpha_ring_simple_s + numpy.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
+    #     numpy.where(tmp0, inv0*tmp1/ring_channels, tmp1/numpy.minimum(nic_bw_bytes_per_s,
+    #     ring_channel_bw_bytes_per_s*ring_channels)))
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m1)
+    if not m1.all():
+        numpy.copyto(out, hop_net_ring_simple_s)
+        numpy.copyto(out, hop_nvlink_ring_simple_s, where=m0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r1, nic_bw_bytes_per_s, out=r1)
+        numpy.divide(r0, r1, out=r1)
+        numpy.multiply(inv0, r0, out=r2)
+        numpy.divide(r2, ring_channels, out=r2)
+        numpy.copyto(r1, r2, where=m0)
+        numpy.add(out, r1, out=out)
+        numpy.add(out, alpha_ring_simple_s, out=out)
+    numpy.copyto(out, numpy.inf, where=m1)
+
+
+collective_send_recv_p2p_simple_time_s.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_simple_time_s_block,
+    reals=3,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_send_recv_p2p_simple_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_send_recv_nccl_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -7489,12 +8353,7 @@ def collective_send_recv_nccl_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, ho
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_send_recv_nccl_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_send_recv_nccl_time_s",
             ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -7502,50 +8361,76 @@ def collective_send_recv_nccl_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, ho
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            # tmp1 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp2 = 1.5*msg_bytes -> r0
-            numpy.multiply(msg_bytes, 1.5, out=r0)
-            # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp4 = 0.5*tmp3 -> r2
-            numpy.multiply(r1, 0.5, out=r2)
-            # out = numpy.minimum(numpy.where(tmp0, numpy.inf, alpha_ring_simple_s +
-            #     numpy.where(tmp1, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
-            #     numpy.where(tmp1, inv0*tmp2/ring_channels, tmp2/numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp3))), numpy.where(tmp0, alpha_ring_ll_s + numpy.where(tmp1,
-            #     hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.where(tmp1,
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, tmp4),
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp4))), numpy.inf))
-            if not m0.all():
-                numpy.copyto(out, hop_net_ring_simple_s)
-                numpy.copyto(out, hop_nvlink_ring_simple_s, where=m1)
-                numpy.minimum(nic_bw_bytes_per_s, r1, out=r3)
-                numpy.divide(r0, r3, out=r3)
-                numpy.multiply(inv0, r0, out=r4)
-                numpy.divide(r4, ring_channels, out=r4)
-                numpy.copyto(r3, r4, where=m1)
-                numpy.add(out, r3, out=out)
-                numpy.add(out, alpha_ring_simple_s, out=out)
-            numpy.copyto(out, numpy.inf, where=m0)
-            numpy.copyto(r3, numpy.inf)
-            numpy.copyto(r4, hop_net_ring_ll_s)
-            numpy.copyto(r4, hop_nvlink_ring_ll_s, where=m1)
-            numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r5)
-            numpy.minimum(r5, r2, out=r5)
-            numpy.divide(msg_bytes, r5, out=r5)
-            numpy.minimum(ll_max_bw_bytes_per_s, r2, out=r6)
-            numpy.divide(msg_bytes, r6, out=r6)
-            numpy.copyto(r5, r6, where=m1)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, alpha_ring_ll_s, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.minimum(out, r3, out=out)
+        for block in call.blocks():
+            _collective_send_recv_nccl_time_s_block(*block)
     return call.out
+
+
+def _collective_send_recv_nccl_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_send_recv_nccl_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_send_recv_nccl_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_send_recv_nccl_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    # tmp1 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp2 = 1.5*msg_bytes -> r0
+    numpy.multiply(msg_bytes, 1.5, out=r0)
+    # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp4 = 0.5*tmp3 -> r2
+    numpy.multiply(r1, 0.5, out=r2)
+    # out = numpy.minimum(numpy.where(tmp0, numpy.inf, alpha_ring_simple_s + numpy.where(tmp1,
+    #     hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + numpy.where(tmp1,
+    #     inv0*tmp2/ring_channels, tmp2/numpy.minimum(nic_bw_bytes_per_s, tmp3))), numpy.where(tmp0,
+    #     alpha_ring_ll_s + numpy.where(tmp1, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) +
+    #     numpy.where(tmp1, msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, tmp4),
+    #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s, tmp4))),
+    #     numpy.inf))
+    if not m0.all():
+        numpy.copyto(out, hop_net_ring_simple_s)
+        numpy.copyto(out, hop_nvlink_ring_simple_s, where=m1)
+        numpy.minimum(nic_bw_bytes_per_s, r1, out=r3)
+        numpy.divide(r0, r3, out=r3)
+        numpy.multiply(inv0, r0, out=r4)
+        numpy.divide(r4, ring_channels, out=r4)
+        numpy.copyto(r3, r4, where=m1)
+        numpy.add(out, r3, out=out)
+        numpy.add(out, alpha_ring_simple_s, out=out)
+    numpy.copyto(out, numpy.inf, where=m0)
+    numpy.copyto(r3, numpy.inf)
+    numpy.copyto(r4, hop_net_ring_ll_s)
+    numpy.copyto(r4, hop_nvlink_ring_ll_s, where=m1)
+    numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r5)
+    numpy.minimum(r5, r2, out=r5)
+    numpy.divide(msg_bytes, r5, out=r5)
+    numpy.minimum(ll_max_bw_bytes_per_s, r2, out=r6)
+    numpy.divide(msg_bytes, r6, out=r6)
+    numpy.copyto(r5, r6, where=m1)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, alpha_ring_ll_s, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.minimum(out, r3, out=out)
+
+
+collective_send_recv_nccl_time_s.kernel = _runtime.Kernel(
+    _collective_send_recv_nccl_time_s_block,
+    reals=7,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_send_recv_nccl_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_send_recv_nccl_algbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -7604,12 +8489,7 @@ def collective_send_recv_nccl_algbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_algbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_send_recv_nccl_algbw_bytes_per_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_send_recv_nccl_algbw_bytes_per_s",
             ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -7617,51 +8497,77 @@ def collective_send_recv_nccl_algbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_s
             reals=8,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            # tmp1 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp2 = 1.5*msg_bytes -> r0
-            numpy.multiply(msg_bytes, 1.5, out=r0)
-            # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp4 = 0.5*tmp3 -> r2
-            numpy.multiply(r1, 0.5, out=r2)
-            # out = msg_bytes/numpy.minimum(numpy.where(tmp0, numpy.inf, alpha_ring_simple_s +
-            #     numpy.where(tmp1, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
-            #     numpy.where(tmp1, inv0*tmp2/ring_channels, tmp2/numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp3))), numpy.where(tmp0, alpha_ring_ll_s + numpy.where(tmp1,
-            #     hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.where(tmp1,
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, tmp4),
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp4))), numpy.inf))
-            if not m0.all():
-                numpy.copyto(r3, hop_net_ring_simple_s)
-                numpy.copyto(r3, hop_nvlink_ring_simple_s, where=m1)
-                numpy.minimum(nic_bw_bytes_per_s, r1, out=r4)
-                numpy.divide(r0, r4, out=r4)
-                numpy.multiply(inv0, r0, out=r5)
-                numpy.divide(r5, ring_channels, out=r5)
-                numpy.copyto(r4, r5, where=m1)
-                numpy.add(r3, r4, out=r3)
-                numpy.add(r3, alpha_ring_simple_s, out=r3)
-            numpy.copyto(r3, numpy.inf, where=m0)
-            numpy.copyto(r4, numpy.inf)
-            numpy.copyto(r5, hop_net_ring_ll_s)
-            numpy.copyto(r5, hop_nvlink_ring_ll_s, where=m1)
-            numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r6)
-            numpy.minimum(r6, r2, out=r6)
-            numpy.divide(msg_bytes, r6, out=r6)
-            numpy.minimum(ll_max_bw_bytes_per_s, r2, out=r7)
-            numpy.divide(msg_bytes, r7, out=r7)
-            numpy.copyto(r6, r7, where=m1)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, alpha_ring_ll_s, out=r5)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.minimum(r3, r4, out=r3)
-            numpy.divide(msg_bytes, r3, out=out)
+        for block in call.blocks():
+            _collective_send_recv_nccl_algbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_send_recv_nccl_algbw_bytes_per_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_send_recv_nccl_algbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_algbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_send_recv_nccl_algbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_send_recv_nccl_algbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    # tmp1 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp2 = 1.5*msg_bytes -> r0
+    numpy.multiply(msg_bytes, 1.5, out=r0)
+    # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp4 = 0.5*tmp3 -> r2
+    numpy.multiply(r1, 0.5, out=r2)
+    # out = msg_bytes/numpy.minimum(numpy.where(tmp0, numpy.inf, alpha_ring_simple_s +
+    #     numpy.where(tmp1, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + numpy.where(tmp1,
+    #     inv0*tmp2/ring_channels, tmp2/numpy.minimum(nic_bw_bytes_per_s, tmp3))), numpy.where(tmp0,
+    #     alpha_ring_ll_s + numpy.where(tmp1, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) +
+    #     numpy.where(tmp1, msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, tmp4),
+    #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s, tmp4))),
+    #     numpy.inf))
+    if not m0.all():
+        numpy.copyto(r3, hop_net_ring_simple_s)
+        numpy.copyto(r3, hop_nvlink_ring_simple_s, where=m1)
+        numpy.minimum(nic_bw_bytes_per_s, r1, out=r4)
+        numpy.divide(r0, r4, out=r4)
+        numpy.multiply(inv0, r0, out=r5)
+        numpy.divide(r5, ring_channels, out=r5)
+        numpy.copyto(r4, r5, where=m1)
+        numpy.add(r3, r4, out=r3)
+        numpy.add(r3, alpha_ring_simple_s, out=r3)
+    numpy.copyto(r3, numpy.inf, where=m0)
+    numpy.copyto(r4, numpy.inf)
+    numpy.copyto(r5, hop_net_ring_ll_s)
+    numpy.copyto(r5, hop_nvlink_ring_ll_s, where=m1)
+    numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r6)
+    numpy.minimum(r6, r2, out=r6)
+    numpy.divide(msg_bytes, r6, out=r6)
+    numpy.minimum(ll_max_bw_bytes_per_s, r2, out=r7)
+    numpy.divide(msg_bytes, r7, out=r7)
+    numpy.copyto(r6, r7, where=m1)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, alpha_ring_ll_s, out=r5)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.minimum(r3, r4, out=r3)
+    numpy.divide(msg_bytes, r3, out=out)
+
+
+collective_send_recv_nccl_algbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_send_recv_nccl_algbw_bytes_per_s_block,
+    reals=8,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_send_recv_nccl_algbw_bytes_per_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_send_recv_nccl_busbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -7721,12 +8627,7 @@ def collective_send_recv_nccl_busbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_busbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_send_recv_nccl_busbw_bytes_per_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_send_recv_nccl_busbw_bytes_per_s",
             ("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -7734,51 +8635,77 @@ def collective_send_recv_nccl_busbw_bytes_per_s(*, alpha_ring_ll_s, alpha_ring_s
             reals=8,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            # tmp1 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp2 = 1.5*msg_bytes -> r0
-            numpy.multiply(msg_bytes, 1.5, out=r0)
-            # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp4 = 0.5*tmp3 -> r2
-            numpy.multiply(r1, 0.5, out=r2)
-            # out = msg_bytes/numpy.minimum(numpy.where(tmp0, numpy.inf, alpha_ring_simple_s +
-            #     numpy.where(tmp1, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
-            #     numpy.where(tmp1, inv0*tmp2/ring_channels, tmp2/numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp3))), numpy.where(tmp0, alpha_ring_ll_s + numpy.where(tmp1,
-            #     hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.where(tmp1,
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, tmp4),
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp4))), numpy.inf))
-            if not m0.all():
-                numpy.copyto(r3, hop_net_ring_simple_s)
-                numpy.copyto(r3, hop_nvlink_ring_simple_s, where=m1)
-                numpy.minimum(nic_bw_bytes_per_s, r1, out=r4)
-                numpy.divide(r0, r4, out=r4)
-                numpy.multiply(inv0, r0, out=r5)
-                numpy.divide(r5, ring_channels, out=r5)
-                numpy.copyto(r4, r5, where=m1)
-                numpy.add(r3, r4, out=r3)
-                numpy.add(r3, alpha_ring_simple_s, out=r3)
-            numpy.copyto(r3, numpy.inf, where=m0)
-            numpy.copyto(r4, numpy.inf)
-            numpy.copyto(r5, hop_net_ring_ll_s)
-            numpy.copyto(r5, hop_nvlink_ring_ll_s, where=m1)
-            numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r6)
-            numpy.minimum(r6, r2, out=r6)
-            numpy.divide(msg_bytes, r6, out=r6)
-            numpy.minimum(ll_max_bw_bytes_per_s, r2, out=r7)
-            numpy.divide(msg_bytes, r7, out=r7)
-            numpy.copyto(r6, r7, where=m1)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, alpha_ring_ll_s, out=r5)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.minimum(r3, r4, out=r3)
-            numpy.divide(msg_bytes, r3, out=out)
+        for block in call.blocks():
+            _collective_send_recv_nccl_busbw_bytes_per_s_block(*block)
     return call.out
+
+
+def _collective_send_recv_nccl_busbw_bytes_per_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_send_recv_nccl_busbw_bytes_per_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_nccl_busbw_bytes_per_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_send_recv_nccl_busbw_bytes_per_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_send_recv_nccl_busbw_bytes_per_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    # tmp1 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp2 = 1.5*msg_bytes -> r0
+    numpy.multiply(msg_bytes, 1.5, out=r0)
+    # tmp3 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp4 = 0.5*tmp3 -> r2
+    numpy.multiply(r1, 0.5, out=r2)
+    # out = msg_bytes/numpy.minimum(numpy.where(tmp0, numpy.inf, alpha_ring_simple_s +
+    #     numpy.where(tmp1, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + numpy.where(tmp1,
+    #     inv0*tmp2/ring_channels, tmp2/numpy.minimum(nic_bw_bytes_per_s, tmp3))), numpy.where(tmp0,
+    #     alpha_ring_ll_s + numpy.where(tmp1, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) +
+    #     numpy.where(tmp1, msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, tmp4),
+    #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s, tmp4))),
+    #     numpy.inf))
+    if not m0.all():
+        numpy.copyto(r3, hop_net_ring_simple_s)
+        numpy.copyto(r3, hop_nvlink_ring_simple_s, where=m1)
+        numpy.minimum(nic_bw_bytes_per_s, r1, out=r4)
+        numpy.divide(r0, r4, out=r4)
+        numpy.multiply(inv0, r0, out=r5)
+        numpy.divide(r5, ring_channels, out=r5)
+        numpy.copyto(r4, r5, where=m1)
+        numpy.add(r3, r4, out=r3)
+        numpy.add(r3, alpha_ring_simple_s, out=r3)
+    numpy.copyto(r3, numpy.inf, where=m0)
+    numpy.copyto(r4, numpy.inf)
+    numpy.copyto(r5, hop_net_ring_ll_s)
+    numpy.copyto(r5, hop_nvlink_ring_ll_s, where=m1)
+    numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r6)
+    numpy.minimum(r6, r2, out=r6)
+    numpy.divide(msg_bytes, r6, out=r6)
+    numpy.minimum(ll_max_bw_bytes_per_s, r2, out=r7)
+    numpy.divide(msg_bytes, r7, out=r7)
+    numpy.copyto(r6, r7, where=m1)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, alpha_ring_ll_s, out=r5)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.minimum(r3, r4, out=r3)
+    numpy.divide(msg_bytes, r3, out=out)
+
+
+collective_send_recv_nccl_busbw_bytes_per_s.kernel = _runtime.Kernel(
+    _collective_send_recv_nccl_busbw_bytes_per_s_block,
+    reals=8,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_send_recv_nccl_busbw_bytes_per_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_send_recv_nccl_busbw_factor_ratio():
@@ -7803,7 +8730,24 @@ def collective_send_recv_nccl_busbw_factor_ratio():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _collective_send_recv_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_send_recv_nccl_busbw_factor_ratio_block(out,):
+    """collective_send_recv_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+collective_send_recv_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_send_recv_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)

@@ -83,20 +83,7 @@ def compute_standard_dense_layer_forward_flop(*, a, attn_extra_p, attn_output_ga
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = h + qkv_bias
-            tmp3 = 0.5*n_attMM
-            inv0 = 2*attn_extra_p + 2*h*hff*n_ffMM + h*tmp3*(o_bias + tmp1) + n_attMM*n_kv*tmp0*tmp2 + 4*s*tmp1 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s) = _runtime.reals("compute_standard_dense_layer_forward_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s"), (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = h + qkv_bias
-            tmp3 = 0.5*n_attMM
-            inv0 = 2*attn_extra_p + 2*h*hff*n_ffMM + h*tmp3*(o_bias + tmp1) + n_attMM*n_kv*tmp0*tmp2 + 4*s*tmp1 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
+        (inv0,) = _compute_standard_dense_layer_forward_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s)
         call = _runtime.Call(
             "compute_standard_dense_layer_forward_flop",
             ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s", "inv0"),
@@ -104,10 +91,45 @@ def compute_standard_dense_layer_forward_flop(*, a, attn_extra_p, attn_output_ga
             reals=0,
             masks=0,
         )
-        for out, a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_standard_dense_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_standard_dense_layer_forward_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s):
+    """What compute_standard_dense_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = h + qkv_bias
+        tmp3 = 0.5*n_attMM
+        inv0 = 2*attn_extra_p + 2*h*hff*n_ffMM + h*tmp3*(o_bias + tmp1) + n_attMM*n_kv*tmp0*tmp2 + 4*s*tmp1 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s) = _runtime.reals("compute_standard_dense_layer_forward_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s"), (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = h + qkv_bias
+        tmp3 = 0.5*n_attMM
+        inv0 = 2*attn_extra_p + 2*h*hff*n_ffMM + h*tmp3*(o_bias + tmp1) + n_attMM*n_kv*tmp0*tmp2 + 4*s*tmp1 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
+    return (inv0,)
+
+
+def _compute_standard_dense_layer_forward_flop_block(out, a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, inv0):
+    """compute_standard_dense_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_standard_dense_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_standard_dense_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s"),
+    passed=("inv0",),
+    invariants=_compute_standard_dense_layer_forward_flop_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s"),
+    quiet=True,
+)
 
 
 def compute_standard_dense_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v):
@@ -176,28 +198,7 @@ def compute_standard_dense_stage_flop(*, a, attn_extra_p, attn_output_gate, b, c
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = s*tmp1
-            tmp3 = n_attMM*(h + qkv_bias)
-            tmp4 = 4*attn_extra_p + 4*h*hff*n_ffMM + h*n_attMM*(o_bias + tmp1) + 2*n_kv*tmp0*tmp3 + tmp1*tmp3*(attn_output_gate + 1) + 8*tmp2
-            inv0 = 0.5*tmp4
-            inv1 = 4*tmp2
-            inv2 = 1.5*tmp4
-            inv3 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v) = _runtime.reals("compute_standard_dense_stage_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = s*tmp1
-            tmp3 = n_attMM*(h + qkv_bias)
-            tmp4 = 4*attn_extra_p + 4*h*hff*n_ffMM + h*n_attMM*(o_bias + tmp1) + 2*n_kv*tmp0*tmp3 + tmp1*tmp3*(attn_output_gate + 1) + 8*tmp2
-            inv0 = 0.5*tmp4
-            inv1 = 4*tmp2
-            inv2 = 1.5*tmp4
-            inv3 = 6*h*v
+        (inv0, inv1, inv2, inv3) = _compute_standard_dense_stage_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v)
         call = _runtime.Call(
             "compute_standard_dense_stage_flop",
             ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "o_bias", "qkv_bias", "s", "t", "v", "inv0", "inv1", "inv2", "inv3"),
@@ -205,22 +206,64 @@ def compute_standard_dense_stage_flop(*, a, attn_extra_p, attn_output_gate, b, c
             reals=1,
             masks=0,
         )
-        for out, r0, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3 in call.blocks():
-            # out = b*m*s*(inv0*n_full_rec + inv1*n_sel_rec + inv2*n_layers_stage +
-            #     inv3*n_output)/(cp*t)
-            numpy.multiply(inv0, n_full_rec, out=out)
-            numpy.multiply(inv1, n_sel_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv2, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv3, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_standard_dense_stage_flop_block(*block)
     return call.out
+
+
+def _compute_standard_dense_stage_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v):
+    """What compute_standard_dense_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = s*tmp1
+        tmp3 = n_attMM*(h + qkv_bias)
+        tmp4 = 4*attn_extra_p + 4*h*hff*n_ffMM + h*n_attMM*(o_bias + tmp1) + 2*n_kv*tmp0*tmp3 + tmp1*tmp3*(attn_output_gate + 1) + 8*tmp2
+        inv0 = 0.5*tmp4
+        inv1 = 4*tmp2
+        inv2 = 1.5*tmp4
+        inv3 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v) = _runtime.reals("compute_standard_dense_stage_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = s*tmp1
+        tmp3 = n_attMM*(h + qkv_bias)
+        tmp4 = 4*attn_extra_p + 4*h*hff*n_ffMM + h*n_attMM*(o_bias + tmp1) + 2*n_kv*tmp0*tmp3 + tmp1*tmp3*(attn_output_gate + 1) + 8*tmp2
+        inv0 = 0.5*tmp4
+        inv1 = 4*tmp2
+        inv2 = 1.5*tmp4
+        inv3 = 6*h*v
+    return (inv0, inv1, inv2, inv3)
+
+
+def _compute_standard_dense_stage_flop_block(out, r0, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3):
+    """compute_standard_dense_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_full_rec + inv1*n_sel_rec + inv2*n_layers_stage + inv3*n_output)/(cp*t)
+    numpy.multiply(inv0, n_full_rec, out=out)
+    numpy.multiply(inv1, n_sel_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv2, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv3, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_standard_dense_stage_flop.kernel = _runtime.Kernel(
+    _compute_standard_dense_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "o_bias", "qkv_bias", "s", "t", "v"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_compute_standard_dense_stage_flop_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_standard_moe_layer_forward_flop(*, a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s):
@@ -275,22 +318,7 @@ def compute_standard_moe_layer_forward_flop(*, a, attn_extra_p, attn_output_gate
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp2 = a*tmp1
-            tmp3 = h + qkv_bias
-            tmp4 = 0.5*n_attMM
-            inv0 = 2*attn_extra_p + h*tmp4*(o_bias + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + n_attMM*n_kv*tmp1*tmp3 + n_exp*tmp0 + 4*s*tmp2 + tmp2*tmp3*tmp4*(attn_output_gate + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s) = _runtime.reals("compute_standard_moe_layer_forward_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s))
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp2 = a*tmp1
-            tmp3 = h + qkv_bias
-            tmp4 = 0.5*n_attMM
-            inv0 = 2*attn_extra_p + h*tmp4*(o_bias + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + n_attMM*n_kv*tmp1*tmp3 + n_exp*tmp0 + 4*s*tmp2 + tmp2*tmp3*tmp4*(attn_output_gate + 1)
+        (inv0,) = _compute_standard_moe_layer_forward_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s)
         call = _runtime.Call(
             "compute_standard_moe_layer_forward_flop",
             ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "inv0"),
@@ -298,10 +326,47 @@ def compute_standard_moe_layer_forward_flop(*, a, attn_extra_p, attn_output_gate
             reals=0,
             masks=0,
         )
-        for out, a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_standard_moe_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_standard_moe_layer_forward_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s):
+    """What compute_standard_moe_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp2 = a*tmp1
+        tmp3 = h + qkv_bias
+        tmp4 = 0.5*n_attMM
+        inv0 = 2*attn_extra_p + h*tmp4*(o_bias + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + n_attMM*n_kv*tmp1*tmp3 + n_exp*tmp0 + 4*s*tmp2 + tmp2*tmp3*tmp4*(attn_output_gate + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s) = _runtime.reals("compute_standard_moe_layer_forward_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s))
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp2 = a*tmp1
+        tmp3 = h + qkv_bias
+        tmp4 = 0.5*n_attMM
+        inv0 = 2*attn_extra_p + h*tmp4*(o_bias + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + n_attMM*n_kv*tmp1*tmp3 + n_exp*tmp0 + 4*s*tmp2 + tmp2*tmp3*tmp4*(attn_output_gate + 1)
+    return (inv0,)
+
+
+def _compute_standard_moe_layer_forward_flop_block(out, a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, inv0):
+    """compute_standard_moe_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_standard_moe_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_standard_moe_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s"),
+    passed=("inv0",),
+    invariants=_compute_standard_moe_layer_forward_flop_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s"),
+    quiet=True,
+)
 
 
 def compute_standard_moe_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v):
@@ -375,30 +440,7 @@ def compute_standard_moe_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = s*tmp1
-            tmp3 = 4*h
-            tmp4 = n_attMM*(h + qkv_bias)
-            tmp5 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp1) + hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + n_exp*tmp3 + 2*n_kv*tmp0*tmp4 + tmp1*tmp4*(attn_output_gate + 1) + 8*tmp2
-            inv0 = 0.5*tmp5
-            inv1 = 4*tmp2
-            inv2 = 1.5*tmp5
-            inv3 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v) = _runtime.reals("compute_standard_moe_stage_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = s*tmp1
-            tmp3 = 4*h
-            tmp4 = n_attMM*(h + qkv_bias)
-            tmp5 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp1) + hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + n_exp*tmp3 + 2*n_kv*tmp0*tmp4 + tmp1*tmp4*(attn_output_gate + 1) + 8*tmp2
-            inv0 = 0.5*tmp5
-            inv1 = 4*tmp2
-            inv2 = 1.5*tmp5
-            inv3 = 6*h*v
+        (inv0, inv1, inv2, inv3) = _compute_standard_moe_stage_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v)
         call = _runtime.Call(
             "compute_standard_moe_stage_flop",
             ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "o_bias", "qkv_bias", "s", "t", "v", "inv0", "inv1", "inv2", "inv3"),
@@ -406,22 +448,66 @@ def compute_standard_moe_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp,
             reals=1,
             masks=0,
         )
-        for out, r0, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3 in call.blocks():
-            # out = b*m*s*(inv0*n_full_rec + inv1*n_sel_rec + inv2*n_layers_stage +
-            #     inv3*n_output)/(cp*t)
-            numpy.multiply(inv0, n_full_rec, out=out)
-            numpy.multiply(inv1, n_sel_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv2, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv3, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_standard_moe_stage_flop_block(*block)
     return call.out
+
+
+def _compute_standard_moe_stage_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v):
+    """What compute_standard_moe_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = s*tmp1
+        tmp3 = 4*h
+        tmp4 = n_attMM*(h + qkv_bias)
+        tmp5 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp1) + hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + n_exp*tmp3 + 2*n_kv*tmp0*tmp4 + tmp1*tmp4*(attn_output_gate + 1) + 8*tmp2
+        inv0 = 0.5*tmp5
+        inv1 = 4*tmp2
+        inv2 = 1.5*tmp5
+        inv3 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v) = _runtime.reals("compute_standard_moe_stage_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = s*tmp1
+        tmp3 = 4*h
+        tmp4 = n_attMM*(h + qkv_bias)
+        tmp5 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp1) + hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + n_exp*tmp3 + 2*n_kv*tmp0*tmp4 + tmp1*tmp4*(attn_output_gate + 1) + 8*tmp2
+        inv0 = 0.5*tmp5
+        inv1 = 4*tmp2
+        inv2 = 1.5*tmp5
+        inv3 = 6*h*v
+    return (inv0, inv1, inv2, inv3)
+
+
+def _compute_standard_moe_stage_flop_block(out, r0, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3):
+    """compute_standard_moe_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_full_rec + inv1*n_sel_rec + inv2*n_layers_stage + inv3*n_output)/(cp*t)
+    numpy.multiply(inv0, n_full_rec, out=out)
+    numpy.multiply(inv1, n_sel_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv2, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv3, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_standard_moe_stage_flop.kernel = _runtime.Kernel(
+    _compute_standard_moe_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "o_bias", "qkv_bias", "s", "t", "v"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_compute_standard_moe_stage_flop_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_mla_q_latent_dense_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
@@ -468,16 +554,7 @@ def compute_mla_q_latent_dense_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_latent_dense_layer_forward_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"), (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)))
+        (inv0,) = _compute_mla_q_latent_dense_layer_forward_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s)
         call = _runtime.Call(
             "compute_mla_q_latent_dense_layer_forward_flop",
             ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "inv0"),
@@ -485,10 +562,41 @@ def compute_mla_q_latent_dense_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h,
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_mla_q_latent_dense_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_latent_dense_layer_forward_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
+    """What compute_mla_q_latent_dense_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_latent_dense_layer_forward_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"), (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)))
+    return (inv0,)
+
+
+def _compute_mla_q_latent_dense_layer_forward_flop_block(out, a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0):
+    """compute_mla_q_latent_dense_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_mla_q_latent_dense_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_latent_dense_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
+    passed=("inv0",),
+    invariants=_compute_mla_q_latent_dense_layer_forward_flop_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
+    quiet=True,
+)
 
 
 def compute_mla_q_latent_dense_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v):
@@ -554,22 +662,7 @@ def compute_mla_q_latent_dense_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + tmp2
-            inv0 = 3*tmp3
-            inv1 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_latent_dense_stage_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + tmp2
-            inv0 = 3*tmp3
-            inv1 = 6*h*v
+        (tmp2, tmp3, inv0, inv1) = _compute_mla_q_latent_dense_stage_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "compute_mla_q_latent_dense_stage_flop",
             ("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp3", "inv0", "inv1"),
@@ -577,22 +670,58 @@ def compute_mla_q_latent_dense_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, 
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp3, inv0, inv1 in call.blocks():
-            # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp3 +
-            #     n_sel_rec*tmp2)/(cp*t)
-            numpy.multiply(tmp2, n_sel_rec, out=out)
-            numpy.multiply(tmp3, n_full_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv0, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv1, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_mla_q_latent_dense_stage_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_latent_dense_stage_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v):
+    """What compute_mla_q_latent_dense_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + tmp2
+        inv0 = 3*tmp3
+        inv1 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_latent_dense_stage_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + tmp2
+        inv0 = 3*tmp3
+        inv1 = 6*h*v
+    return (tmp2, tmp3, inv0, inv1)
+
+
+def _compute_mla_q_latent_dense_stage_flop_block(out, r0, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp3, inv0, inv1):
+    """compute_mla_q_latent_dense_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp3 + n_sel_rec*tmp2)/(cp*t)
+    numpy.multiply(tmp2, n_sel_rec, out=out)
+    numpy.multiply(tmp3, n_full_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv0, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv1, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_mla_q_latent_dense_stage_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_latent_dense_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v"),
+    passed=("tmp2", "tmp3", "inv0", "inv1"),
+    invariants=_compute_mla_q_latent_dense_stage_flop_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_mla_q_latent_moe_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
@@ -644,18 +773,7 @@ def compute_mla_q_latent_moe_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, h
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp2 = dh + tmp1
-            inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*tmp2 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp0
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_latent_moe_layer_forward_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp2 = dh + tmp1
-            inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*tmp2 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp0
+        (inv0,) = _compute_mla_q_latent_moe_layer_forward_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s)
         call = _runtime.Call(
             "compute_mla_q_latent_moe_layer_forward_flop",
             ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "inv0"),
@@ -663,10 +781,43 @@ def compute_mla_q_latent_moe_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, h
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_mla_q_latent_moe_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_latent_moe_layer_forward_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
+    """What compute_mla_q_latent_moe_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp2 = dh + tmp1
+        inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*tmp2 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp0
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_latent_moe_layer_forward_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp2 = dh + tmp1
+        inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*tmp2 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp0
+    return (inv0,)
+
+
+def _compute_mla_q_latent_moe_layer_forward_flop_block(out, a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0):
+    """compute_mla_q_latent_moe_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_mla_q_latent_moe_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_latent_moe_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
+    passed=("inv0",),
+    invariants=_compute_mla_q_latent_moe_layer_forward_flop_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
+    quiet=True,
+)
 
 
 def compute_mla_q_latent_moe_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v):
@@ -737,24 +888,7 @@ def compute_mla_q_latent_moe_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hf
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h
-            tmp4 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp3 + tmp2
-            inv0 = 3*tmp4
-            inv1 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_latent_moe_stage_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h
-            tmp4 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp3 + tmp2
-            inv0 = 3*tmp4
-            inv1 = 6*h*v
+        (tmp2, tmp4, inv0, inv1) = _compute_mla_q_latent_moe_stage_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "compute_mla_q_latent_moe_stage_flop",
             ("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp4", "inv0", "inv1"),
@@ -762,22 +896,60 @@ def compute_mla_q_latent_moe_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hf
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1 in call.blocks():
-            # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp4 +
-            #     n_sel_rec*tmp2)/(cp*t)
-            numpy.multiply(tmp2, n_sel_rec, out=out)
-            numpy.multiply(tmp4, n_full_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv0, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv1, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_mla_q_latent_moe_stage_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_latent_moe_stage_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v):
+    """What compute_mla_q_latent_moe_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h
+        tmp4 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp3 + tmp2
+        inv0 = 3*tmp4
+        inv1 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_latent_moe_stage_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h
+        tmp4 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp3 + tmp2
+        inv0 = 3*tmp4
+        inv1 = 6*h*v
+    return (tmp2, tmp4, inv0, inv1)
+
+
+def _compute_mla_q_latent_moe_stage_flop_block(out, r0, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1):
+    """compute_mla_q_latent_moe_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp4 + n_sel_rec*tmp2)/(cp*t)
+    numpy.multiply(tmp2, n_sel_rec, out=out)
+    numpy.multiply(tmp4, n_full_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv0, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv1, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_mla_q_latent_moe_stage_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_latent_moe_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v"),
+    passed=("tmp2", "tmp4", "inv0", "inv1"),
+    invariants=_compute_mla_q_latent_moe_stage_flop_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_mla_q_direct_dense_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
@@ -824,18 +996,7 @@ def compute_mla_q_direct_dense_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = a*h
-            inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp0)))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_direct_dense_layer_forward_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"), (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = a*h
-            inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp0)))
+        (inv0,) = _compute_mla_q_direct_dense_layer_forward_flop_invariants(a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s)
         call = _runtime.Call(
             "compute_mla_q_direct_dense_layer_forward_flop",
             ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "inv0"),
@@ -843,10 +1004,43 @@ def compute_mla_q_direct_dense_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff, 
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_mla_q_direct_dense_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_direct_dense_layer_forward_flop_invariants(a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
+    """What compute_mla_q_direct_dense_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = a*h
+        inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp0)))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_direct_dense_layer_forward_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"), (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = a*h
+        inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp0)))
+    return (inv0,)
+
+
+def _compute_mla_q_direct_dense_layer_forward_flop_block(out, a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0):
+    """compute_mla_q_direct_dense_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_mla_q_direct_dense_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_direct_dense_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
+    passed=("inv0",),
+    invariants=_compute_mla_q_direct_dense_layer_forward_flop_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
+    quiet=True,
+)
 
 
 def compute_mla_q_direct_dense_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v):
@@ -912,24 +1106,7 @@ def compute_mla_q_direct_dense_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff, m
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = a*h
-            tmp4 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp0))) + tmp2
-            inv0 = 3*tmp4
-            inv1 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_direct_dense_stage_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = a*h
-            tmp4 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp0))) + tmp2
-            inv0 = 3*tmp4
-            inv1 = 6*h*v
+        (tmp2, tmp4, inv0, inv1) = _compute_mla_q_direct_dense_stage_flop_invariants(a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "compute_mla_q_direct_dense_stage_flop",
             ("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp4", "inv0", "inv1"),
@@ -937,22 +1114,60 @@ def compute_mla_q_direct_dense_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff, m
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1 in call.blocks():
-            # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp4 +
-            #     n_sel_rec*tmp2)/(cp*t)
-            numpy.multiply(tmp2, n_sel_rec, out=out)
-            numpy.multiply(tmp4, n_full_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv0, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv1, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_mla_q_direct_dense_stage_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_direct_dense_stage_flop_invariants(a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v):
+    """What compute_mla_q_direct_dense_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = a*h
+        tmp4 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp0))) + tmp2
+        inv0 = 3*tmp4
+        inv1 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_direct_dense_stage_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = a*h
+        tmp4 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp0))) + tmp2
+        inv0 = 3*tmp4
+        inv1 = 6*h*v
+    return (tmp2, tmp4, inv0, inv1)
+
+
+def _compute_mla_q_direct_dense_stage_flop_block(out, r0, a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1):
+    """compute_mla_q_direct_dense_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp4 + n_sel_rec*tmp2)/(cp*t)
+    numpy.multiply(tmp2, n_sel_rec, out=out)
+    numpy.multiply(tmp4, n_full_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv0, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv1, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_mla_q_direct_dense_stage_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_direct_dense_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v"),
+    passed=("tmp2", "tmp4", "inv0", "inv1"),
+    invariants=_compute_mla_q_direct_dense_stage_flop_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_mla_q_direct_moe_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
@@ -1004,20 +1219,7 @@ def compute_mla_q_direct_moe_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff_exp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp2 = dh + tmp1
-            tmp3 = a*h
-            inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp2 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp1))) + n_exp*tmp0
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_direct_moe_layer_forward_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"), (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp2 = dh + tmp1
-            tmp3 = a*h
-            inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp2 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp1))) + n_exp*tmp0
+        (inv0,) = _compute_mla_q_direct_moe_layer_forward_flop_invariants(a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s)
         call = _runtime.Call(
             "compute_mla_q_direct_moe_layer_forward_flop",
             ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "inv0"),
@@ -1025,10 +1227,45 @@ def compute_mla_q_direct_moe_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff_exp
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_mla_q_direct_moe_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_direct_moe_layer_forward_flop_invariants(a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
+    """What compute_mla_q_direct_moe_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp2 = dh + tmp1
+        tmp3 = a*h
+        inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp2 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp1))) + n_exp*tmp0
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_direct_moe_layer_forward_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"), (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp2 = dh + tmp1
+        tmp3 = a*h
+        inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp2 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp1))) + n_exp*tmp0
+    return (inv0,)
+
+
+def _compute_mla_q_direct_moe_layer_forward_flop_block(out, a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0):
+    """compute_mla_q_direct_moe_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_mla_q_direct_moe_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_direct_moe_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
+    passed=("inv0",),
+    invariants=_compute_mla_q_direct_moe_layer_forward_flop_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
+    quiet=True,
+)
 
 
 def compute_mla_q_direct_moe_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v):
@@ -1099,26 +1336,7 @@ def compute_mla_q_direct_moe_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff_exp,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h
-            tmp4 = a*h
-            tmp5 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp0))) + n_exp*tmp3 + tmp2
-            inv0 = 3*tmp5
-            inv1 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_direct_moe_stage_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h
-            tmp4 = a*h
-            tmp5 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp0))) + n_exp*tmp3 + tmp2
-            inv0 = 3*tmp5
-            inv1 = 6*h*v
+        (tmp2, tmp5, inv0, inv1) = _compute_mla_q_direct_moe_stage_flop_invariants(a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "compute_mla_q_direct_moe_stage_flop",
             ("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp5", "inv0", "inv1"),
@@ -1126,22 +1344,62 @@ def compute_mla_q_direct_moe_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff_exp,
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp5, inv0, inv1 in call.blocks():
-            # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp5 +
-            #     n_sel_rec*tmp2)/(cp*t)
-            numpy.multiply(tmp2, n_sel_rec, out=out)
-            numpy.multiply(tmp5, n_full_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv0, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv1, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_mla_q_direct_moe_stage_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_direct_moe_stage_flop_invariants(a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v):
+    """What compute_mla_q_direct_moe_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h
+        tmp4 = a*h
+        tmp5 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp0))) + n_exp*tmp3 + tmp2
+        inv0 = 3*tmp5
+        inv1 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_direct_moe_stage_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h
+        tmp4 = a*h
+        tmp5 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp0))) + n_exp*tmp3 + tmp2
+        inv0 = 3*tmp5
+        inv1 = 6*h*v
+    return (tmp2, tmp5, inv0, inv1)
+
+
+def _compute_mla_q_direct_moe_stage_flop_block(out, r0, a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp5, inv0, inv1):
+    """compute_mla_q_direct_moe_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp5 + n_sel_rec*tmp2)/(cp*t)
+    numpy.multiply(tmp2, n_sel_rec, out=out)
+    numpy.multiply(tmp5, n_full_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv0, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv1, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_mla_q_direct_moe_stage_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_direct_moe_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v"),
+    passed=("tmp2", "tmp5", "inv0", "inv1"),
+    invariants=_compute_mla_q_direct_moe_stage_flop_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_output_forward_flop(*, h, v):
@@ -1177,11 +1435,28 @@ def compute_output_forward_flop(*, h, v):
         reals=0,
         masks=0,
     )
-    for out, h, v in call.blocks():
-        # out = 2*h*v
-        numpy.multiply(h, v, out=out)
-        numpy.multiply(out, 2.0, out=out)
+    for block in call.blocks():
+        _compute_output_forward_flop_block(*block)
     return call.out
+
+
+def _compute_output_forward_flop_block(out, h, v):
+    """compute_output_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2*h*v
+    numpy.multiply(h, v, out=out)
+    numpy.multiply(out, 2.0, out=out)
+
+
+compute_output_forward_flop.kernel = _runtime.Kernel(
+    _compute_output_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("h", "v"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def compute_stage_time_s(*, compute_efficiency, peak_flops_per_s, stage_flops):
@@ -1211,12 +1486,7 @@ def compute_stage_time_s(*, compute_efficiency, peak_flops_per_s, stage_flops):
         (compute_efficiency, peak_flops_per_s, stage_flops) = _runtime.floats(xp, (compute_efficiency, peak_flops_per_s, stage_flops))
         out = stage_flops/(compute_efficiency*peak_flops_per_s)
         return _runtime.broadcast(xp, out, (compute_efficiency, peak_flops_per_s, stage_flops))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/(compute_efficiency*peak_flops_per_s)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (compute_efficiency, peak_flops_per_s) = _runtime.reals("compute_stage_time_s", ("compute_efficiency", "peak_flops_per_s"), (compute_efficiency, peak_flops_per_s))
-        inv0 = 1/(compute_efficiency*peak_flops_per_s)
+    (inv0,) = _compute_stage_time_s_invariants(compute_efficiency, peak_flops_per_s)
     call = _runtime.Call(
         "compute_stage_time_s",
         ("compute_efficiency", "peak_flops_per_s", "stage_flops", "inv0"),
@@ -1224,10 +1494,37 @@ def compute_stage_time_s(*, compute_efficiency, peak_flops_per_s, stage_flops):
         reals=0,
         masks=0,
     )
-    for out, compute_efficiency, peak_flops_per_s, stage_flops, inv0 in call.blocks():
-        # out = inv0*stage_flops
-        numpy.multiply(inv0, stage_flops, out=out)
+    for block in call.blocks():
+        _compute_stage_time_s_block(*block)
     return call.out
+
+
+def _compute_stage_time_s_invariants(compute_efficiency, peak_flops_per_s):
+    """What compute_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/(compute_efficiency*peak_flops_per_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (compute_efficiency, peak_flops_per_s) = _runtime.reals("compute_stage_time_s", ("compute_efficiency", "peak_flops_per_s"), (compute_efficiency, peak_flops_per_s))
+        inv0 = 1/(compute_efficiency*peak_flops_per_s)
+    return (inv0,)
+
+
+def _compute_stage_time_s_block(out, compute_efficiency, peak_flops_per_s, stage_flops, inv0):
+    """compute_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0*stage_flops
+    numpy.multiply(inv0, stage_flops, out=out)
+
+
+compute_stage_time_s.kernel = _runtime.Kernel(
+    _compute_stage_time_s_block,
+    reals=0,
+    masks=0,
+    arguments=("compute_efficiency", "peak_flops_per_s", "stage_flops"),
+    passed=("inv0",),
+    invariants=_compute_stage_time_s_invariants,
+    widened=("compute_efficiency", "peak_flops_per_s"),
+    quiet=False,
+)
 
 
 def compute_pipeline_bubble(*, m, p, vp):
@@ -1264,12 +1561,29 @@ def compute_pipeline_bubble(*, m, p, vp):
         reals=1,
         masks=0,
     )
-    for out, r0, m, p, vp in call.blocks():
-        # out = (p - 1)/(m*vp)
-        numpy.subtract(p, 1.0, out=out)
-        numpy.multiply(m, vp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _compute_pipeline_bubble_block(*block)
     return call.out
+
+
+def _compute_pipeline_bubble_block(out, r0, m, p, vp):
+    """compute_pipeline_bubble on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (p - 1)/(m*vp)
+    numpy.subtract(p, 1.0, out=out)
+    numpy.multiply(m, vp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_pipeline_bubble.kernel = _runtime.Kernel(
+    _compute_pipeline_bubble_block,
+    reals=1,
+    masks=0,
+    arguments=("m", "p", "vp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def compute_step_time_s(*, compute_efficiency, exposed_comm_s, m, p, peak_flops_per_s, stage_flops, vp):
@@ -1304,12 +1618,7 @@ def compute_step_time_s(*, compute_efficiency, exposed_comm_s, m, p, peak_flops_
         (compute_efficiency, exposed_comm_s, m, p, peak_flops_per_s, stage_flops, vp) = _runtime.floats(xp, (compute_efficiency, exposed_comm_s, m, p, peak_flops_per_s, stage_flops, vp))
         out = exposed_comm_s + stage_flops*(1 + (p - 1)/(m*vp))/(compute_efficiency*peak_flops_per_s)
         return _runtime.broadcast(xp, out, (compute_efficiency, exposed_comm_s, m, p, peak_flops_per_s, stage_flops, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/(compute_efficiency*peak_flops_per_s)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (compute_efficiency, peak_flops_per_s) = _runtime.reals("compute_step_time_s", ("compute_efficiency", "peak_flops_per_s"), (compute_efficiency, peak_flops_per_s))
-        inv0 = 1/(compute_efficiency*peak_flops_per_s)
+    (inv0,) = _compute_step_time_s_invariants(compute_efficiency, peak_flops_per_s)
     call = _runtime.Call(
         "compute_step_time_s",
         ("compute_efficiency", "exposed_comm_s", "m", "p", "peak_flops_per_s", "stage_flops", "vp", "inv0"),
@@ -1317,13 +1626,40 @@ def compute_step_time_s(*, compute_efficiency, exposed_comm_s, m, p, peak_flops_
         reals=1,
         masks=0,
     )
-    for out, r0, compute_efficiency, exposed_comm_s, m, p, peak_flops_per_s, stage_flops, vp, inv0 in call.blocks():
-        # out = exposed_comm_s + inv0*stage_flops*(1 + (p - 1)/(m*vp))
-        numpy.subtract(p, 1.0, out=out)
-        numpy.multiply(m, vp, out=r0)
-        numpy.divide(out, r0, out=out)
-        numpy.add(out, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, stage_flops, out=out)
-        numpy.add(out, exposed_comm_s, out=out)
+    for block in call.blocks():
+        _compute_step_time_s_block(*block)
     return call.out
+
+
+def _compute_step_time_s_invariants(compute_efficiency, peak_flops_per_s):
+    """What compute_step_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/(compute_efficiency*peak_flops_per_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (compute_efficiency, peak_flops_per_s) = _runtime.reals("compute_step_time_s", ("compute_efficiency", "peak_flops_per_s"), (compute_efficiency, peak_flops_per_s))
+        inv0 = 1/(compute_efficiency*peak_flops_per_s)
+    return (inv0,)
+
+
+def _compute_step_time_s_block(out, r0, compute_efficiency, exposed_comm_s, m, p, peak_flops_per_s, stage_flops, vp, inv0):
+    """compute_step_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = exposed_comm_s + inv0*stage_flops*(1 + (p - 1)/(m*vp))
+    numpy.subtract(p, 1.0, out=out)
+    numpy.multiply(m, vp, out=r0)
+    numpy.divide(out, r0, out=out)
+    numpy.add(out, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, stage_flops, out=out)
+    numpy.add(out, exposed_comm_s, out=out)
+
+
+compute_step_time_s.kernel = _runtime.Kernel(
+    _compute_step_time_s_block,
+    reals=1,
+    masks=0,
+    arguments=("compute_efficiency", "exposed_comm_s", "m", "p", "peak_flops_per_s", "stage_flops", "vp"),
+    passed=("inv0",),
+    invariants=_compute_step_time_s_invariants,
+    widened=("compute_efficiency", "peak_flops_per_s"),
+    quiet=False,
+)

@@ -113,12 +113,7 @@ def cp_ulysses_mha_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        (inv0,) = _cp_ulysses_mha_traffic_bytes_invariants(a, bytes_compute, dh, h, s)
         call = _runtime.Call(
             "cp_ulysses_mha_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
@@ -126,15 +121,42 @@ def cp_ulysses_mha_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
-            # out = b*inv0*(cp - 1)/((cp*cp)*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ulysses_mha_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mha_traffic_bytes_invariants(a, bytes_compute, dh, h, s):
+    """What cp_ulysses_mha_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    return (inv0,)
+
+
+def _cp_ulysses_mha_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0):
+    """cp_ulysses_mha_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/((cp*cp)*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ulysses_mha_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mha_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mha_traffic_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mha_traffic_bytes(*, b, bytes_compute, cp, h, s, t):
@@ -168,12 +190,7 @@ def cp_ring_mha_traffic_bytes(*, b, bytes_compute, cp, h, s, t):
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = 4*b*bytes_compute*h*s*(cp - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 4*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("cp_ring_mha_traffic_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 4*bytes_compute*h*s
+    (inv0,) = _cp_ring_mha_traffic_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "cp_ring_mha_traffic_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -181,14 +198,41 @@ def cp_ring_mha_traffic_bytes(*, b, bytes_compute, cp, h, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-        # out = b*inv0*(cp - 1)/(cp*t)
-        numpy.subtract(cp, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _cp_ring_mha_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mha_traffic_bytes_invariants(bytes_compute, h, s):
+    """What cp_ring_mha_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("cp_ring_mha_traffic_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 4*bytes_compute*h*s
+    return (inv0,)
+
+
+def _cp_ring_mha_traffic_bytes_block(out, r0, b, bytes_compute, cp, h, s, t, inv0):
+    """cp_ring_mha_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_mha_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mha_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mha_traffic_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -229,12 +273,7 @@ def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        (inv0,) = _cp_ulysses_gqa_traffic_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_ulysses_gqa_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -242,15 +281,42 @@ def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0*(cp - 1)/((cp*cp)*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ulysses_gqa_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_gqa_traffic_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_ulysses_gqa_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    return (inv0,)
+
+
+def _cp_ulysses_gqa_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """cp_ulysses_gqa_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/((cp*cp)*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ulysses_gqa_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_gqa_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_gqa_traffic_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
@@ -289,12 +355,7 @@ def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _cp_ring_gqa_traffic_bytes_invariants(a, bytes_compute, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
@@ -302,14 +363,41 @@ def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0*(cp - 1)/(cp*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ring_gqa_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_traffic_bytes_invariants(a, bytes_compute, dh, n_kv, s):
+    """What cp_ring_gqa_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _cp_ring_gqa_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0):
+    """cp_ring_gqa_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_gqa_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ring_gqa_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_gqa_traffic_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
@@ -348,12 +436,7 @@ def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        (inv0,) = _cp_ulysses_mqa_traffic_bytes_invariants(a, bytes_compute, dh, h, s)
         call = _runtime.Call(
             "cp_ulysses_mqa_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
@@ -361,15 +444,42 @@ def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
-            # out = b*inv0*(cp - 1)/((cp*cp)*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ulysses_mqa_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mqa_traffic_bytes_invariants(a, bytes_compute, dh, h, s):
+    """What cp_ulysses_mqa_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+    return (inv0,)
+
+
+def _cp_ulysses_mqa_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0):
+    """cp_ulysses_mqa_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/((cp*cp)*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ulysses_mqa_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mqa_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mqa_traffic_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_traffic_bytes(*, b, bytes_compute, cp, dh, s, t):
@@ -403,12 +513,7 @@ def cp_ring_mqa_traffic_bytes(*, b, bytes_compute, cp, dh, s, t):
         (b, bytes_compute, cp, dh, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, s, t))
         out = 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 4*bytes_compute*dh*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, dh, s) = _runtime.reals("cp_ring_mqa_traffic_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
-        inv0 = 4*bytes_compute*dh*s
+    (inv0,) = _cp_ring_mqa_traffic_bytes_invariants(bytes_compute, dh, s)
     call = _runtime.Call(
         "cp_ring_mqa_traffic_bytes",
         ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
@@ -416,14 +521,41 @@ def cp_ring_mqa_traffic_bytes(*, b, bytes_compute, cp, dh, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, dh, s, t, inv0 in call.blocks():
-        # out = b*inv0*(cp - 1)/(cp*t)
-        numpy.subtract(cp, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _cp_ring_mqa_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_traffic_bytes_invariants(bytes_compute, dh, s):
+    """What cp_ring_mqa_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, s) = _runtime.reals("cp_ring_mqa_traffic_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
+        inv0 = 4*bytes_compute*dh*s
+    return (inv0,)
+
+
+def _cp_ring_mqa_traffic_bytes_block(out, r0, b, bytes_compute, cp, dh, s, t, inv0):
+    """cp_ring_mqa_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_mqa_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mqa_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mqa_traffic_bytes_invariants,
+    widened=("bytes_compute", "dh", "s"),
+    quiet=False,
+)
 
 
 def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t):
@@ -466,14 +598,7 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_traffic_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        (inv0,) = _cp_ulysses_mla_traffic_bytes_invariants(a, bytes_compute, dh, dhr, h, n_kv, s)
         call = _runtime.Call(
             "cp_ulysses_mla_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
@@ -481,15 +606,44 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0*(cp - 1)/((cp*cp)*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ulysses_mla_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mla_traffic_bytes_invariants(a, bytes_compute, dh, dhr, h, n_kv, s):
+    """What cp_ulysses_mla_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_traffic_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    return (inv0,)
+
+
+def _cp_ulysses_mla_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0):
+    """cp_ulysses_mla_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/((cp*cp)*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ulysses_mla_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mla_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mla_traffic_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_traffic_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
@@ -525,12 +679,7 @@ def cp_ring_mla_traffic_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
         (b, bytes_compute, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
         out = 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_traffic_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
-        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    (inv0,) = _cp_ring_mla_traffic_bytes_invariants(bytes_compute, dh, dhr, n_kv, s)
     call = _runtime.Call(
         "cp_ring_mla_traffic_bytes",
         ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
@@ -538,14 +687,41 @@ def cp_ring_mla_traffic_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
-        # out = b*inv0*(cp - 1)/(cp*t)
-        numpy.subtract(cp, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _cp_ring_mla_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mla_traffic_bytes_invariants(bytes_compute, dh, dhr, n_kv, s):
+    """What cp_ring_mla_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_traffic_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    return (inv0,)
+
+
+def _cp_ring_mla_traffic_bytes_block(out, r0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0):
+    """cp_ring_mla_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_mla_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mla_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mla_traffic_bytes_invariants,
+    widened=("bytes_compute", "dh", "dhr", "n_kv", "s"),
+    quiet=False,
+)
 
 
 def cp_linear_state_traffic_bytes(*, a, dh, h, t):
@@ -581,12 +757,7 @@ def cp_linear_state_traffic_bytes(*, a, dh, h, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, h) = _runtime.reals("cp_linear_state_traffic_bytes", ("a", "dh", "h"), (a, dh, h))
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        (inv0,) = _cp_linear_state_traffic_bytes_invariants(a, dh, h)
         call = _runtime.Call(
             "cp_linear_state_traffic_bytes",
             ("a", "dh", "h", "t", "inv0"),
@@ -594,10 +765,37 @@ def cp_linear_state_traffic_bytes(*, a, dh, h, t):
             reals=0,
             masks=0,
         )
-        for out, a, dh, h, t, inv0 in call.blocks():
-            # out = inv0/t
-            numpy.divide(inv0, t, out=out)
+        for block in call.blocks():
+            _cp_linear_state_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_linear_state_traffic_bytes_invariants(a, dh, h):
+    """What cp_linear_state_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, h) = _runtime.reals("cp_linear_state_traffic_bytes", ("a", "dh", "h"), (a, dh, h))
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    return (inv0,)
+
+
+def _cp_linear_state_traffic_bytes_block(out, a, dh, h, t, inv0):
+    """cp_linear_state_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/t
+    numpy.divide(inv0, t, out=out)
+
+
+cp_linear_state_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_linear_state_traffic_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dh", "h", "t"),
+    passed=("inv0",),
+    invariants=_cp_linear_state_traffic_bytes_invariants,
+    widened=("a", "dh", "h"),
+    quiet=True,
+)
 
 
 def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_node):
@@ -640,22 +838,39 @@ def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_n
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, bw_inter, bw_intra, cp, device_per_node in call.blocks():
-            # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
-            numpy.minimum(cp, device_per_node, out=r0)
-            numpy.subtract(r0, 1.0, out=r0)
-            numpy.subtract(cp, 1.0, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            # out = numpy.where(numpy.less_equal(cp, device_per_node), bw_intra, bw_inter*(1 - tmp0)
-            #     + bw_intra*tmp0)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            if not m0.all():
-                numpy.multiply(r0, bw_intra, out=out)
-                numpy.subtract(1.0, r0, out=r1)
-                numpy.multiply(r1, bw_inter, out=r1)
-                numpy.add(out, r1, out=out)
-            numpy.copyto(out, bw_intra, where=m0)
+        for block in call.blocks():
+            _cp_topology_effective_bandwidth_gbps_block(*block)
     return call.out
+
+
+def _cp_topology_effective_bandwidth_gbps_block(out, r0, r1, m0, bw_inter, bw_intra, cp, device_per_node):
+    """cp_topology_effective_bandwidth_gbps on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
+    numpy.minimum(cp, device_per_node, out=r0)
+    numpy.subtract(r0, 1.0, out=r0)
+    numpy.subtract(cp, 1.0, out=r1)
+    numpy.divide(r0, r1, out=r0)
+    # out = numpy.where(numpy.less_equal(cp, device_per_node), bw_intra, bw_inter*(1 - tmp0) +
+    #     bw_intra*tmp0)
+    numpy.less_equal(cp, device_per_node, out=m0)
+    if not m0.all():
+        numpy.multiply(r0, bw_intra, out=out)
+        numpy.subtract(1.0, r0, out=r1)
+        numpy.multiply(r1, bw_inter, out=r1)
+        numpy.add(out, r1, out=out)
+    numpy.copyto(out, bw_intra, where=m0)
+
+
+cp_topology_effective_bandwidth_gbps.kernel = _runtime.Kernel(
+    _cp_topology_effective_bandwidth_gbps_block,
+    reals=2,
+    masks=1,
+    arguments=("bw_inter", "bw_intra", "cp", "device_per_node"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_topology_code(*, cp, device_per_node):
@@ -693,16 +908,33 @@ def cp_topology_code(*, cp, device_per_node):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, cp, device_per_node in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, device_per_node), 1,
-            #     numpy.where(numpy.equal(numpy.minimum(cp, device_per_node), 1), 2, 3))
-            numpy.copyto(out, 3.0)
-            numpy.minimum(cp, device_per_node, out=r0)
-            numpy.equal(r0, 1.0, out=m0)
-            numpy.copyto(out, 2.0, where=m0)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.copyto(out, 1.0, where=m0)
+        for block in call.blocks():
+            _cp_topology_code_block(*block)
     return call.out
+
+
+def _cp_topology_code_block(out, r0, m0, cp, device_per_node):
+    """cp_topology_code on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, device_per_node), 1,
+    #     numpy.where(numpy.equal(numpy.minimum(cp, device_per_node), 1), 2, 3))
+    numpy.copyto(out, 3.0)
+    numpy.minimum(cp, device_per_node, out=r0)
+    numpy.equal(r0, 1.0, out=m0)
+    numpy.copyto(out, 2.0, where=m0)
+    numpy.less_equal(cp, device_per_node, out=m0)
+    numpy.copyto(out, 1.0, where=m0)
+
+
+cp_topology_code.kernel = _runtime.Kernel(
+    _cp_topology_code_block,
+    reals=1,
+    masks=1,
+    arguments=("cp", "device_per_node"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_record_overlap_ratio():
@@ -728,10 +960,27 @@ def cp_record_overlap_ratio():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 0.5
-        numpy.copyto(out, 0.5)
+    for block in call.blocks():
+        _cp_record_overlap_ratio_block(*block)
     return call.out
+
+
+def _cp_record_overlap_ratio_block(out,):
+    """cp_record_overlap_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0.5
+    numpy.copyto(out, 0.5)
+
+
+cp_record_overlap_ratio.kernel = _runtime.Kernel(
+    _cp_record_overlap_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def cp_record_ring_directions_count(*, cp):
@@ -768,12 +1017,29 @@ def cp_record_ring_directions_count(*, cp):
             reals=0,
             masks=1,
         )
-        for out, m0, cp in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 2)
-            numpy.copyto(out, 2.0)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_ring_directions_count_block(*block)
     return call.out
+
+
+def _cp_record_ring_directions_count_block(out, m0, cp):
+    """cp_record_ring_directions_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, 2)
+    numpy.copyto(out, 2.0)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_ring_directions_count.kernel = _runtime.Kernel(
+    _cp_record_ring_directions_count_block,
+    reals=0,
+    masks=1,
+    arguments=("cp",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_node):
@@ -816,25 +1082,42 @@ def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_nod
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, bw_inter, bw_intra, cp, device_per_node in call.blocks():
-            # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
-            numpy.minimum(cp, device_per_node, out=r0)
-            numpy.subtract(r0, 1.0, out=r0)
-            numpy.subtract(cp, 1.0, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.where(numpy.less_equal(cp,
-            #     device_per_node), bw_intra, bw_inter*(1 - tmp0) + bw_intra*tmp0))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r0, bw_intra, out=out)
-                    numpy.subtract(1.0, r0, out=r1)
-                    numpy.multiply(r1, bw_inter, out=r1)
-                    numpy.add(out, r1, out=out)
-                numpy.copyto(out, bw_intra, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_effective_bandwidth_gbps_block(*block)
     return call.out
+
+
+def _cp_record_effective_bandwidth_gbps_block(out, r0, r1, m0, m1, bw_inter, bw_intra, cp, device_per_node):
+    """cp_record_effective_bandwidth_gbps on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
+    numpy.minimum(cp, device_per_node, out=r0)
+    numpy.subtract(r0, 1.0, out=r0)
+    numpy.subtract(cp, 1.0, out=r1)
+    numpy.divide(r0, r1, out=r0)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.where(numpy.less_equal(cp,
+    #     device_per_node), bw_intra, bw_inter*(1 - tmp0) + bw_intra*tmp0))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r0, bw_intra, out=out)
+            numpy.subtract(1.0, r0, out=r1)
+            numpy.multiply(r1, bw_inter, out=r1)
+            numpy.add(out, r1, out=out)
+        numpy.copyto(out, bw_intra, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_effective_bandwidth_gbps.kernel = _runtime.Kernel(
+    _cp_record_effective_bandwidth_gbps_block,
+    reals=2,
+    masks=2,
+    arguments=("bw_inter", "bw_intra", "cp", "device_per_node"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_record_topology_code(*, cp, device_per_node):
@@ -873,19 +1156,36 @@ def cp_record_topology_code(*, cp, device_per_node):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, cp, device_per_node in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.where(numpy.less_equal(cp,
-            #     device_per_node), 1, numpy.where(numpy.equal(numpy.minimum(cp, device_per_node),
-            #     1), 2, 3)))
-            numpy.copyto(out, 3.0)
-            numpy.minimum(cp, device_per_node, out=r0)
-            numpy.equal(r0, 1.0, out=m0)
-            numpy.copyto(out, 2.0, where=m0)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.copyto(out, 1.0, where=m0)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_topology_code_block(*block)
     return call.out
+
+
+def _cp_record_topology_code_block(out, r0, m0, cp, device_per_node):
+    """cp_record_topology_code on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.where(numpy.less_equal(cp,
+    #     device_per_node), 1, numpy.where(numpy.equal(numpy.minimum(cp, device_per_node), 1), 2,
+    #     3)))
+    numpy.copyto(out, 3.0)
+    numpy.minimum(cp, device_per_node, out=r0)
+    numpy.equal(r0, 1.0, out=m0)
+    numpy.copyto(out, 2.0, where=m0)
+    numpy.less_equal(cp, device_per_node, out=m0)
+    numpy.copyto(out, 1.0, where=m0)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_topology_code.kernel = _runtime.Kernel(
+    _cp_record_topology_code_block,
+    reals=1,
+    masks=1,
+    arguments=("cp", "device_per_node"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_ulysses_record_ring_steps_count():
@@ -911,10 +1211,27 @@ def cp_ulysses_record_ring_steps_count():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 0
-        numpy.copyto(out, 0.0)
+    for block in call.blocks():
+        _cp_ulysses_record_ring_steps_count_block(*block)
     return call.out
+
+
+def _cp_ulysses_record_ring_steps_count_block(out,):
+    """cp_ulysses_record_ring_steps_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0
+    numpy.copyto(out, 0.0)
+
+
+cp_ulysses_record_ring_steps_count.kernel = _runtime.Kernel(
+    _cp_ulysses_record_ring_steps_count_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
@@ -949,12 +1266,7 @@ def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*a*dh*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, s) = _runtime.reals("cp_ulysses_record_kv_volume_per_step_elements", ("a", "dh", "s"), (a, dh, s))
-            inv0 = 2*a*dh*s
+        (inv0,) = _cp_ulysses_record_kv_volume_per_step_elements_invariants(a, dh, s)
         call = _runtime.Call(
             "cp_ulysses_record_kv_volume_per_step_elements",
             ("a", "b", "cp", "dh", "s", "t", "inv0"),
@@ -962,17 +1274,44 @@ def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, cp, dh, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_record_kv_volume_per_step_elements_block(*block)
     return call.out
+
+
+def _cp_ulysses_record_kv_volume_per_step_elements_invariants(a, dh, s):
+    """What cp_ulysses_record_kv_volume_per_step_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*a*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, s) = _runtime.reals("cp_ulysses_record_kv_volume_per_step_elements", ("a", "dh", "s"), (a, dh, s))
+        inv0 = 2*a*dh*s
+    return (inv0,)
+
+
+def _cp_ulysses_record_kv_volume_per_step_elements_block(out, r0, m0, a, b, cp, dh, s, t, inv0):
+    """cp_ulysses_record_kv_volume_per_step_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_record_kv_volume_per_step_elements.kernel = _runtime.Kernel(
+    _cp_ulysses_record_kv_volume_per_step_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_record_kv_volume_per_step_elements_invariants,
+    widened=("a", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
@@ -1008,12 +1347,7 @@ def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*a*dh*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, s) = _runtime.reals("cp_ulysses_record_total_kv_volume_elements", ("a", "dh", "s"), (a, dh, s))
-            inv0 = 4*a*dh*s
+        (inv0,) = _cp_ulysses_record_total_kv_volume_elements_invariants(a, dh, s)
         call = _runtime.Call(
             "cp_ulysses_record_total_kv_volume_elements",
             ("a", "b", "cp", "dh", "s", "t", "inv0"),
@@ -1021,17 +1355,44 @@ def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, cp, dh, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_record_total_kv_volume_elements_block(*block)
     return call.out
+
+
+def _cp_ulysses_record_total_kv_volume_elements_invariants(a, dh, s):
+    """What cp_ulysses_record_total_kv_volume_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*a*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, s) = _runtime.reals("cp_ulysses_record_total_kv_volume_elements", ("a", "dh", "s"), (a, dh, s))
+        inv0 = 4*a*dh*s
+    return (inv0,)
+
+
+def _cp_ulysses_record_total_kv_volume_elements_block(out, r0, m0, a, b, cp, dh, s, t, inv0):
+    """cp_ulysses_record_total_kv_volume_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_record_total_kv_volume_elements.kernel = _runtime.Kernel(
+    _cp_ulysses_record_total_kv_volume_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_record_total_kv_volume_elements_invariants,
+    widened=("a", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
@@ -1073,14 +1434,7 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(a*dh*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_total_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(a*dh*s)
+        (inv0, inv1) = _cp_ulysses_record_total_comm_time_ms_invariants(a, bw_intra, dh, s)
         call = _runtime.Call(
             "cp_ulysses_record_total_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
@@ -1088,33 +1442,61 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_record_total_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ulysses_record_total_comm_time_ms_invariants(a, bw_intra, dh, s):
+    """What cp_ulysses_record_total_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(a*dh*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_total_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(a*dh*s)
+    return (inv0, inv1)
+
+
+def _cp_ulysses_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1):
+    """cp_ulysses_record_total_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_record_total_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ulysses_record_total_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ulysses_record_total_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
@@ -1156,14 +1538,7 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 2e-06*(a*dh*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
-            inv0 = 1/bw_intra
-            inv1 = 2e-06*(a*dh*s)
+        (inv0, inv1) = _cp_ulysses_record_exposed_comm_time_ms_invariants(a, bw_intra, dh, s)
         call = _runtime.Call(
             "cp_ulysses_record_exposed_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
@@ -1171,33 +1546,61 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_record_exposed_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ulysses_record_exposed_comm_time_ms_invariants(a, bw_intra, dh, s):
+    """What cp_ulysses_record_exposed_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 2e-06*(a*dh*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
+        inv0 = 1/bw_intra
+        inv1 = 2e-06*(a*dh*s)
+    return (inv0, inv1)
+
+
+def _cp_ulysses_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1):
+    """cp_ulysses_record_exposed_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ulysses_record_exposed_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ulysses_record_exposed_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_record_ring_steps_count(*, cp):
@@ -1235,12 +1638,29 @@ def cp_ring_record_ring_steps_count(*, cp):
             reals=0,
             masks=1,
         )
-        for out, m0, cp in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, cp - 1)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_record_ring_steps_count_block(*block)
     return call.out
+
+
+def _cp_ring_record_ring_steps_count_block(out, m0, cp):
+    """cp_ring_record_ring_steps_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, cp - 1)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_record_ring_steps_count.kernel = _runtime.Kernel(
+    _cp_ring_record_ring_steps_count_block,
+    reals=0,
+    masks=1,
+    arguments=("cp",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
@@ -1275,12 +1695,7 @@ def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, s) = _runtime.reals("cp_ring_mha_record_kv_volume_per_step_bytes", ("h", "s"), (h, s))
-            inv0 = 4*h*s
+        (inv0,) = _cp_ring_mha_record_kv_volume_per_step_bytes_invariants(h, s)
         call = _runtime.Call(
             "cp_ring_mha_record_kv_volume_per_step_bytes",
             ("b", "cp", "h", "s", "t", "inv0"),
@@ -1288,14 +1703,41 @@ def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, h, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mha_record_kv_volume_per_step_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mha_record_kv_volume_per_step_bytes_invariants(h, s):
+    """What cp_ring_mha_record_kv_volume_per_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, s) = _runtime.reals("cp_ring_mha_record_kv_volume_per_step_bytes", ("h", "s"), (h, s))
+        inv0 = 4*h*s
+    return (inv0,)
+
+
+def _cp_ring_mha_record_kv_volume_per_step_bytes_block(out, r0, m0, b, cp, h, s, t, inv0):
+    """cp_ring_mha_record_kv_volume_per_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mha_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mha_record_kv_volume_per_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mha_record_kv_volume_per_step_bytes_invariants,
+    widened=("h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
@@ -1330,12 +1772,7 @@ def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, s) = _runtime.reals("cp_ring_mha_record_total_kv_volume_bytes", ("h", "s"), (h, s))
-            inv0 = 8*h*s
+        (inv0,) = _cp_ring_mha_record_total_kv_volume_bytes_invariants(h, s)
         call = _runtime.Call(
             "cp_ring_mha_record_total_kv_volume_bytes",
             ("b", "cp", "h", "s", "t", "inv0"),
@@ -1343,17 +1780,44 @@ def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, h, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mha_record_total_kv_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mha_record_total_kv_volume_bytes_invariants(h, s):
+    """What cp_ring_mha_record_total_kv_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, s) = _runtime.reals("cp_ring_mha_record_total_kv_volume_bytes", ("h", "s"), (h, s))
+        inv0 = 8*h*s
+    return (inv0,)
+
+
+def _cp_ring_mha_record_total_kv_volume_bytes_block(out, r0, m0, b, cp, h, s, t, inv0):
+    """cp_ring_mha_record_total_kv_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mha_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mha_record_total_kv_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mha_record_total_kv_volume_bytes_invariants,
+    widened=("h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, h, s, t):
@@ -1395,14 +1859,7 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(h*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_total_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(h*s)
+        (inv0, inv1) = _cp_ring_mha_record_total_comm_time_ms_invariants(bw_intra, h, s)
         call = _runtime.Call(
             "cp_ring_mha_record_total_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
@@ -1410,33 +1867,61 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mha_record_total_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mha_record_total_comm_time_ms_invariants(bw_intra, h, s):
+    """What cp_ring_mha_record_total_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(h*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_total_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(h*s)
+    return (inv0, inv1)
+
+
+def _cp_ring_mha_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1):
+    """cp_ring_mha_record_total_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mha_record_total_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mha_record_total_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mha_record_total_comm_time_ms_invariants,
+    widened=("bw_intra", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, h, s, t):
@@ -1478,14 +1963,7 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(h*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_exposed_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(h*s)
+        (inv0, inv1) = _cp_ring_mha_record_exposed_comm_time_ms_invariants(bw_intra, h, s)
         call = _runtime.Call(
             "cp_ring_mha_record_exposed_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
@@ -1493,33 +1971,61 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mha_record_exposed_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mha_record_exposed_comm_time_ms_invariants(bw_intra, h, s):
+    """What cp_ring_mha_record_exposed_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(h*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_exposed_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(h*s)
+    return (inv0, inv1)
+
+
+def _cp_ring_mha_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1):
+    """cp_ring_mha_record_exposed_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mha_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mha_record_exposed_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mha_record_exposed_comm_time_ms_invariants,
+    widened=("bw_intra", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
@@ -1557,12 +2063,7 @@ def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_kv_volume_per_step_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
-            inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _cp_ring_gqa_record_kv_volume_per_step_bytes_invariants(a, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_kv_volume_per_step_bytes",
             ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
@@ -1570,14 +2071,41 @@ def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_gqa_record_kv_volume_per_step_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_record_kv_volume_per_step_bytes_invariants(a, dh, n_kv, s):
+    """What cp_ring_gqa_record_kv_volume_per_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_kv_volume_per_step_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
+        inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _cp_ring_gqa_record_kv_volume_per_step_bytes_block(out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0):
+    """cp_ring_gqa_record_kv_volume_per_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_gqa_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
+    _cp_ring_gqa_record_kv_volume_per_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "cp", "dh", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_gqa_record_kv_volume_per_step_bytes_invariants,
+    widened=("a", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
@@ -1615,12 +2143,7 @@ def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_kv_volume_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
-            inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _cp_ring_gqa_record_total_kv_volume_bytes_invariants(a, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_total_kv_volume_bytes",
             ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
@@ -1628,17 +2151,44 @@ def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_gqa_record_total_kv_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_record_total_kv_volume_bytes_invariants(a, dh, n_kv, s):
+    """What cp_ring_gqa_record_total_kv_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_kv_volume_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
+        inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _cp_ring_gqa_record_total_kv_volume_bytes_block(out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0):
+    """cp_ring_gqa_record_total_kv_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_gqa_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_gqa_record_total_kv_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "cp", "dh", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_gqa_record_total_kv_volume_bytes_invariants,
+    widened=("a", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t):
@@ -1683,14 +2233,7 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        (inv0, inv1) = _cp_ring_gqa_record_total_comm_time_ms_invariants(a, bw_intra, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_total_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
@@ -1698,33 +2241,61 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_gqa_record_total_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_record_total_comm_time_ms_invariants(a, bw_intra, dh, n_kv, s):
+    """What cp_ring_gqa_record_total_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    return (inv0, inv1)
+
+
+def _cp_ring_gqa_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1):
+    """cp_ring_gqa_record_total_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_gqa_record_total_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_gqa_record_total_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_gqa_record_total_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t):
@@ -1769,14 +2340,7 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        (inv0, inv1) = _cp_ring_gqa_record_exposed_comm_time_ms_invariants(a, bw_intra, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_exposed_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
@@ -1784,33 +2348,61 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_gqa_record_exposed_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_record_exposed_comm_time_ms_invariants(a, bw_intra, dh, n_kv, s):
+    """What cp_ring_gqa_record_exposed_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    return (inv0, inv1)
+
+
+def _cp_ring_gqa_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1):
+    """cp_ring_gqa_record_exposed_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_gqa_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_gqa_record_exposed_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_gqa_record_exposed_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
@@ -1845,12 +2437,7 @@ def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*dh*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (dh, s) = _runtime.reals("cp_ring_mqa_record_kv_volume_per_step_bytes", ("dh", "s"), (dh, s))
-            inv0 = 4*dh*s
+        (inv0,) = _cp_ring_mqa_record_kv_volume_per_step_bytes_invariants(dh, s)
         call = _runtime.Call(
             "cp_ring_mqa_record_kv_volume_per_step_bytes",
             ("b", "cp", "dh", "s", "t", "inv0"),
@@ -1858,14 +2445,41 @@ def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, dh, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mqa_record_kv_volume_per_step_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_record_kv_volume_per_step_bytes_invariants(dh, s):
+    """What cp_ring_mqa_record_kv_volume_per_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, s) = _runtime.reals("cp_ring_mqa_record_kv_volume_per_step_bytes", ("dh", "s"), (dh, s))
+        inv0 = 4*dh*s
+    return (inv0,)
+
+
+def _cp_ring_mqa_record_kv_volume_per_step_bytes_block(out, r0, m0, b, cp, dh, s, t, inv0):
+    """cp_ring_mqa_record_kv_volume_per_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mqa_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mqa_record_kv_volume_per_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mqa_record_kv_volume_per_step_bytes_invariants,
+    widened=("dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
@@ -1900,12 +2514,7 @@ def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*dh*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (dh, s) = _runtime.reals("cp_ring_mqa_record_total_kv_volume_bytes", ("dh", "s"), (dh, s))
-            inv0 = 8*dh*s
+        (inv0,) = _cp_ring_mqa_record_total_kv_volume_bytes_invariants(dh, s)
         call = _runtime.Call(
             "cp_ring_mqa_record_total_kv_volume_bytes",
             ("b", "cp", "dh", "s", "t", "inv0"),
@@ -1913,17 +2522,44 @@ def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, dh, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mqa_record_total_kv_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_record_total_kv_volume_bytes_invariants(dh, s):
+    """What cp_ring_mqa_record_total_kv_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, s) = _runtime.reals("cp_ring_mqa_record_total_kv_volume_bytes", ("dh", "s"), (dh, s))
+        inv0 = 8*dh*s
+    return (inv0,)
+
+
+def _cp_ring_mqa_record_total_kv_volume_bytes_block(out, r0, m0, b, cp, dh, s, t, inv0):
+    """cp_ring_mqa_record_total_kv_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mqa_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mqa_record_total_kv_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mqa_record_total_kv_volume_bytes_invariants,
+    widened=("dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
@@ -1965,14 +2601,7 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(dh*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_total_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(dh*s)
+        (inv0, inv1) = _cp_ring_mqa_record_total_comm_time_ms_invariants(bw_intra, dh, s)
         call = _runtime.Call(
             "cp_ring_mqa_record_total_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
@@ -1980,33 +2609,61 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mqa_record_total_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_record_total_comm_time_ms_invariants(bw_intra, dh, s):
+    """What cp_ring_mqa_record_total_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(dh*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_total_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(dh*s)
+    return (inv0, inv1)
+
+
+def _cp_ring_mqa_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1):
+    """cp_ring_mqa_record_total_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mqa_record_total_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mqa_record_total_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mqa_record_total_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
@@ -2048,14 +2705,7 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(dh*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_exposed_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(dh*s)
+        (inv0, inv1) = _cp_ring_mqa_record_exposed_comm_time_ms_invariants(bw_intra, dh, s)
         call = _runtime.Call(
             "cp_ring_mqa_record_exposed_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
@@ -2063,33 +2713,61 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mqa_record_exposed_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_record_exposed_comm_time_ms_invariants(bw_intra, dh, s):
+    """What cp_ring_mqa_record_exposed_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(dh*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_exposed_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(dh*s)
+    return (inv0, inv1)
+
+
+def _cp_ring_mqa_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1):
+    """cp_ring_mqa_record_exposed_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mqa_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mqa_record_exposed_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mqa_record_exposed_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
@@ -2126,12 +2804,7 @@ def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*n_kv*s*(2*dh + dhr)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_kv_volume_per_step_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
-            inv0 = 2*n_kv*s*(2*dh + dhr)
+        (inv0,) = _cp_ring_mla_record_kv_volume_per_step_bytes_invariants(dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_kv_volume_per_step_bytes",
             ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
@@ -2139,14 +2812,41 @@ def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mla_record_kv_volume_per_step_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mla_record_kv_volume_per_step_bytes_invariants(dh, dhr, n_kv, s):
+    """What cp_ring_mla_record_kv_volume_per_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_kv_volume_per_step_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
+        inv0 = 2*n_kv*s*(2*dh + dhr)
+    return (inv0,)
+
+
+def _cp_ring_mla_record_kv_volume_per_step_bytes_block(out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0):
+    """cp_ring_mla_record_kv_volume_per_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mla_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mla_record_kv_volume_per_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mla_record_kv_volume_per_step_bytes_invariants,
+    widened=("dh", "dhr", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
@@ -2183,12 +2883,7 @@ def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*n_kv*s*(2*dh + dhr)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_kv_volume_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
-            inv0 = 4*n_kv*s*(2*dh + dhr)
+        (inv0,) = _cp_ring_mla_record_total_kv_volume_bytes_invariants(dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_total_kv_volume_bytes",
             ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
@@ -2196,17 +2891,44 @@ def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mla_record_total_kv_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mla_record_total_kv_volume_bytes_invariants(dh, dhr, n_kv, s):
+    """What cp_ring_mla_record_total_kv_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_kv_volume_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
+        inv0 = 4*n_kv*s*(2*dh + dhr)
+    return (inv0,)
+
+
+def _cp_ring_mla_record_total_kv_volume_bytes_block(out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0):
+    """cp_ring_mla_record_total_kv_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mla_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mla_record_total_kv_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mla_record_total_kv_volume_bytes_invariants,
+    widened=("dh", "dhr", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t):
@@ -2250,14 +2972,7 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
+        (inv0, inv1) = _cp_ring_mla_record_total_comm_time_ms_invariants(bw_intra, dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_total_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
@@ -2265,33 +2980,61 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mla_record_total_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mla_record_total_comm_time_ms_invariants(bw_intra, dh, dhr, n_kv, s):
+    """What cp_ring_mla_record_total_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
+    return (inv0, inv1)
+
+
+def _cp_ring_mla_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1):
+    """cp_ring_mla_record_total_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mla_record_total_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mla_record_total_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mla_record_total_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "dhr", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t):
@@ -2335,14 +3078,7 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_exposed_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
-            inv0 = 1/bw_intra
-            inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
+        (inv0, inv1) = _cp_ring_mla_record_exposed_comm_time_ms_invariants(bw_intra, dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_exposed_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
@@ -2350,33 +3086,61 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mla_record_exposed_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mla_record_exposed_comm_time_ms_invariants(bw_intra, dh, dhr, n_kv, s):
+    """What cp_ring_mla_record_exposed_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_exposed_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
+        inv0 = 1/bw_intra
+        inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
+    return (inv0, inv1)
+
+
+def _cp_ring_mla_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1):
+    """cp_ring_mla_record_exposed_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mla_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mla_record_exposed_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mla_record_exposed_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "dhr", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_record_mha_kv_dim_elements(*, cp, h, t):
@@ -2415,13 +3179,30 @@ def cp_record_mha_kv_dim_elements(*, cp, h, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, cp, h, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(h/t))
-            numpy.divide(h, t, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_mha_kv_dim_elements_block(*block)
     return call.out
+
+
+def _cp_record_mha_kv_dim_elements_block(out, r0, m0, cp, h, t):
+    """cp_record_mha_kv_dim_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(h/t))
+    numpy.divide(h, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_mha_kv_dim_elements.kernel = _runtime.Kernel(
+    _cp_record_mha_kv_dim_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("cp", "h", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
@@ -2455,12 +3236,7 @@ def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, n_kv) = _runtime.reals("cp_record_gqa_kv_dim_elements", ("a", "dh", "n_kv"), (a, dh, n_kv))
-            inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _cp_record_gqa_kv_dim_elements_invariants(a, dh, n_kv)
         call = _runtime.Call(
             "cp_record_gqa_kv_dim_elements",
             ("a", "cp", "dh", "n_kv", "t", "inv0"),
@@ -2468,13 +3244,40 @@ def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, cp, dh, n_kv, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
-            numpy.divide(inv0, t, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_gqa_kv_dim_elements_block(*block)
     return call.out
+
+
+def _cp_record_gqa_kv_dim_elements_invariants(a, dh, n_kv):
+    """What cp_record_gqa_kv_dim_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, n_kv) = _runtime.reals("cp_record_gqa_kv_dim_elements", ("a", "dh", "n_kv"), (a, dh, n_kv))
+        inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _cp_record_gqa_kv_dim_elements_block(out, r0, m0, a, cp, dh, n_kv, t, inv0):
+    """cp_record_gqa_kv_dim_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
+    numpy.divide(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_gqa_kv_dim_elements.kernel = _runtime.Kernel(
+    _cp_record_gqa_kv_dim_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "cp", "dh", "n_kv", "t"),
+    passed=("inv0",),
+    invariants=_cp_record_gqa_kv_dim_elements_invariants,
+    widened=("a", "dh", "n_kv"),
+    quiet=True,
+)
 
 
 def cp_record_mqa_kv_dim_elements(*, cp, dh, t):
@@ -2513,13 +3316,30 @@ def cp_record_mqa_kv_dim_elements(*, cp, dh, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, cp, dh, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(dh/t))
-            numpy.divide(dh, t, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_mqa_kv_dim_elements_block(*block)
     return call.out
+
+
+def _cp_record_mqa_kv_dim_elements_block(out, r0, m0, cp, dh, t):
+    """cp_record_mqa_kv_dim_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(dh/t))
+    numpy.divide(dh, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_mqa_kv_dim_elements.kernel = _runtime.Kernel(
+    _cp_record_mqa_kv_dim_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("cp", "dh", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
@@ -2553,12 +3373,7 @@ def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 0.5*(n_kv*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (dh, dhr, n_kv) = _runtime.reals("cp_record_mla_kv_dim_elements", ("dh", "dhr", "n_kv"), (dh, dhr, n_kv))
-            inv0 = 0.5*(n_kv*(2*dh + dhr))
+        (inv0,) = _cp_record_mla_kv_dim_elements_invariants(dh, dhr, n_kv)
         call = _runtime.Call(
             "cp_record_mla_kv_dim_elements",
             ("cp", "dh", "dhr", "n_kv", "t", "inv0"),
@@ -2566,13 +3381,40 @@ def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, cp, dh, dhr, n_kv, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
-            numpy.divide(inv0, t, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_mla_kv_dim_elements_block(*block)
     return call.out
+
+
+def _cp_record_mla_kv_dim_elements_invariants(dh, dhr, n_kv):
+    """What cp_record_mla_kv_dim_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.5*(n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, dhr, n_kv) = _runtime.reals("cp_record_mla_kv_dim_elements", ("dh", "dhr", "n_kv"), (dh, dhr, n_kv))
+        inv0 = 0.5*(n_kv*(2*dh + dhr))
+    return (inv0,)
+
+
+def _cp_record_mla_kv_dim_elements_block(out, r0, m0, cp, dh, dhr, n_kv, t, inv0):
+    """cp_record_mla_kv_dim_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
+    numpy.divide(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_mla_kv_dim_elements.kernel = _runtime.Kernel(
+    _cp_record_mla_kv_dim_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("cp", "dh", "dhr", "n_kv", "t"),
+    passed=("inv0",),
+    invariants=_cp_record_mla_kv_dim_elements_invariants,
+    widened=("dh", "dhr", "n_kv"),
+    quiet=True,
+)
 
 
 def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
@@ -2611,12 +3453,7 @@ def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        (inv0,) = _cp_ulysses_mha_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, s)
         call = _runtime.Call(
             "cp_ulysses_mha_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
@@ -2624,18 +3461,45 @@ def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_mha_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mha_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, s):
+    """What cp_ulysses_mha_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    return (inv0,)
+
+
+def _cp_ulysses_mha_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0):
+    """cp_ulysses_mha_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_mha_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mha_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mha_record_comm_volume_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
@@ -2671,12 +3535,7 @@ def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, s) = _runtime.reals("cp_ring_mha_record_comm_volume_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-            inv0 = 4*bytes_compute*h*s
+        (inv0,) = _cp_ring_mha_record_comm_volume_bytes_invariants(bytes_compute, h, s)
         call = _runtime.Call(
             "cp_ring_mha_record_comm_volume_bytes",
             ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -2684,17 +3543,44 @@ def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mha_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mha_record_comm_volume_bytes_invariants(bytes_compute, h, s):
+    """What cp_ring_mha_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("cp_ring_mha_record_comm_volume_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 4*bytes_compute*h*s
+    return (inv0,)
+
+
+def _cp_ring_mha_record_comm_volume_bytes_block(out, r0, m0, b, bytes_compute, cp, h, s, t, inv0):
+    """cp_ring_mha_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mha_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mha_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mha_record_comm_volume_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -2734,12 +3620,7 @@ def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        (inv0,) = _cp_ulysses_gqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_ulysses_gqa_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -2747,18 +3628,45 @@ def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_gqa_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_gqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_ulysses_gqa_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    return (inv0,)
+
+
+def _cp_ulysses_gqa_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """cp_ulysses_gqa_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_gqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_gqa_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_gqa_record_comm_volume_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
@@ -2797,12 +3705,7 @@ def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _cp_ring_gqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
@@ -2810,17 +3713,44 @@ def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_gqa_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, n_kv, s):
+    """What cp_ring_gqa_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _cp_ring_gqa_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0):
+    """cp_ring_gqa_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_gqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_gqa_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_gqa_record_comm_volume_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
@@ -2859,12 +3789,7 @@ def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        (inv0,) = _cp_ulysses_mqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, s)
         call = _runtime.Call(
             "cp_ulysses_mqa_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
@@ -2872,18 +3797,45 @@ def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_mqa_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, s):
+    """What cp_ulysses_mqa_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+    return (inv0,)
+
+
+def _cp_ulysses_mqa_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0):
+    """cp_ulysses_mqa_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_mqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mqa_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mqa_record_comm_volume_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
@@ -2919,12 +3871,7 @@ def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*dh*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, s) = _runtime.reals("cp_ring_mqa_record_comm_volume_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
-            inv0 = 4*bytes_compute*dh*s
+        (inv0,) = _cp_ring_mqa_record_comm_volume_bytes_invariants(bytes_compute, dh, s)
         call = _runtime.Call(
             "cp_ring_mqa_record_comm_volume_bytes",
             ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
@@ -2932,17 +3879,44 @@ def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, dh, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mqa_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_record_comm_volume_bytes_invariants(bytes_compute, dh, s):
+    """What cp_ring_mqa_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, s) = _runtime.reals("cp_ring_mqa_record_comm_volume_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
+        inv0 = 4*bytes_compute*dh*s
+    return (inv0,)
+
+
+def _cp_ring_mqa_record_comm_volume_bytes_block(out, r0, m0, b, bytes_compute, cp, dh, s, t, inv0):
+    """cp_ring_mqa_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mqa_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mqa_record_comm_volume_bytes_invariants,
+    widened=("bytes_compute", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t):
@@ -2985,14 +3959,7 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        (inv0,) = _cp_ulysses_mla_record_comm_volume_bytes_invariants(a, bytes_compute, dh, dhr, h, n_kv, s)
         call = _runtime.Call(
             "cp_ulysses_mla_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
@@ -3000,18 +3967,47 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_mla_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mla_record_comm_volume_bytes_invariants(a, bytes_compute, dh, dhr, h, n_kv, s):
+    """What cp_ulysses_mla_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    return (inv0,)
+
+
+def _cp_ulysses_mla_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0):
+    """cp_ulysses_mla_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_mla_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mla_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mla_record_comm_volume_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
@@ -3049,12 +4045,7 @@ def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_comm_volume_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
-            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        (inv0,) = _cp_ring_mla_record_comm_volume_bytes_invariants(bytes_compute, dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_comm_volume_bytes",
             ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
@@ -3062,17 +4053,44 @@ def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv,
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mla_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mla_record_comm_volume_bytes_invariants(bytes_compute, dh, dhr, n_kv, s):
+    """What cp_ring_mla_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_comm_volume_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    return (inv0,)
+
+
+def _cp_ring_mla_record_comm_volume_bytes_block(out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0):
+    """cp_ring_mla_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mla_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mla_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mla_record_comm_volume_bytes_invariants,
+    widened=("bytes_compute", "dh", "dhr", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
@@ -3107,12 +4125,7 @@ def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, h) = _runtime.reals("cp_linear_state_record_comm_volume_bytes", ("a", "dh", "h"), (a, dh, h))
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        (inv0,) = _cp_linear_state_record_comm_volume_bytes_invariants(a, dh, h)
         call = _runtime.Call(
             "cp_linear_state_record_comm_volume_bytes",
             ("a", "cp", "dh", "h", "t", "inv0"),
@@ -3120,12 +4133,39 @@ def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
             reals=0,
             masks=1,
         )
-        for out, m0, a, cp, dh, h, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
-            numpy.divide(inv0, t, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_linear_state_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_linear_state_record_comm_volume_bytes_invariants(a, dh, h):
+    """What cp_linear_state_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, h) = _runtime.reals("cp_linear_state_record_comm_volume_bytes", ("a", "dh", "h"), (a, dh, h))
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    return (inv0,)
+
+
+def _cp_linear_state_record_comm_volume_bytes_block(out, m0, a, cp, dh, h, t, inv0):
+    """cp_linear_state_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
+    numpy.divide(inv0, t, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_linear_state_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_linear_state_record_comm_volume_bytes_block,
+    reals=0,
+    masks=1,
+    arguments=("a", "cp", "dh", "h", "t"),
+    passed=("inv0",),
+    invariants=_cp_linear_state_record_comm_volume_bytes_invariants,
+    widened=("a", "dh", "h"),
+    quiet=True,
+)
 
 
 def cp_ring_send_recv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -3166,12 +4206,7 @@ def cp_ring_send_recv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ring_send_recv_msg_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_ring_send_recv_msg_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_ring_send_recv_msg_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -3179,12 +4214,39 @@ def cp_ring_send_recv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0/(cp*t)
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ring_send_recv_msg_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_send_recv_msg_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_ring_send_recv_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ring_send_recv_msg_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_ring_send_recv_msg_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """cp_ring_send_recv_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_send_recv_msg_bytes.kernel = _runtime.Kernel(
+    _cp_ring_send_recv_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_send_recv_msg_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_send_recv_calls_count(*, cp, m, n_layers_stage):
@@ -3221,13 +4283,30 @@ def cp_ring_send_recv_calls_count(*, cp, m, n_layers_stage):
         reals=0,
         masks=0,
     )
-    for out, cp, m, n_layers_stage in call.blocks():
-        # out = m*n_layers_stage*(3*cp - 3)
-        numpy.multiply(cp, 3.0, out=out)
-        numpy.subtract(out, 3.0, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(out, m, out=out)
+    for block in call.blocks():
+        _cp_ring_send_recv_calls_count_block(*block)
     return call.out
+
+
+def _cp_ring_send_recv_calls_count_block(out, cp, m, n_layers_stage):
+    """cp_ring_send_recv_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = m*n_layers_stage*(3*cp - 3)
+    numpy.multiply(cp, 3.0, out=out)
+    numpy.subtract(out, 3.0, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, m, out=out)
+
+
+cp_ring_send_recv_calls_count.kernel = _runtime.Kernel(
+    _cp_ring_send_recv_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("cp", "m", "n_layers_stage"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def cp_ring_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t):
@@ -3268,12 +4347,7 @@ def cp_ring_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stag
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ring_step_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_ring_step_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_ring_step_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "n_layers_stage", "s", "t", "inv0"),
@@ -3281,16 +4355,43 @@ def cp_ring_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stag
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t, inv0 in call.blocks():
-            # out = b*inv0*m*n_layers_stage*(cp - 1)/(cp*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, n_layers_stage, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ring_step_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_step_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_ring_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ring_step_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_ring_step_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t, inv0):
+    """cp_ring_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*n_layers_stage*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_step_bytes.kernel = _runtime.Kernel(
+    _cp_ring_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "n_layers_stage", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_step_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_send_recv_stage_calls_count(*, cp, m):
@@ -3326,12 +4427,29 @@ def cp_send_recv_stage_calls_count(*, cp, m):
         reals=0,
         masks=0,
     )
-    for out, cp, m in call.blocks():
-        # out = m*(3*cp - 3)
-        numpy.multiply(cp, 3.0, out=out)
-        numpy.subtract(out, 3.0, out=out)
-        numpy.multiply(out, m, out=out)
+    for block in call.blocks():
+        _cp_send_recv_stage_calls_count_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_calls_count_block(out, cp, m):
+    """cp_send_recv_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = m*(3*cp - 3)
+    numpy.multiply(cp, 3.0, out=out)
+    numpy.subtract(out, 3.0, out=out)
+    numpy.multiply(out, m, out=out)
+
+
+cp_send_recv_stage_calls_count.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("cp", "m"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def cp_send_recv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -3371,12 +4489,7 @@ def cp_send_recv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_msg_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_send_recv_stage_msg_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_send_recv_stage_msg_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -3384,12 +4497,39 @@ def cp_send_recv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0/(cp*t)
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_send_recv_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_msg_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_send_recv_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_msg_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_send_recv_stage_msg_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """cp_send_recv_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_send_recv_stage_msg_bytes.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_send_recv_stage_msg_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_send_recv_stage_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, s, t):
@@ -3431,12 +4571,7 @@ def cp_send_recv_stage_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, s,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_step_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_send_recv_stage_step_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_send_recv_stage_step_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "s", "t", "inv0"),
@@ -3444,15 +4579,42 @@ def cp_send_recv_stage_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, s,
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, m, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0*m*(cp - 1)/(cp*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_send_recv_stage_step_bytes_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_step_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_send_recv_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_step_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_send_recv_stage_step_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, m, n_kv, s, t, inv0):
+    """cp_send_recv_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_send_recv_stage_step_bytes.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_send_recv_stage_step_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_send_recv_stage_time_s(*, a, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, dh, h, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, m, n_kv, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, s, t):
@@ -3542,28 +4704,7 @@ def cp_send_recv_stage_time_s(*, a, alpha_ring_ll_s, alpha_ring_simple_s, b, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.equal(dh, 0)
-            tmp1 = numpy.equal(n_kv, 0)
-            inv0 = bytes_compute*s
-            tmp4 = h/a
-            inv1 = numpy.logical_and(tmp0, tmp1)
-            inv2 = n_kv*tmp4
-            tmp8 = numpy.where(tmp1, a, n_kv)*numpy.where(tmp0, tmp4, dh)
-            inv3 = 3*tmp8
-            inv4 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, ring_channel_bw_bytes_per_s, s) = _runtime.reals("cp_send_recv_stage_time_s", ("a", "bytes_compute", "dh", "h", "n_kv", "ring_channel_bw_bytes_per_s", "s"), (a, bytes_compute, dh, h, n_kv, ring_channel_bw_bytes_per_s, s))
-            tmp0 = numpy.equal(dh, 0)
-            tmp1 = numpy.equal(n_kv, 0)
-            inv0 = bytes_compute*s
-            tmp4 = h/a
-            inv1 = numpy.logical_and(tmp0, tmp1)
-            inv2 = n_kv*tmp4
-            tmp8 = numpy.where(tmp1, a, n_kv)*numpy.where(tmp0, tmp4, dh)
-            inv3 = 3*tmp8
-            inv4 = 1/ring_channel_bw_bytes_per_s
+        (tmp0, tmp1, inv0, inv2, tmp8, inv3, inv4) = _cp_send_recv_stage_time_s_invariants(a, bytes_compute, dh, h, n_kv, ring_channel_bw_bytes_per_s, s)
         call = _runtime.Call(
             "cp_send_recv_stage_time_s",
             ("a", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "dh", "h", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "m", "n_kv", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t", "tmp0", "tmp1", "inv0", "inv2", "tmp8", "inv3", "inv4"),
@@ -3571,70 +4712,112 @@ def cp_send_recv_stage_time_s(*, a, alpha_ring_ll_s, alpha_ring_simple_s, b, byt
             reals=9,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, m1, m2, m3, a, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, dh, h, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, m, n_kv, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, s, t, tmp0, tmp1, inv0, inv2, tmp8, inv3, inv4 in call.blocks():
-            # tmp0_mask = numpy.equal(dh, 0) -> m0
-            numpy.equal(dh, 0.0, out=m0)
-            # tmp1_mask = numpy.equal(n_kv, 0) -> m1
-            numpy.equal(n_kv, 0.0, out=m1)
-            # inv1_mask = numpy.logical_and(tmp0, tmp1) -> m2
-            numpy.logical_and(tmp0, tmp1, out=m2)
-            # tmp2 = b*inv0/(cp*t) -> r0
-            numpy.multiply(inv0, b, out=r0)
-            numpy.multiply(cp, t, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            # tmp3 = 2*tmp2 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp5 = dh*tmp3 -> r2
-            numpy.multiply(r1, dh, out=r2)
-            # tmp6 = numpy.where(inv1_mask, numpy.greater_equal(p2p_ll_threshold_bytes, h*tmp3),
-            #     numpy.where(tmp0_mask, numpy.greater_equal(p2p_ll_threshold_bytes, inv2*tmp3),
-            #     numpy.where(tmp1_mask, numpy.greater_equal(p2p_ll_threshold_bytes, a*tmp5),
-            #     numpy.greater_equal(p2p_ll_threshold_bytes, n_kv*tmp5)))) -> m3
-            numpy.copyto(m3, numpy.where(m2, numpy.greater_equal(p2p_ll_threshold_bytes, h*r1), numpy.where(m0, numpy.greater_equal(p2p_ll_threshold_bytes, inv2*r1), numpy.where(m1, numpy.greater_equal(p2p_ll_threshold_bytes, a*r2), numpy.greater_equal(p2p_ll_threshold_bytes, n_kv*r2)))))
-            # tmp7 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp9 = inv3*tmp2 -> r2
-            numpy.multiply(inv3, r0, out=r2)
-            # tmp10 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp11 = 0.5*tmp10 -> r3
-            numpy.multiply(r0, 0.5, out=r3)
-            # tmp12 = tmp3*tmp8 -> r4
-            numpy.multiply(r1, tmp8, out=r4)
-            # out = m*(3*cp - 3)*numpy.minimum(numpy.where(tmp6, numpy.inf, alpha_ring_simple_s +
-            #     numpy.where(tmp7, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
-            #     numpy.where(tmp7, inv4*tmp9/ring_channels, tmp9/numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp10))), numpy.where(tmp6, alpha_ring_ll_s + numpy.where(tmp7,
-            #     hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.where(tmp7,
-            #     tmp12/numpy.minimum(ll_max_bw_bytes_per_s, tmp11),
-            #     tmp12/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp11))), numpy.inf))
-            numpy.multiply(cp, 3.0, out=out)
-            numpy.subtract(out, 3.0, out=out)
-            if not m3.all():
-                numpy.copyto(r1, hop_net_ring_simple_s)
-                numpy.copyto(r1, hop_nvlink_ring_simple_s, where=m0)
-                numpy.minimum(nic_bw_bytes_per_s, r0, out=r5)
-                numpy.divide(r2, r5, out=r5)
-                numpy.multiply(inv4, r2, out=r6)
-                numpy.divide(r6, ring_channels, out=r6)
-                numpy.copyto(r5, r6, where=m0)
-                numpy.add(r1, r5, out=r1)
-                numpy.add(r1, alpha_ring_simple_s, out=r1)
-            numpy.copyto(r1, numpy.inf, where=m3)
-            numpy.copyto(r5, numpy.inf)
-            numpy.copyto(r6, hop_net_ring_ll_s)
-            numpy.copyto(r6, hop_nvlink_ring_ll_s, where=m0)
-            numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r7)
-            numpy.minimum(r7, r3, out=r7)
-            numpy.divide(r4, r7, out=r7)
-            numpy.minimum(ll_max_bw_bytes_per_s, r3, out=r8)
-            numpy.divide(r4, r8, out=r8)
-            numpy.copyto(r7, r8, where=m0)
-            numpy.add(r6, r7, out=r6)
-            numpy.add(r6, alpha_ring_ll_s, out=r6)
-            numpy.copyto(r5, r6, where=m3)
-            numpy.minimum(r1, r5, out=r1)
-            numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, m, out=out)
+        for block in call.blocks():
+            _cp_send_recv_stage_time_s_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_time_s_invariants(a, bytes_compute, dh, h, n_kv, ring_channel_bw_bytes_per_s, s):
+    """What cp_send_recv_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.equal(dh, 0)
+        tmp1 = numpy.equal(n_kv, 0)
+        inv0 = bytes_compute*s
+        tmp4 = h/a
+        inv1 = numpy.logical_and(tmp0, tmp1)
+        inv2 = n_kv*tmp4
+        tmp8 = numpy.where(tmp1, a, n_kv)*numpy.where(tmp0, tmp4, dh)
+        inv3 = 3*tmp8
+        inv4 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, ring_channel_bw_bytes_per_s, s) = _runtime.reals("cp_send_recv_stage_time_s", ("a", "bytes_compute", "dh", "h", "n_kv", "ring_channel_bw_bytes_per_s", "s"), (a, bytes_compute, dh, h, n_kv, ring_channel_bw_bytes_per_s, s))
+        tmp0 = numpy.equal(dh, 0)
+        tmp1 = numpy.equal(n_kv, 0)
+        inv0 = bytes_compute*s
+        tmp4 = h/a
+        inv1 = numpy.logical_and(tmp0, tmp1)
+        inv2 = n_kv*tmp4
+        tmp8 = numpy.where(tmp1, a, n_kv)*numpy.where(tmp0, tmp4, dh)
+        inv3 = 3*tmp8
+        inv4 = 1/ring_channel_bw_bytes_per_s
+    return (tmp0, tmp1, inv0, inv2, tmp8, inv3, inv4)
+
+
+def _cp_send_recv_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, m1, m2, m3, a, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, dh, h, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, m, n_kv, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, s, t, tmp0, tmp1, inv0, inv2, tmp8, inv3, inv4):
+    """cp_send_recv_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0_mask = numpy.equal(dh, 0) -> m0
+    numpy.equal(dh, 0.0, out=m0)
+    # tmp1_mask = numpy.equal(n_kv, 0) -> m1
+    numpy.equal(n_kv, 0.0, out=m1)
+    # inv1_mask = numpy.logical_and(tmp0, tmp1) -> m2
+    numpy.logical_and(tmp0, tmp1, out=m2)
+    # tmp2 = b*inv0/(cp*t) -> r0
+    numpy.multiply(inv0, b, out=r0)
+    numpy.multiply(cp, t, out=r1)
+    numpy.divide(r0, r1, out=r0)
+    # tmp3 = 2*tmp2 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp5 = dh*tmp3 -> r2
+    numpy.multiply(r1, dh, out=r2)
+    # tmp6 = numpy.where(inv1_mask, numpy.greater_equal(p2p_ll_threshold_bytes, h*tmp3),
+    #     numpy.where(tmp0_mask, numpy.greater_equal(p2p_ll_threshold_bytes, inv2*tmp3),
+    #     numpy.where(tmp1_mask, numpy.greater_equal(p2p_ll_threshold_bytes, a*tmp5),
+    #     numpy.greater_equal(p2p_ll_threshold_bytes, n_kv*tmp5)))) -> m3
+    numpy.copyto(m3, numpy.where(m2, numpy.greater_equal(p2p_ll_threshold_bytes, h*r1), numpy.where(m0, numpy.greater_equal(p2p_ll_threshold_bytes, inv2*r1), numpy.where(m1, numpy.greater_equal(p2p_ll_threshold_bytes, a*r2), numpy.greater_equal(p2p_ll_threshold_bytes, n_kv*r2)))))
+    # tmp7 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp9 = inv3*tmp2 -> r2
+    numpy.multiply(inv3, r0, out=r2)
+    # tmp10 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp11 = 0.5*tmp10 -> r3
+    numpy.multiply(r0, 0.5, out=r3)
+    # tmp12 = tmp3*tmp8 -> r4
+    numpy.multiply(r1, tmp8, out=r4)
+    # out = m*(3*cp - 3)*numpy.minimum(numpy.where(tmp6, numpy.inf, alpha_ring_simple_s +
+    #     numpy.where(tmp7, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) + numpy.where(tmp7,
+    #     inv4*tmp9/ring_channels, tmp9/numpy.minimum(nic_bw_bytes_per_s, tmp10))),
+    #     numpy.where(tmp6, alpha_ring_ll_s + numpy.where(tmp7, hop_nvlink_ring_ll_s,
+    #     hop_net_ring_ll_s) + numpy.where(tmp7, tmp12/numpy.minimum(ll_max_bw_bytes_per_s, tmp11),
+    #     tmp12/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s, tmp11))),
+    #     numpy.inf))
+    numpy.multiply(cp, 3.0, out=out)
+    numpy.subtract(out, 3.0, out=out)
+    if not m3.all():
+        numpy.copyto(r1, hop_net_ring_simple_s)
+        numpy.copyto(r1, hop_nvlink_ring_simple_s, where=m0)
+        numpy.minimum(nic_bw_bytes_per_s, r0, out=r5)
+        numpy.divide(r2, r5, out=r5)
+        numpy.multiply(inv4, r2, out=r6)
+        numpy.divide(r6, ring_channels, out=r6)
+        numpy.copyto(r5, r6, where=m0)
+        numpy.add(r1, r5, out=r1)
+        numpy.add(r1, alpha_ring_simple_s, out=r1)
+    numpy.copyto(r1, numpy.inf, where=m3)
+    numpy.copyto(r5, numpy.inf)
+    numpy.copyto(r6, hop_net_ring_ll_s)
+    numpy.copyto(r6, hop_nvlink_ring_ll_s, where=m0)
+    numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r7)
+    numpy.minimum(r7, r3, out=r7)
+    numpy.divide(r4, r7, out=r7)
+    numpy.minimum(ll_max_bw_bytes_per_s, r3, out=r8)
+    numpy.divide(r4, r8, out=r8)
+    numpy.copyto(r7, r8, where=m0)
+    numpy.add(r6, r7, out=r6)
+    numpy.add(r6, alpha_ring_ll_s, out=r6)
+    numpy.copyto(r5, r6, where=m3)
+    numpy.minimum(r1, r5, out=r1)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, m, out=out)
+
+
+cp_send_recv_stage_time_s.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_time_s_block,
+    reals=9,
+    masks=4,
+    arguments=("a", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "dh", "h", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "m", "n_kv", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t"),
+    passed=("tmp0", "tmp1", "inv0", "inv2", "tmp8", "inv3", "inv4"),
+    invariants=_cp_send_recv_stage_time_s_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "ring_channel_bw_bytes_per_s", "s"),
+    quiet=True,
+)

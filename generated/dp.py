@@ -91,10 +91,27 @@ def dp_none_none_layer_params():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 0
-        numpy.copyto(out, 0.0)
+    for block in call.blocks():
+        _dp_none_none_layer_params_block(*block)
     return call.out
+
+
+def _dp_none_none_layer_params_block(out,):
+    """dp_none_none_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0
+    numpy.copyto(out, 0.0)
+
+
+dp_none_none_layer_params.kernel = _runtime.Kernel(
+    _dp_none_none_layer_params_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_none_zero2_layer_params(*, P_r, P_s, cp, ep, t_exp):
@@ -139,21 +156,37 @@ def dp_none_zero2_layer_params(*, P_r, P_s, cp, ep, t_exp):
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, P_r, P_s, cp, ep, t_exp in call.blocks():
-            # tmp0 = P_r + P_s -> r0
-            numpy.add(P_r, P_s, out=r0)
-            # out = numpy.where(numpy.equal(tmp0, 0), 0, tmp0/numpy.maximum(ep, t_exp) +
-            #     tmp0/(cp*ep*t_exp))
-            numpy.equal(r0, 0.0, out=m0)
-            if not m0.all():
-                numpy.maximum(ep, t_exp, out=r1)
-                numpy.divide(r0, r1, out=out)
-                numpy.multiply(cp, ep, out=r1)
-                numpy.multiply(r1, t_exp, out=r1)
-                numpy.divide(r0, r1, out=r1)
-                numpy.add(out, r1, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _dp_none_zero2_layer_params_block(*block)
     return call.out
+
+
+def _dp_none_zero2_layer_params_block(out, r0, r1, m0, P_r, P_s, cp, ep, t_exp):
+    """dp_none_zero2_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_r + P_s -> r0
+    numpy.add(P_r, P_s, out=r0)
+    # out = numpy.where(numpy.equal(tmp0, 0), 0, tmp0/numpy.maximum(ep, t_exp) + tmp0/(cp*ep*t_exp))
+    numpy.equal(r0, 0.0, out=m0)
+    if not m0.all():
+        numpy.maximum(ep, t_exp, out=r1)
+        numpy.divide(r0, r1, out=out)
+        numpy.multiply(cp, ep, out=r1)
+        numpy.multiply(r1, t_exp, out=r1)
+        numpy.divide(r0, r1, out=r1)
+        numpy.add(out, r1, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+dp_none_zero2_layer_params.kernel = _runtime.Kernel(
+    _dp_none_zero2_layer_params_block,
+    reals=2,
+    masks=1,
+    arguments=("P_r", "P_s", "cp", "ep", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_none_zero3_layer_params(*, P_r, P_s, cp, ep, t_exp):
@@ -197,16 +230,33 @@ def dp_none_zero3_layer_params(*, P_r, P_s, cp, ep, t_exp):
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, P_r, P_s, cp, ep, t_exp in call.blocks():
-            # tmp0 = P_r + P_s -> r0
-            numpy.add(P_r, P_s, out=r0)
-            # out = numpy.where(numpy.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
-            numpy.multiply(cp, ep, out=r1)
-            numpy.multiply(r1, t_exp, out=r1)
-            numpy.divide(r0, r1, out=out)
-            numpy.equal(r0, 0.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _dp_none_zero3_layer_params_block(*block)
     return call.out
+
+
+def _dp_none_zero3_layer_params_block(out, r0, r1, m0, P_r, P_s, cp, ep, t_exp):
+    """dp_none_zero3_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_r + P_s -> r0
+    numpy.add(P_r, P_s, out=r0)
+    # out = numpy.where(numpy.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
+    numpy.multiply(cp, ep, out=r1)
+    numpy.multiply(r1, t_exp, out=r1)
+    numpy.divide(r0, r1, out=out)
+    numpy.equal(r0, 0.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+dp_none_zero3_layer_params.kernel = _runtime.Kernel(
+    _dp_none_zero3_layer_params_block,
+    reals=2,
+    masks=1,
+    arguments=("P_r", "P_s", "cp", "ep", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_zero2_none_layer_params(*, P_ne, cp, t):
@@ -245,13 +295,30 @@ def dp_zero2_none_layer_params(*, P_ne, cp, t):
         reals=1,
         masks=0,
     )
-    for out, r0, P_ne, cp, t in call.blocks():
-        # tmp0 = P_ne/t -> r0
-        numpy.divide(P_ne, t, out=r0)
-        # out = tmp0 + tmp0/cp
-        numpy.divide(r0, cp, out=out)
-        numpy.add(out, r0, out=out)
+    for block in call.blocks():
+        _dp_zero2_none_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero2_none_layer_params_block(out, r0, P_ne, cp, t):
+    """dp_zero2_none_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_ne/t -> r0
+    numpy.divide(P_ne, t, out=r0)
+    # out = tmp0 + tmp0/cp
+    numpy.divide(r0, cp, out=out)
+    numpy.add(out, r0, out=out)
+
+
+dp_zero2_none_layer_params.kernel = _runtime.Kernel(
+    _dp_zero2_none_layer_params_block,
+    reals=1,
+    masks=0,
+    arguments=("P_ne", "cp", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_zero2_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
@@ -299,26 +366,43 @@ def dp_zero2_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
             reals=4,
             masks=1,
         )
-        for out, r0, r1, r2, r3, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
-            # tmp0 = P_ne/t -> r0
-            numpy.divide(P_ne, t, out=r0)
-            # tmp2 = P_r + P_s -> r1
-            numpy.add(P_r, P_s, out=r1)
-            # out = tmp0 + numpy.where(numpy.equal(tmp2, 0), 0, tmp2/numpy.maximum(ep, t_exp) +
-            #     tmp2/(cp*ep*t_exp)) + tmp0/cp
-            numpy.divide(r0, cp, out=out)
-            numpy.equal(r1, 0.0, out=m0)
-            if not m0.all():
-                numpy.maximum(ep, t_exp, out=r2)
-                numpy.divide(r1, r2, out=r2)
-                numpy.multiply(cp, ep, out=r3)
-                numpy.multiply(r3, t_exp, out=r3)
-                numpy.divide(r1, r3, out=r3)
-                numpy.add(r2, r3, out=r2)
-            numpy.copyto(r2, 0.0, where=m0)
-            numpy.add(out, r2, out=out)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _dp_zero2_zero2_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero2_zero2_layer_params_block(out, r0, r1, r2, r3, m0, P_ne, P_r, P_s, cp, ep, t, t_exp):
+    """dp_zero2_zero2_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_ne/t -> r0
+    numpy.divide(P_ne, t, out=r0)
+    # tmp2 = P_r + P_s -> r1
+    numpy.add(P_r, P_s, out=r1)
+    # out = tmp0 + numpy.where(numpy.equal(tmp2, 0), 0, tmp2/numpy.maximum(ep, t_exp) +
+    #     tmp2/(cp*ep*t_exp)) + tmp0/cp
+    numpy.divide(r0, cp, out=out)
+    numpy.equal(r1, 0.0, out=m0)
+    if not m0.all():
+        numpy.maximum(ep, t_exp, out=r2)
+        numpy.divide(r1, r2, out=r2)
+        numpy.multiply(cp, ep, out=r3)
+        numpy.multiply(r3, t_exp, out=r3)
+        numpy.divide(r1, r3, out=r3)
+        numpy.add(r2, r3, out=r2)
+    numpy.copyto(r2, 0.0, where=m0)
+    numpy.add(out, r2, out=out)
+    numpy.add(out, r0, out=out)
+
+
+dp_zero2_zero2_layer_params.kernel = _runtime.Kernel(
+    _dp_zero2_zero2_layer_params_block,
+    reals=4,
+    masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_zero2_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
@@ -365,21 +449,38 @@ def dp_zero2_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
-            # tmp0 = P_ne/t -> r0
-            numpy.divide(P_ne, t, out=r0)
-            # tmp2 = P_r + P_s -> r1
-            numpy.add(P_r, P_s, out=r1)
-            # out = tmp0 + numpy.where(numpy.equal(tmp2, 0), 0, tmp2/(cp*ep*t_exp)) + tmp0/cp
-            numpy.divide(r0, cp, out=out)
-            numpy.multiply(cp, ep, out=r2)
-            numpy.multiply(r2, t_exp, out=r2)
-            numpy.divide(r1, r2, out=r2)
-            numpy.equal(r1, 0.0, out=m0)
-            numpy.copyto(r2, 0.0, where=m0)
-            numpy.add(out, r2, out=out)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _dp_zero2_zero3_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero2_zero3_layer_params_block(out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp):
+    """dp_zero2_zero3_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_ne/t -> r0
+    numpy.divide(P_ne, t, out=r0)
+    # tmp2 = P_r + P_s -> r1
+    numpy.add(P_r, P_s, out=r1)
+    # out = tmp0 + numpy.where(numpy.equal(tmp2, 0), 0, tmp2/(cp*ep*t_exp)) + tmp0/cp
+    numpy.divide(r0, cp, out=out)
+    numpy.multiply(cp, ep, out=r2)
+    numpy.multiply(r2, t_exp, out=r2)
+    numpy.divide(r1, r2, out=r2)
+    numpy.equal(r1, 0.0, out=m0)
+    numpy.copyto(r2, 0.0, where=m0)
+    numpy.add(out, r2, out=out)
+    numpy.add(out, r0, out=out)
+
+
+dp_zero2_zero3_layer_params.kernel = _runtime.Kernel(
+    _dp_zero2_zero3_layer_params_block,
+    reals=3,
+    masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_zero3_none_layer_params(*, P_ne, t):
@@ -416,10 +517,27 @@ def dp_zero3_none_layer_params(*, P_ne, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, t in call.blocks():
-        # out = P_ne/t
-        numpy.divide(P_ne, t, out=out)
+    for block in call.blocks():
+        _dp_zero3_none_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero3_none_layer_params_block(out, P_ne, t):
+    """dp_zero3_none_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne/t
+    numpy.divide(P_ne, t, out=out)
+
+
+dp_zero3_none_layer_params.kernel = _runtime.Kernel(
+    _dp_zero3_none_layer_params_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_zero3_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
@@ -466,23 +584,40 @@ def dp_zero3_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
-            # tmp0 = P_r + P_s -> r0
-            numpy.add(P_r, P_s, out=r0)
-            # out = P_ne/t + numpy.where(numpy.equal(tmp0, 0), 0, tmp0/numpy.maximum(ep, t_exp) +
-            #     tmp0/(cp*ep*t_exp))
-            numpy.divide(P_ne, t, out=out)
-            numpy.equal(r0, 0.0, out=m0)
-            if not m0.all():
-                numpy.maximum(ep, t_exp, out=r1)
-                numpy.divide(r0, r1, out=r1)
-                numpy.multiply(cp, ep, out=r2)
-                numpy.multiply(r2, t_exp, out=r2)
-                numpy.divide(r0, r2, out=r2)
-                numpy.add(r1, r2, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _dp_zero3_zero2_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero3_zero2_layer_params_block(out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp):
+    """dp_zero3_zero2_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_r + P_s -> r0
+    numpy.add(P_r, P_s, out=r0)
+    # out = P_ne/t + numpy.where(numpy.equal(tmp0, 0), 0, tmp0/numpy.maximum(ep, t_exp) +
+    #     tmp0/(cp*ep*t_exp))
+    numpy.divide(P_ne, t, out=out)
+    numpy.equal(r0, 0.0, out=m0)
+    if not m0.all():
+        numpy.maximum(ep, t_exp, out=r1)
+        numpy.divide(r0, r1, out=r1)
+        numpy.multiply(cp, ep, out=r2)
+        numpy.multiply(r2, t_exp, out=r2)
+        numpy.divide(r0, r2, out=r2)
+        numpy.add(r1, r2, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.add(out, r1, out=out)
+
+
+dp_zero3_zero2_layer_params.kernel = _runtime.Kernel(
+    _dp_zero3_zero2_layer_params_block,
+    reals=3,
+    masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_zero3_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
@@ -528,18 +663,35 @@ def dp_zero3_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
-            # tmp0 = P_r + P_s -> r0
-            numpy.add(P_r, P_s, out=r0)
-            # out = P_ne/t + numpy.where(numpy.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
-            numpy.divide(P_ne, t, out=out)
-            numpy.multiply(cp, ep, out=r1)
-            numpy.multiply(r1, t_exp, out=r1)
-            numpy.divide(r0, r1, out=r1)
-            numpy.equal(r0, 0.0, out=m0)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _dp_zero3_zero3_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero3_zero3_layer_params_block(out, r0, r1, m0, P_ne, P_r, P_s, cp, ep, t, t_exp):
+    """dp_zero3_zero3_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_r + P_s -> r0
+    numpy.add(P_r, P_s, out=r0)
+    # out = P_ne/t + numpy.where(numpy.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
+    numpy.divide(P_ne, t, out=out)
+    numpy.multiply(cp, ep, out=r1)
+    numpy.multiply(r1, t_exp, out=r1)
+    numpy.divide(r0, r1, out=r1)
+    numpy.equal(r0, 0.0, out=m0)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.add(out, r1, out=out)
+
+
+dp_zero3_zero3_layer_params.kernel = _runtime.Kernel(
+    _dp_zero3_zero3_layer_params_block,
+    reals=2,
+    masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_legacy_att_mm_bytes(*, bytes_p, h, t):
@@ -568,12 +720,7 @@ def dp_legacy_att_mm_bytes(*, bytes_p, h, t):
         (bytes_p, h, t) = _runtime.floats(xp, (bytes_p, h, t))
         out = bytes_p*(h*h)/t
         return _runtime.broadcast(xp, out, (bytes_p, h, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_p*(h*h)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_p, h) = _runtime.reals("dp_legacy_att_mm_bytes", ("bytes_p", "h"), (bytes_p, h))
-        inv0 = bytes_p*(h*h)
+    (inv0,) = _dp_legacy_att_mm_bytes_invariants(bytes_p, h)
     call = _runtime.Call(
         "dp_legacy_att_mm_bytes",
         ("bytes_p", "h", "t", "inv0"),
@@ -581,10 +728,37 @@ def dp_legacy_att_mm_bytes(*, bytes_p, h, t):
         reals=0,
         masks=0,
     )
-    for out, bytes_p, h, t, inv0 in call.blocks():
-        # out = inv0/t
-        numpy.divide(inv0, t, out=out)
+    for block in call.blocks():
+        _dp_legacy_att_mm_bytes_block(*block)
     return call.out
+
+
+def _dp_legacy_att_mm_bytes_invariants(bytes_p, h):
+    """What dp_legacy_att_mm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_p*(h*h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p, h) = _runtime.reals("dp_legacy_att_mm_bytes", ("bytes_p", "h"), (bytes_p, h))
+        inv0 = bytes_p*(h*h)
+    return (inv0,)
+
+
+def _dp_legacy_att_mm_bytes_block(out, bytes_p, h, t, inv0):
+    """dp_legacy_att_mm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/t
+    numpy.divide(inv0, t, out=out)
+
+
+dp_legacy_att_mm_bytes.kernel = _runtime.Kernel(
+    _dp_legacy_att_mm_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_p", "h", "t"),
+    passed=("inv0",),
+    invariants=_dp_legacy_att_mm_bytes_invariants,
+    widened=("bytes_p", "h"),
+    quiet=False,
+)
 
 
 def dp_legacy_ff_mm_bytes(*, bytes_p, h, hff, t):
@@ -614,12 +788,7 @@ def dp_legacy_ff_mm_bytes(*, bytes_p, h, hff, t):
         (bytes_p, h, hff, t) = _runtime.floats(xp, (bytes_p, h, hff, t))
         out = bytes_p*h*hff/t
         return _runtime.broadcast(xp, out, (bytes_p, h, hff, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_p*h*hff
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_p, h, hff) = _runtime.reals("dp_legacy_ff_mm_bytes", ("bytes_p", "h", "hff"), (bytes_p, h, hff))
-        inv0 = bytes_p*h*hff
+    (inv0,) = _dp_legacy_ff_mm_bytes_invariants(bytes_p, h, hff)
     call = _runtime.Call(
         "dp_legacy_ff_mm_bytes",
         ("bytes_p", "h", "hff", "t", "inv0"),
@@ -627,10 +796,37 @@ def dp_legacy_ff_mm_bytes(*, bytes_p, h, hff, t):
         reals=0,
         masks=0,
     )
-    for out, bytes_p, h, hff, t, inv0 in call.blocks():
-        # out = inv0/t
-        numpy.divide(inv0, t, out=out)
+    for block in call.blocks():
+        _dp_legacy_ff_mm_bytes_block(*block)
     return call.out
+
+
+def _dp_legacy_ff_mm_bytes_invariants(bytes_p, h, hff):
+    """What dp_legacy_ff_mm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_p*h*hff
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p, h, hff) = _runtime.reals("dp_legacy_ff_mm_bytes", ("bytes_p", "h", "hff"), (bytes_p, h, hff))
+        inv0 = bytes_p*h*hff
+    return (inv0,)
+
+
+def _dp_legacy_ff_mm_bytes_block(out, bytes_p, h, hff, t, inv0):
+    """dp_legacy_ff_mm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/t
+    numpy.divide(inv0, t, out=out)
+
+
+dp_legacy_ff_mm_bytes.kernel = _runtime.Kernel(
+    _dp_legacy_ff_mm_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_p", "h", "hff", "t"),
+    passed=("inv0",),
+    invariants=_dp_legacy_ff_mm_bytes_invariants,
+    widened=("bytes_p", "h", "hff"),
+    quiet=False,
+)
 
 
 def dp_legacy_norm_op_bytes(*, bytes_norm, h, sp):
@@ -660,12 +856,7 @@ def dp_legacy_norm_op_bytes(*, bytes_norm, h, sp):
         (bytes_norm, h, sp) = _runtime.floats(xp, (bytes_norm, h, sp))
         out = 2*bytes_norm*h/sp
         return _runtime.broadcast(xp, out, (bytes_norm, h, sp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_norm*h
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_norm, h) = _runtime.reals("dp_legacy_norm_op_bytes", ("bytes_norm", "h"), (bytes_norm, h))
-        inv0 = 2*bytes_norm*h
+    (inv0,) = _dp_legacy_norm_op_bytes_invariants(bytes_norm, h)
     call = _runtime.Call(
         "dp_legacy_norm_op_bytes",
         ("bytes_norm", "h", "sp", "inv0"),
@@ -673,10 +864,37 @@ def dp_legacy_norm_op_bytes(*, bytes_norm, h, sp):
         reals=0,
         masks=0,
     )
-    for out, bytes_norm, h, sp, inv0 in call.blocks():
-        # out = inv0/sp
-        numpy.divide(inv0, sp, out=out)
+    for block in call.blocks():
+        _dp_legacy_norm_op_bytes_block(*block)
     return call.out
+
+
+def _dp_legacy_norm_op_bytes_invariants(bytes_norm, h):
+    """What dp_legacy_norm_op_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_norm*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_norm, h) = _runtime.reals("dp_legacy_norm_op_bytes", ("bytes_norm", "h"), (bytes_norm, h))
+        inv0 = 2*bytes_norm*h
+    return (inv0,)
+
+
+def _dp_legacy_norm_op_bytes_block(out, bytes_norm, h, sp, inv0):
+    """dp_legacy_norm_op_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/sp
+    numpy.divide(inv0, sp, out=out)
+
+
+dp_legacy_norm_op_bytes.kernel = _runtime.Kernel(
+    _dp_legacy_norm_op_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_norm", "h", "sp"),
+    passed=("inv0",),
+    invariants=_dp_legacy_norm_op_bytes_invariants,
+    widened=("bytes_norm", "h"),
+    quiet=False,
+)
 
 
 def dp_legacy_exp_ff_mm_bytes(*, bytes_p, h, hff_exp, n_exp, n_shared_exp, t):
@@ -709,12 +927,7 @@ def dp_legacy_exp_ff_mm_bytes(*, bytes_p, h, hff_exp, n_exp, n_shared_exp, t):
         (bytes_p, h, hff_exp, n_exp, n_shared_exp, t) = _runtime.floats(xp, (bytes_p, h, hff_exp, n_exp, n_shared_exp, t))
         out = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)/t
         return _runtime.broadcast(xp, out, (bytes_p, h, hff_exp, n_exp, n_shared_exp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_p, h, hff_exp, n_exp, n_shared_exp) = _runtime.reals("dp_legacy_exp_ff_mm_bytes", ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp"), (bytes_p, h, hff_exp, n_exp, n_shared_exp))
-        inv0 = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)
+    (inv0,) = _dp_legacy_exp_ff_mm_bytes_invariants(bytes_p, h, hff_exp, n_exp, n_shared_exp)
     call = _runtime.Call(
         "dp_legacy_exp_ff_mm_bytes",
         ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t", "inv0"),
@@ -722,10 +935,37 @@ def dp_legacy_exp_ff_mm_bytes(*, bytes_p, h, hff_exp, n_exp, n_shared_exp, t):
         reals=0,
         masks=0,
     )
-    for out, bytes_p, h, hff_exp, n_exp, n_shared_exp, t, inv0 in call.blocks():
-        # out = inv0/t
-        numpy.divide(inv0, t, out=out)
+    for block in call.blocks():
+        _dp_legacy_exp_ff_mm_bytes_block(*block)
     return call.out
+
+
+def _dp_legacy_exp_ff_mm_bytes_invariants(bytes_p, h, hff_exp, n_exp, n_shared_exp):
+    """What dp_legacy_exp_ff_mm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p, h, hff_exp, n_exp, n_shared_exp) = _runtime.reals("dp_legacy_exp_ff_mm_bytes", ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp"), (bytes_p, h, hff_exp, n_exp, n_shared_exp))
+        inv0 = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)
+    return (inv0,)
+
+
+def _dp_legacy_exp_ff_mm_bytes_block(out, bytes_p, h, hff_exp, n_exp, n_shared_exp, t, inv0):
+    """dp_legacy_exp_ff_mm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/t
+    numpy.divide(inv0, t, out=out)
+
+
+dp_legacy_exp_ff_mm_bytes.kernel = _runtime.Kernel(
+    _dp_legacy_exp_ff_mm_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t"),
+    passed=("inv0",),
+    invariants=_dp_legacy_exp_ff_mm_bytes_invariants,
+    widened=("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp"),
+    quiet=False,
+)
 
 
 def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard):
@@ -762,14 +1002,7 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.equal(n_exp, 1)
-            inv1 = 1/device_intra_node_num
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (device_intra_node_num, n_exp) = _runtime.reals("dp_legacy_ratio", ("device_intra_node_num", "n_exp"), (device_intra_node_num, n_exp))
-            inv0 = numpy.equal(n_exp, 1)
-            inv1 = 1/device_intra_node_num
+        (inv1,) = _dp_legacy_ratio_invariants(device_intra_node_num, n_exp)
         call = _runtime.Call(
             "dp_legacy_ratio",
             ("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard", "inv1"),
@@ -777,24 +1010,53 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv1 in call.blocks():
-            # inv0_mask = numpy.equal(n_exp, 1) -> m0
-            numpy.equal(n_exp, 1.0, out=m0)
-            # out = numpy.where(numpy.equal(comm_d_non_exp, 0), 0, os_max_shard*(comm_d_non_exp -
-            #     1)*numpy.where(inv0_mask, 0.0625, 0.8*1/numpy.maximum(1, ep*inv1))/d)
-            numpy.equal(comm_d_non_exp, 0.0, out=m1)
-            if not m1.all():
-                numpy.subtract(comm_d_non_exp, 1.0, out=out)
-                if not m0.all():
-                    numpy.multiply(inv1, ep, out=r0)
-                    numpy.maximum(r0, 1.0, out=r0)
-                    numpy.divide(0.8, r0, out=r0)
-                numpy.copyto(r0, 0.0625, where=m0)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, os_max_shard, out=out)
-                numpy.divide(out, d, out=out)
-            numpy.copyto(out, 0.0, where=m1)
+        for block in call.blocks():
+            _dp_legacy_ratio_block(*block)
     return call.out
+
+
+def _dp_legacy_ratio_invariants(device_intra_node_num, n_exp):
+    """What dp_legacy_ratio computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.equal(n_exp, 1)
+        inv1 = 1/device_intra_node_num
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (device_intra_node_num, n_exp) = _runtime.reals("dp_legacy_ratio", ("device_intra_node_num", "n_exp"), (device_intra_node_num, n_exp))
+        inv0 = numpy.equal(n_exp, 1)
+        inv1 = 1/device_intra_node_num
+    return (inv1,)
+
+
+def _dp_legacy_ratio_block(out, r0, m0, m1, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv1):
+    """dp_legacy_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.equal(n_exp, 1) -> m0
+    numpy.equal(n_exp, 1.0, out=m0)
+    # out = numpy.where(numpy.equal(comm_d_non_exp, 0), 0, os_max_shard*(comm_d_non_exp -
+    #     1)*numpy.where(inv0_mask, 0.0625, 0.8*1/numpy.maximum(1, ep*inv1))/d)
+    numpy.equal(comm_d_non_exp, 0.0, out=m1)
+    if not m1.all():
+        numpy.subtract(comm_d_non_exp, 1.0, out=out)
+        if not m0.all():
+            numpy.multiply(inv1, ep, out=r0)
+            numpy.maximum(r0, 1.0, out=r0)
+            numpy.divide(0.8, r0, out=r0)
+        numpy.copyto(r0, 0.0625, where=m0)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, os_max_shard, out=out)
+        numpy.divide(out, d, out=out)
+    numpy.copyto(out, 0.0, where=m1)
+
+
+dp_legacy_ratio.kernel = _runtime.Kernel(
+    _dp_legacy_ratio_block,
+    reals=1,
+    masks=2,
+    arguments=("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard"),
+    passed=("inv1",),
+    invariants=_dp_legacy_ratio_invariants,
+    widened=("device_intra_node_num", "n_exp"),
+    quiet=True,
+)
 
 
 def dp_all_reduce_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
@@ -832,12 +1094,29 @@ def dp_all_reduce_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_grad, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_grad*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_all_reduce_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_all_reduce_msg_bytes_block(out, P_ne, bytes_grad, n_layers_stage, t):
+    """dp_all_reduce_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_grad*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_all_reduce_msg_bytes.kernel = _runtime.Kernel(
+    _dp_all_reduce_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_reduce_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t):
@@ -868,12 +1147,7 @@ def dp_all_reduce_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t):
         (P_ne, bytes_grad, d, n_layers_stage, t) = _runtime.floats(xp, (P_ne, bytes_grad, d, n_layers_stage, t))
         out = 2*P_ne*bytes_grad*n_layers_stage*(d - 1)/(d*t)
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, d, n_layers_stage, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("dp_all_reduce_step_bytes", ("bytes_grad",), (bytes_grad,))
-        inv0 = 2*bytes_grad
+    (inv0,) = _dp_all_reduce_step_bytes_invariants(bytes_grad)
     call = _runtime.Call(
         "dp_all_reduce_step_bytes",
         ("P_ne", "bytes_grad", "d", "n_layers_stage", "t", "inv0"),
@@ -881,15 +1155,42 @@ def dp_all_reduce_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t):
         reals=1,
         masks=0,
     )
-    for out, r0, P_ne, bytes_grad, d, n_layers_stage, t, inv0 in call.blocks():
-        # out = P_ne*inv0*n_layers_stage*(d - 1)/(d*t)
-        numpy.subtract(d, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(d, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_all_reduce_step_bytes_block(*block)
     return call.out
+
+
+def _dp_all_reduce_step_bytes_invariants(bytes_grad):
+    """What dp_all_reduce_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_all_reduce_step_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _dp_all_reduce_step_bytes_block(out, r0, P_ne, bytes_grad, d, n_layers_stage, t, inv0):
+    """dp_all_reduce_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*inv0*n_layers_stage*(d - 1)/(d*t)
+    numpy.subtract(d, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(d, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_all_reduce_step_bytes.kernel = _runtime.Kernel(
+    _dp_all_reduce_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "d", "n_layers_stage", "t"),
+    passed=("inv0",),
+    invariants=_dp_all_reduce_step_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def dp_zero_reduce_scatter_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
@@ -927,12 +1228,29 @@ def dp_zero_reduce_scatter_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_grad, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_grad*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_zero_reduce_scatter_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_zero_reduce_scatter_msg_bytes_block(out, P_ne, bytes_grad, n_layers_stage, t):
+    """dp_zero_reduce_scatter_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_grad*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_zero_reduce_scatter_msg_bytes.kernel = _runtime.Kernel(
+    _dp_zero_reduce_scatter_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_zero_all_gather_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
@@ -970,12 +1288,29 @@ def dp_zero_all_gather_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_p, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_p*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_p, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_zero_all_gather_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_zero_all_gather_msg_bytes_block(out, P_ne, bytes_p, n_layers_stage, t):
+    """dp_zero_all_gather_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_p*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_p, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_zero_all_gather_msg_bytes.kernel = _runtime.Kernel(
+    _dp_zero_all_gather_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_p", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_zero_step_bytes(*, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t):
@@ -1007,12 +1342,7 @@ def dp_zero_step_bytes(*, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t):
         (P_ne, bytes_grad, bytes_p, d, n_layers_stage, t) = _runtime.floats(xp, (P_ne, bytes_grad, bytes_p, d, n_layers_stage, t))
         out = P_ne*n_layers_stage*(bytes_grad + bytes_p)*(d - 1)/(d*t)
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, bytes_p, d, n_layers_stage, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_grad + bytes_p
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad, bytes_p) = _runtime.reals("dp_zero_step_bytes", ("bytes_grad", "bytes_p"), (bytes_grad, bytes_p))
-        inv0 = bytes_grad + bytes_p
+    (inv0,) = _dp_zero_step_bytes_invariants(bytes_grad, bytes_p)
     call = _runtime.Call(
         "dp_zero_step_bytes",
         ("P_ne", "bytes_grad", "bytes_p", "d", "n_layers_stage", "t", "inv0"),
@@ -1020,15 +1350,42 @@ def dp_zero_step_bytes(*, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t):
         reals=1,
         masks=0,
     )
-    for out, r0, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t, inv0 in call.blocks():
-        # out = P_ne*inv0*n_layers_stage*(d - 1)/(d*t)
-        numpy.subtract(d, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(d, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_zero_step_bytes_block(*block)
     return call.out
+
+
+def _dp_zero_step_bytes_invariants(bytes_grad, bytes_p):
+    """What dp_zero_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_grad + bytes_p
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, bytes_p) = _runtime.reals("dp_zero_step_bytes", ("bytes_grad", "bytes_p"), (bytes_grad, bytes_p))
+        inv0 = bytes_grad + bytes_p
+    return (inv0,)
+
+
+def _dp_zero_step_bytes_block(out, r0, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t, inv0):
+    """dp_zero_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*inv0*n_layers_stage*(d - 1)/(d*t)
+    numpy.subtract(d, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(d, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_zero_step_bytes.kernel = _runtime.Kernel(
+    _dp_zero_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "bytes_p", "d", "n_layers_stage", "t"),
+    passed=("inv0",),
+    invariants=_dp_zero_step_bytes_invariants,
+    widened=("bytes_grad", "bytes_p"),
+    quiet=False,
+)
 
 
 def dp_zero3_all_gather_calls_count(*, m):
@@ -1064,10 +1421,27 @@ def dp_zero3_all_gather_calls_count(*, m):
         reals=0,
         masks=0,
     )
-    for out, m in call.blocks():
-        # out = 2*m
-        numpy.multiply(m, 2.0, out=out)
+    for block in call.blocks():
+        _dp_zero3_all_gather_calls_count_block(*block)
     return call.out
+
+
+def _dp_zero3_all_gather_calls_count_block(out, m):
+    """dp_zero3_all_gather_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2*m
+    numpy.multiply(m, 2.0, out=out)
+
+
+dp_zero3_all_gather_calls_count.kernel = _runtime.Kernel(
+    _dp_zero3_all_gather_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_zero3_step_bytes(*, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t):
@@ -1101,12 +1475,7 @@ def dp_zero3_step_bytes(*, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t):
         (P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t) = _runtime.floats(xp, (P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t))
         out = P_ne*n_layers_stage*(bytes_grad + 2*bytes_p*m)*(d - 1)/(d*t)
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_p
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_p,) = _runtime.reals("dp_zero3_step_bytes", ("bytes_p",), (bytes_p,))
-        inv0 = 2*bytes_p
+    (inv0,) = _dp_zero3_step_bytes_invariants(bytes_p)
     call = _runtime.Call(
         "dp_zero3_step_bytes",
         ("P_ne", "bytes_grad", "bytes_p", "d", "m", "n_layers_stage", "t", "inv0"),
@@ -1114,17 +1483,44 @@ def dp_zero3_step_bytes(*, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t):
         reals=1,
         masks=0,
     )
-    for out, r0, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t, inv0 in call.blocks():
-        # out = P_ne*n_layers_stage*(bytes_grad + inv0*m)*(d - 1)/(d*t)
-        numpy.subtract(d, 1.0, out=out)
-        numpy.multiply(inv0, m, out=r0)
-        numpy.add(r0, bytes_grad, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(d, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_zero3_step_bytes_block(*block)
     return call.out
+
+
+def _dp_zero3_step_bytes_invariants(bytes_p):
+    """What dp_zero3_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_p
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p,) = _runtime.reals("dp_zero3_step_bytes", ("bytes_p",), (bytes_p,))
+        inv0 = 2*bytes_p
+    return (inv0,)
+
+
+def _dp_zero3_step_bytes_block(out, r0, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t, inv0):
+    """dp_zero3_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*n_layers_stage*(bytes_grad + inv0*m)*(d - 1)/(d*t)
+    numpy.subtract(d, 1.0, out=out)
+    numpy.multiply(inv0, m, out=r0)
+    numpy.add(r0, bytes_grad, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(d, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_zero3_step_bytes.kernel = _runtime.Kernel(
+    _dp_zero3_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "bytes_p", "d", "m", "n_layers_stage", "t"),
+    passed=("inv0",),
+    invariants=_dp_zero3_step_bytes_invariants,
+    widened=("bytes_p",),
+    quiet=False,
+)
 
 
 def dp_expert_all_reduce_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
@@ -1163,13 +1559,30 @@ def dp_expert_all_reduce_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp in call.blocks():
-        # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-        numpy.multiply(P_r, n_moe_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.multiply(ep, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_reduce_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_msg_bytes_block(out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
+    """dp_expert_all_reduce_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
+    numpy.multiply(P_r, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.multiply(ep, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_reduce_msg_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_reduce_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp):
@@ -1201,12 +1614,7 @@ def dp_expert_all_reduce_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_
         (P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp) = _runtime.floats(xp, (P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp))
         out = 2*P_r*bytes_grad*n_moe_layers_stage*(d_exp - 1)/(d_exp*ep*t_exp)
         return _runtime.broadcast(xp, out, (P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("dp_expert_all_reduce_step_bytes", ("bytes_grad",), (bytes_grad,))
-        inv0 = 2*bytes_grad
+    (inv0,) = _dp_expert_all_reduce_step_bytes_invariants(bytes_grad)
     call = _runtime.Call(
         "dp_expert_all_reduce_step_bytes",
         ("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp", "inv0"),
@@ -1214,16 +1622,43 @@ def dp_expert_all_reduce_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, inv0 in call.blocks():
-        # out = P_r*inv0*n_moe_layers_stage*(d_exp - 1)/(d_exp*ep*t_exp)
-        numpy.subtract(d_exp, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, P_r, out=out)
-        numpy.multiply(out, n_moe_layers_stage, out=out)
-        numpy.multiply(d_exp, ep, out=r0)
-        numpy.multiply(r0, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_reduce_step_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_step_bytes_invariants(bytes_grad):
+    """What dp_expert_all_reduce_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_expert_all_reduce_step_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _dp_expert_all_reduce_step_bytes_block(out, r0, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, inv0):
+    """dp_expert_all_reduce_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*inv0*n_moe_layers_stage*(d_exp - 1)/(d_exp*ep*t_exp)
+    numpy.subtract(d_exp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, P_r, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(d_exp, ep, out=r0)
+    numpy.multiply(r0, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_reduce_step_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=("inv0",),
+    invariants=_dp_expert_all_reduce_step_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def dp_all_reduce_stage_calls_count(*, d, zero2_non_exp, zero3_non_exp):
@@ -1260,14 +1695,31 @@ def dp_all_reduce_stage_calls_count(*, d, zero2_non_exp, zero3_non_exp):
         reals=1,
         masks=0,
     )
-    for out, r0, d, zero2_non_exp, zero3_non_exp in call.blocks():
-        # out = (-zero2_non_exp - zero3_non_exp + 1)*numpy.minimum(1, d - 1)
-        numpy.subtract(1.0, zero2_non_exp, out=out)
-        numpy.subtract(out, zero3_non_exp, out=out)
-        numpy.subtract(d, 1.0, out=r0)
-        numpy.minimum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
+    for block in call.blocks():
+        _dp_all_reduce_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_all_reduce_stage_calls_count_block(out, r0, d, zero2_non_exp, zero3_non_exp):
+    """dp_all_reduce_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (-zero2_non_exp - zero3_non_exp + 1)*numpy.minimum(1, d - 1)
+    numpy.subtract(1.0, zero2_non_exp, out=out)
+    numpy.subtract(out, zero3_non_exp, out=out)
+    numpy.subtract(d, 1.0, out=r0)
+    numpy.minimum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_all_reduce_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_all_reduce_stage_calls_count_block,
+    reals=1,
+    masks=0,
+    arguments=("d", "zero2_non_exp", "zero3_non_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_reduce_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
@@ -1305,12 +1757,29 @@ def dp_all_reduce_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_grad, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_grad*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_all_reduce_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_all_reduce_stage_msg_bytes_block(out, P_ne, bytes_grad, n_layers_stage, t):
+    """dp_all_reduce_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_grad*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_all_reduce_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_all_reduce_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_reduce_stage_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
@@ -1346,12 +1815,7 @@ def dp_all_reduce_stage_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t, ze
         tmp0 = d - 1
         out = 2*P_ne*bytes_grad*n_layers_stage*tmp0*(-zero2_non_exp - zero3_non_exp + 1)*xp.minimum(1, tmp0)/(d*t)
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("dp_all_reduce_stage_step_bytes", ("bytes_grad",), (bytes_grad,))
-        inv0 = 2*bytes_grad
+    (inv0,) = _dp_all_reduce_stage_step_bytes_invariants(bytes_grad)
     call = _runtime.Call(
         "dp_all_reduce_stage_step_bytes",
         ("P_ne", "bytes_grad", "d", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp", "inv0"),
@@ -1359,22 +1823,49 @@ def dp_all_reduce_stage_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t, ze
         reals=2,
         masks=0,
     )
-    for out, r0, r1, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp, inv0 in call.blocks():
-        # tmp0 = d - 1 -> r0
-        numpy.subtract(d, 1.0, out=r0)
-        # out = P_ne*inv0*n_layers_stage*tmp0*(-zero2_non_exp - zero3_non_exp + 1)*numpy.minimum(1,
-        #     tmp0)/(d*t)
-        numpy.subtract(1.0, zero2_non_exp, out=out)
-        numpy.subtract(out, zero3_non_exp, out=out)
-        numpy.minimum(1.0, r0, out=r1)
-        numpy.multiply(out, r1, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(d, t, out=r1)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _dp_all_reduce_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_all_reduce_stage_step_bytes_invariants(bytes_grad):
+    """What dp_all_reduce_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_all_reduce_stage_step_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _dp_all_reduce_stage_step_bytes_block(out, r0, r1, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp, inv0):
+    """dp_all_reduce_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = d - 1 -> r0
+    numpy.subtract(d, 1.0, out=r0)
+    # out = P_ne*inv0*n_layers_stage*tmp0*(-zero2_non_exp - zero3_non_exp + 1)*numpy.minimum(1,
+    #     tmp0)/(d*t)
+    numpy.subtract(1.0, zero2_non_exp, out=out)
+    numpy.subtract(out, zero3_non_exp, out=out)
+    numpy.minimum(1.0, r0, out=r1)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(d, t, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+dp_all_reduce_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_all_reduce_stage_step_bytes_block,
+    reals=2,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "d", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=("inv0",),
+    invariants=_dp_all_reduce_stage_step_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_non_exp, zero3_non_exp):
@@ -1577,24 +2068,7 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2/numpy.log(2)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = 2*nvls_efficiency
-            inv4 = numpy.greater(nvls, 0)
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_all_reduce_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
-            inv0 = 2/numpy.log(2)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = 2*nvls_efficiency
-            inv4 = numpy.greater(nvls, 0)
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1, inv2, inv3, inv5, inv6) = _dp_all_reduce_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "dp_all_reduce_stage_time_s",
             ("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "bytes_grad", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
@@ -1602,291 +2076,327 @@ def dp_all_reduce_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             reals=41,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, r40, m0, m1, m2, m3, m4, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
-            # inv4_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = d - 1 -> r0
-            numpy.subtract(d, 1.0, out=r0)
-            # tmp1 = ranks_per_node - 1 -> r1
-            numpy.subtract(ranks_per_node, 1.0, out=r1)
-            # tmp2 = 2*tmp1 -> r2
-            numpy.multiply(r1, 2.0, out=r2)
-            # tmp3 = ring_channels*tree_channel_max_bw_bytes_per_s -> r3
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r4
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp5 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
-            # tmp7 = numpy.minimum(tmp4, tmp6) -> r6
-            numpy.minimum(r4, r5, out=r6)
-            # tmp8 = numpy.where(tmp5, tmp4, tmp7) -> r7
-            numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m1)
-            # tmp9 = 0.92*tmp8 -> r8
-            numpy.multiply(r7, 0.92, out=r8)
-            # tmp10 = numpy.minimum(tmp3, tmp9) -> r9
-            numpy.minimum(r3, r8, out=r9)
-            # tmp11 = P_ne*bytes_grad*n_layers_stage/t -> r10
-            numpy.multiply(P_ne, n_layers_stage, out=r10)
-            numpy.multiply(r10, bytes_grad, out=r10)
-            numpy.divide(r10, t, out=r10)
-            # tmp12 = 2*tmp11 -> r11
-            numpy.multiply(r10, 2.0, out=r11)
-            # tmp13 = inv0*numpy.log(nodes) -> r12
-            numpy.log(nodes, out=r12)
-            numpy.multiply(r12, inv0, out=r12)
-            # tmp14 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp13 -> r13
-            numpy.multiply(r12, hop_net_tree_simple_s, out=r13)
-            numpy.add(r13, alpha_tree_simple_s, out=r13)
-            # tmp15 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp13 -> r14
-            numpy.multiply(r12, hop_net_tree_ll_s, out=r14)
-            numpy.add(r14, alpha_tree_ll_s, out=r14)
-            # tmp16 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r15
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r15)
-            # tmp17 = numpy.where(tmp5, 0.7777777777777778, 0.9375) -> r16
-            numpy.copyto(r16, 0.9375)
-            numpy.copyto(r16, 0.7777777777777778, where=m1)
-            # tmp18 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp13 -> r17
-            numpy.multiply(r12, hop_net_tree_ll128_s, out=r17)
-            numpy.add(r17, alpha_tree_ll128_s, out=r17)
-            # tmp19 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r12
-            numpy.maximum(1.0, r0, out=r12)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r12, out=r12)
-            # tmp21 = 2*d -> r18
-            numpy.multiply(d, 2.0, out=r18)
-            # tmp22 = tmp21 - 2 -> r19
-            numpy.subtract(r18, 2.0, out=r19)
-            # tmp23 = tmp11*tmp22 -> r20
-            numpy.multiply(r10, r19, out=r20)
-            # tmp24 = tmp23/d -> r21
-            numpy.divide(r20, d, out=r21)
-            # tmp25 = 2*nodes -> r22
-            numpy.multiply(nodes, 2.0, out=r22)
-            # tmp26 = tmp21 - tmp25 -> r23
-            numpy.subtract(r18, r22, out=r23)
-            # tmp27 = tmp25 - 2 -> r24
-            numpy.subtract(r22, 2.0, out=r24)
-            # tmp28 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp29 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r25
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r25)
-            # tmp30 = inv1/ring_channels -> r26
-            numpy.divide(inv1, ring_channels, out=r26)
-            # tmp32 = tmp11/ranks_per_node -> r27
-            numpy.divide(r10, ranks_per_node, out=r27)
-            # tmp33 = tmp1*tmp32 -> r28
-            numpy.multiply(r1, r27, out=r28)
-            # tmp34 = numpy.minimum(tmp4, tmp6/ranks_per_node) -> r29
-            numpy.divide(r5, ranks_per_node, out=r29)
-            numpy.minimum(r29, r4, out=r29)
-            # tmp35 = numpy.where(tmp5, tmp4, tmp34) -> r5
-            numpy.copyto(r5, r29)
-            numpy.copyto(r5, r4, where=m1)
-            # tmp36 = 0.92*tmp35 -> r30
-            numpy.multiply(r5, 0.92, out=r30)
-            # tmp37 = numpy.minimum(tmp3, tmp36) -> r31
-            numpy.minimum(r3, r30, out=r31)
-            # tmp38 = tmp12/ranks_per_node -> r3
-            numpy.divide(r11, ranks_per_node, out=r3)
-            # tmp39 = tmp32/nodes -> r32
-            numpy.divide(r27, nodes, out=r32)
-            # tmp40 = tmp27*tmp39 -> r33
-            numpy.multiply(r24, r32, out=r33)
-            # out = (-zero2_non_exp - zero3_non_exp + 1)*numpy.minimum(1,
-            #     tmp0)*numpy.minimum(hop_nvlink_tree_simple_s*tmp2 + tmp14 + tmp12/tmp10,
-            #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp2 + tmp12/numpy.minimum(tmp16,
-            #     tmp10*tmp17) + tmp18, numpy.minimum(hop_nvlink_tree_ll_s*tmp2 +
-            #     tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp10) + tmp15,
-            #     numpy.minimum(tmp24/numpy.minimum(tmp29, tmp9) + numpy.where(tmp5,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp22, alpha_ring_ll128_s +
-            #     inv2*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
-            #     numpy.logical_and(tmp5, numpy.greater(d, 1))), hop_nvlink_nvls_s +
-            #     tmp23/((d*d)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp19,
-            #     inv3*tmp0*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp19)/d))), numpy.inf),
-            #     numpy.minimum(tmp24/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) +
-            #     numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22, alpha_ring_ll_s +
-            #     inv5*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(numpy.where(tmp5, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp22, alpha_ring_simple_s + inv6*tmp26 +
-            #     tmp27*numpy.where(tmp28, hop_net_tree_simple_s, hop_net_ring_simple_s)) +
-            #     tmp11*(tmp21 - 1.5)*numpy.where(tmp5, tmp30, 1/tmp7)/d,
-            #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp1 + tmp30*tmp32*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp1 +
-            #     tmp33/numpy.minimum(tmp29, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp1
-            #     + tmp33/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) + numpy.minimum(tmp14 +
-            #     tmp38/tmp37, numpy.minimum(tmp15 + tmp38/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*tmp37), numpy.minimum(tmp18 + tmp38/numpy.minimum(tmp16,
-            #     tmp17*tmp37), numpy.minimum(tmp40/numpy.minimum(tmp29, tmp36) + numpy.where(tmp5,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp27, alpha_ring_ll128_s +
-            #     hop_net_tree_ll128_s*tmp27),
-            #     numpy.minimum(tmp40/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp35) +
-            #     numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp27, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp27), tmp39*(tmp25 - 1.5)*numpy.where(tmp5, tmp30, 1/tmp34) +
-            #     numpy.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp27,
-            #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp27)))))), numpy.inf))))))))
-            numpy.subtract(1.0, zero2_non_exp, out=out)
-            numpy.subtract(out, zero3_non_exp, out=out)
-            numpy.minimum(1.0, r0, out=r34)
-            numpy.multiply(out, r34, out=out)
-            numpy.divide(r11, r9, out=r34)
-            numpy.multiply(r2, hop_nvlink_tree_simple_s, out=r35)
-            numpy.add(r34, r35, out=r34)
-            numpy.add(r34, r13, out=r34)
-            numpy.multiply(r9, r16, out=r35)
-            numpy.minimum(r35, r15, out=r35)
-            numpy.divide(r11, r35, out=r35)
-            numpy.multiply(r2, hop_nvlink_tree_ll128_s, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.add(r35, r17, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.multiply(r9, 0.2631578947368421, out=r35)
-            numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
-            numpy.divide(r11, r35, out=r35)
-            numpy.multiply(r2, hop_nvlink_tree_ll_s, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.add(r35, r14, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.minimum(r25, r8, out=r35)
-            numpy.divide(r21, r35, out=r35)
-            if not m1.all():
-                numpy.multiply(inv2, r23, out=r36)
-                numpy.copyto(r37, hop_net_ring_ll128_s)
-                numpy.copyto(r37, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r37, r24, out=r37)
-                numpy.add(r36, r37, out=r36)
-                numpy.add(r36, alpha_ring_ll128_s, out=r36)
-            numpy.multiply(r19, hop_nvlink_ring_ll128_s, out=r37)
-            numpy.add(r37, alpha_ring_ll128_s, out=r37)
-            numpy.copyto(r36, r37, where=m1)
-            numpy.add(r35, r36, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.copyto(r35, numpy.inf)
-            numpy.greater(d, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(d, d, out=r36)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r12, out=r37)
-            numpy.multiply(r37, inv3, out=r37)
-            numpy.multiply(r37, r0, out=r37)
-            numpy.divide(r37, d, out=r37)
-            numpy.minimum(r37, nvls_channel_max_bw_bytes_per_s, out=r37)
-            numpy.minimum(r37, r12, out=r37)
-            numpy.multiply(r36, r37, out=r36)
-            numpy.divide(r20, r36, out=r36)
-            numpy.add(r36, hop_nvlink_nvls_s, out=r36)
-            numpy.copyto(r35, r36, where=m3)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.multiply(r7, 0.5, out=r35)
-            numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
-            numpy.divide(r21, r35, out=r35)
-            if not m1.all():
-                numpy.multiply(inv5, r23, out=r36)
-                numpy.copyto(r37, hop_net_ring_ll_s)
-                numpy.copyto(r37, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r37, r24, out=r37)
-                numpy.add(r36, r37, out=r36)
-                numpy.add(r36, alpha_ring_ll_s, out=r36)
-            numpy.multiply(r19, hop_nvlink_ring_ll_s, out=r37)
-            numpy.add(r37, alpha_ring_ll_s, out=r37)
-            numpy.copyto(r36, r37, where=m1)
-            numpy.add(r35, r36, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.subtract(r18, 1.5, out=r35)
-            numpy.divide(1.0, r6, out=r36)
-            numpy.copyto(r36, r26, where=m1)
-            numpy.multiply(r35, r36, out=r35)
-            numpy.multiply(r35, r10, out=r35)
-            numpy.divide(r35, d, out=r35)
-            if not m1.all():
-                numpy.multiply(inv6, r23, out=r36)
-                numpy.copyto(r37, hop_net_ring_simple_s)
-                numpy.copyto(r37, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r37, r24, out=r37)
-                numpy.add(r36, r37, out=r36)
-                numpy.add(r36, alpha_ring_simple_s, out=r36)
-            numpy.multiply(r19, hop_nvlink_ring_simple_s, out=r37)
-            numpy.add(r37, alpha_ring_simple_s, out=r37)
-            numpy.copyto(r36, r37, where=m1)
-            numpy.add(r35, r36, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.copyto(r35, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r36)
-            numpy.subtract(ranks_per_node, 0.5, out=r37)
-            numpy.multiply(r37, r26, out=r37)
-            numpy.multiply(r37, r27, out=r37)
-            numpy.add(r36, r37, out=r36)
-            numpy.add(r36, alpha_ring_simple_s, out=r36)
-            numpy.multiply(r1, hop_nvlink_ring_ll128_s, out=r37)
-            numpy.multiply(r4, 0.92, out=r38)
-            numpy.minimum(r38, r25, out=r38)
-            numpy.divide(r28, r38, out=r38)
-            numpy.add(r37, r38, out=r37)
-            numpy.add(r37, alpha_ring_ll128_s, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.multiply(r1, hop_nvlink_ring_ll_s, out=r37)
-            numpy.multiply(r4, 0.5, out=r38)
-            numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
-            numpy.divide(r28, r38, out=r38)
-            numpy.add(r37, r38, out=r37)
-            numpy.add(r37, alpha_ring_ll_s, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.multiply(r36, 2.0, out=r36)
-            numpy.divide(r3, r31, out=r37)
-            numpy.add(r37, r13, out=r37)
-            numpy.multiply(r31, 0.2631578947368421, out=r38)
-            numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
-            numpy.divide(r3, r38, out=r38)
-            numpy.add(r38, r14, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.multiply(r16, r31, out=r38)
-            numpy.minimum(r38, r15, out=r38)
-            numpy.divide(r3, r38, out=r38)
-            numpy.add(r38, r17, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.minimum(r25, r30, out=r38)
-            numpy.divide(r33, r38, out=r38)
-            numpy.multiply(r24, hop_net_tree_ll128_s, out=r39)
-            numpy.add(r39, alpha_ring_ll128_s, out=r39)
-            numpy.multiply(r24, hop_nvlink_ring_ll128_s, out=r40)
-            numpy.add(r40, alpha_ring_ll128_s, out=r40)
-            numpy.copyto(r39, r40, where=m1)
-            numpy.add(r38, r39, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.multiply(r5, 0.5, out=r38)
-            numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
-            numpy.divide(r33, r38, out=r38)
-            numpy.multiply(r24, hop_net_tree_ll_s, out=r39)
-            numpy.add(r39, alpha_ring_ll_s, out=r39)
-            numpy.multiply(r24, hop_nvlink_ring_ll_s, out=r40)
-            numpy.add(r40, alpha_ring_ll_s, out=r40)
-            numpy.copyto(r39, r40, where=m1)
-            numpy.add(r38, r39, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.subtract(r22, 1.5, out=r38)
-            numpy.divide(1.0, r29, out=r39)
-            numpy.copyto(r39, r26, where=m1)
-            numpy.multiply(r38, r39, out=r38)
-            numpy.multiply(r38, r32, out=r38)
-            numpy.multiply(r24, hop_net_tree_simple_s, out=r39)
-            numpy.add(r39, alpha_ring_simple_s, out=r39)
-            numpy.multiply(r24, hop_nvlink_ring_simple_s, out=r40)
-            numpy.add(r40, alpha_ring_simple_s, out=r40)
-            numpy.copyto(r39, r40, where=m1)
-            numpy.add(r38, r39, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.add(r36, r37, out=r36)
-            numpy.copyto(r35, r36, where=m3)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.multiply(out, r34, out=out)
+        for block in call.blocks():
+            _dp_all_reduce_stage_time_s_block(*block)
     return call.out
+
+
+def _dp_all_reduce_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s):
+    """What dp_all_reduce_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2/numpy.log(2)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv3 = 2*nvls_efficiency
+        inv4 = numpy.greater(nvls, 0)
+        inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_all_reduce_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
+        inv0 = 2/numpy.log(2)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv3 = 2*nvls_efficiency
+        inv4 = numpy.greater(nvls, 0)
+        inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1, inv2, inv3, inv5, inv6)
+
+
+def _dp_all_reduce_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, r40, m0, m1, m2, m3, m4, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2, inv3, inv5, inv6):
+    """dp_all_reduce_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv4_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = d - 1 -> r0
+    numpy.subtract(d, 1.0, out=r0)
+    # tmp1 = ranks_per_node - 1 -> r1
+    numpy.subtract(ranks_per_node, 1.0, out=r1)
+    # tmp2 = 2*tmp1 -> r2
+    numpy.multiply(r1, 2.0, out=r2)
+    # tmp3 = ring_channels*tree_channel_max_bw_bytes_per_s -> r3
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r4
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
+    # tmp5 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
+    # tmp7 = numpy.minimum(tmp4, tmp6) -> r6
+    numpy.minimum(r4, r5, out=r6)
+    # tmp8 = numpy.where(tmp5, tmp4, tmp7) -> r7
+    numpy.copyto(r7, r6)
+    numpy.copyto(r7, r4, where=m1)
+    # tmp9 = 0.92*tmp8 -> r8
+    numpy.multiply(r7, 0.92, out=r8)
+    # tmp10 = numpy.minimum(tmp3, tmp9) -> r9
+    numpy.minimum(r3, r8, out=r9)
+    # tmp11 = P_ne*bytes_grad*n_layers_stage/t -> r10
+    numpy.multiply(P_ne, n_layers_stage, out=r10)
+    numpy.multiply(r10, bytes_grad, out=r10)
+    numpy.divide(r10, t, out=r10)
+    # tmp12 = 2*tmp11 -> r11
+    numpy.multiply(r10, 2.0, out=r11)
+    # tmp13 = inv0*numpy.log(nodes) -> r12
+    numpy.log(nodes, out=r12)
+    numpy.multiply(r12, inv0, out=r12)
+    # tmp14 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp13 -> r13
+    numpy.multiply(r12, hop_net_tree_simple_s, out=r13)
+    numpy.add(r13, alpha_tree_simple_s, out=r13)
+    # tmp15 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp13 -> r14
+    numpy.multiply(r12, hop_net_tree_ll_s, out=r14)
+    numpy.add(r14, alpha_tree_ll_s, out=r14)
+    # tmp16 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r15
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r15)
+    # tmp17 = numpy.where(tmp5, 0.7777777777777778, 0.9375) -> r16
+    numpy.copyto(r16, 0.9375)
+    numpy.copyto(r16, 0.7777777777777778, where=m1)
+    # tmp18 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp13 -> r17
+    numpy.multiply(r12, hop_net_tree_ll128_s, out=r17)
+    numpy.add(r17, alpha_tree_ll128_s, out=r17)
+    # tmp19 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r12
+    numpy.maximum(1.0, r0, out=r12)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r12, out=r12)
+    # tmp21 = 2*d -> r18
+    numpy.multiply(d, 2.0, out=r18)
+    # tmp22 = tmp21 - 2 -> r19
+    numpy.subtract(r18, 2.0, out=r19)
+    # tmp23 = tmp11*tmp22 -> r20
+    numpy.multiply(r10, r19, out=r20)
+    # tmp24 = tmp23/d -> r21
+    numpy.divide(r20, d, out=r21)
+    # tmp25 = 2*nodes -> r22
+    numpy.multiply(nodes, 2.0, out=r22)
+    # tmp26 = tmp21 - tmp25 -> r23
+    numpy.subtract(r18, r22, out=r23)
+    # tmp27 = tmp25 - 2 -> r24
+    numpy.subtract(r22, 2.0, out=r24)
+    # tmp28 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp29 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r25
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r25)
+    # tmp30 = inv1/ring_channels -> r26
+    numpy.divide(inv1, ring_channels, out=r26)
+    # tmp32 = tmp11/ranks_per_node -> r27
+    numpy.divide(r10, ranks_per_node, out=r27)
+    # tmp33 = tmp1*tmp32 -> r28
+    numpy.multiply(r1, r27, out=r28)
+    # tmp34 = numpy.minimum(tmp4, tmp6/ranks_per_node) -> r29
+    numpy.divide(r5, ranks_per_node, out=r29)
+    numpy.minimum(r29, r4, out=r29)
+    # tmp35 = numpy.where(tmp5, tmp4, tmp34) -> r5
+    numpy.copyto(r5, r29)
+    numpy.copyto(r5, r4, where=m1)
+    # tmp36 = 0.92*tmp35 -> r30
+    numpy.multiply(r5, 0.92, out=r30)
+    # tmp37 = numpy.minimum(tmp3, tmp36) -> r31
+    numpy.minimum(r3, r30, out=r31)
+    # tmp38 = tmp12/ranks_per_node -> r3
+    numpy.divide(r11, ranks_per_node, out=r3)
+    # tmp39 = tmp32/nodes -> r32
+    numpy.divide(r27, nodes, out=r32)
+    # tmp40 = tmp27*tmp39 -> r33
+    numpy.multiply(r24, r32, out=r33)
+    # out = (-zero2_non_exp - zero3_non_exp + 1)*numpy.minimum(1,
+    #     tmp0)*numpy.minimum(hop_nvlink_tree_simple_s*tmp2 + tmp14 + tmp12/tmp10,
+    #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp2 + tmp12/numpy.minimum(tmp16, tmp10*tmp17) +
+    #     tmp18, numpy.minimum(hop_nvlink_tree_ll_s*tmp2 +
+    #     tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp10) + tmp15,
+    #     numpy.minimum(tmp24/numpy.minimum(tmp29, tmp9) + numpy.where(tmp5, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp22, alpha_ring_ll128_s + inv2*tmp26 + tmp27*numpy.where(tmp28,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
+    #     numpy.minimum(numpy.where(numpy.logical_and(inv4_mask, numpy.logical_and(tmp5,
+    #     numpy.greater(d, 1))), hop_nvlink_nvls_s +
+    #     tmp23/((d*d)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp19,
+    #     inv3*tmp0*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp19)/d))), numpy.inf),
+    #     numpy.minimum(tmp24/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) + numpy.where(tmp5,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22, alpha_ring_ll_s + inv5*tmp26 +
+    #     tmp27*numpy.where(tmp28, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(numpy.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp22,
+    #     alpha_ring_simple_s + inv6*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s)) + tmp11*(tmp21 - 1.5)*numpy.where(tmp5, tmp30, 1/tmp7)/d,
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     2*numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp1 +
+    #     tmp30*tmp32*(ranks_per_node - 0.5), numpy.minimum(alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp1 + tmp33/numpy.minimum(tmp29, 0.92*tmp4), alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp1 + tmp33/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) +
+    #     numpy.minimum(tmp14 + tmp38/tmp37, numpy.minimum(tmp15 +
+    #     tmp38/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp37), numpy.minimum(tmp18
+    #     + tmp38/numpy.minimum(tmp16, tmp17*tmp37), numpy.minimum(tmp40/numpy.minimum(tmp29, tmp36)
+    #     + numpy.where(tmp5, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp27, alpha_ring_ll128_s
+    #     + hop_net_tree_ll128_s*tmp27), numpy.minimum(tmp40/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*tmp35) + numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp27,
+    #     alpha_ring_ll_s + hop_net_tree_ll_s*tmp27), tmp39*(tmp25 - 1.5)*numpy.where(tmp5, tmp30,
+    #     1/tmp34) + numpy.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp27,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp27)))))), numpy.inf))))))))
+    numpy.subtract(1.0, zero2_non_exp, out=out)
+    numpy.subtract(out, zero3_non_exp, out=out)
+    numpy.minimum(1.0, r0, out=r34)
+    numpy.multiply(out, r34, out=out)
+    numpy.divide(r11, r9, out=r34)
+    numpy.multiply(r2, hop_nvlink_tree_simple_s, out=r35)
+    numpy.add(r34, r35, out=r34)
+    numpy.add(r34, r13, out=r34)
+    numpy.multiply(r9, r16, out=r35)
+    numpy.minimum(r35, r15, out=r35)
+    numpy.divide(r11, r35, out=r35)
+    numpy.multiply(r2, hop_nvlink_tree_ll128_s, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.add(r35, r17, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.multiply(r9, 0.2631578947368421, out=r35)
+    numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
+    numpy.divide(r11, r35, out=r35)
+    numpy.multiply(r2, hop_nvlink_tree_ll_s, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.add(r35, r14, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.minimum(r25, r8, out=r35)
+    numpy.divide(r21, r35, out=r35)
+    if not m1.all():
+        numpy.multiply(inv2, r23, out=r36)
+        numpy.copyto(r37, hop_net_ring_ll128_s)
+        numpy.copyto(r37, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r37, r24, out=r37)
+        numpy.add(r36, r37, out=r36)
+        numpy.add(r36, alpha_ring_ll128_s, out=r36)
+    numpy.multiply(r19, hop_nvlink_ring_ll128_s, out=r37)
+    numpy.add(r37, alpha_ring_ll128_s, out=r37)
+    numpy.copyto(r36, r37, where=m1)
+    numpy.add(r35, r36, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.copyto(r35, numpy.inf)
+    numpy.greater(d, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(d, d, out=r36)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r12, out=r37)
+    numpy.multiply(r37, inv3, out=r37)
+    numpy.multiply(r37, r0, out=r37)
+    numpy.divide(r37, d, out=r37)
+    numpy.minimum(r37, nvls_channel_max_bw_bytes_per_s, out=r37)
+    numpy.minimum(r37, r12, out=r37)
+    numpy.multiply(r36, r37, out=r36)
+    numpy.divide(r20, r36, out=r36)
+    numpy.add(r36, hop_nvlink_nvls_s, out=r36)
+    numpy.copyto(r35, r36, where=m3)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.multiply(r7, 0.5, out=r35)
+    numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
+    numpy.divide(r21, r35, out=r35)
+    if not m1.all():
+        numpy.multiply(inv5, r23, out=r36)
+        numpy.copyto(r37, hop_net_ring_ll_s)
+        numpy.copyto(r37, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r37, r24, out=r37)
+        numpy.add(r36, r37, out=r36)
+        numpy.add(r36, alpha_ring_ll_s, out=r36)
+    numpy.multiply(r19, hop_nvlink_ring_ll_s, out=r37)
+    numpy.add(r37, alpha_ring_ll_s, out=r37)
+    numpy.copyto(r36, r37, where=m1)
+    numpy.add(r35, r36, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.subtract(r18, 1.5, out=r35)
+    numpy.divide(1.0, r6, out=r36)
+    numpy.copyto(r36, r26, where=m1)
+    numpy.multiply(r35, r36, out=r35)
+    numpy.multiply(r35, r10, out=r35)
+    numpy.divide(r35, d, out=r35)
+    if not m1.all():
+        numpy.multiply(inv6, r23, out=r36)
+        numpy.copyto(r37, hop_net_ring_simple_s)
+        numpy.copyto(r37, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r37, r24, out=r37)
+        numpy.add(r36, r37, out=r36)
+        numpy.add(r36, alpha_ring_simple_s, out=r36)
+    numpy.multiply(r19, hop_nvlink_ring_simple_s, out=r37)
+    numpy.add(r37, alpha_ring_simple_s, out=r37)
+    numpy.copyto(r36, r37, where=m1)
+    numpy.add(r35, r36, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.copyto(r35, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r36)
+    numpy.subtract(ranks_per_node, 0.5, out=r37)
+    numpy.multiply(r37, r26, out=r37)
+    numpy.multiply(r37, r27, out=r37)
+    numpy.add(r36, r37, out=r36)
+    numpy.add(r36, alpha_ring_simple_s, out=r36)
+    numpy.multiply(r1, hop_nvlink_ring_ll128_s, out=r37)
+    numpy.multiply(r4, 0.92, out=r38)
+    numpy.minimum(r38, r25, out=r38)
+    numpy.divide(r28, r38, out=r38)
+    numpy.add(r37, r38, out=r37)
+    numpy.add(r37, alpha_ring_ll128_s, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.multiply(r1, hop_nvlink_ring_ll_s, out=r37)
+    numpy.multiply(r4, 0.5, out=r38)
+    numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
+    numpy.divide(r28, r38, out=r38)
+    numpy.add(r37, r38, out=r37)
+    numpy.add(r37, alpha_ring_ll_s, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.multiply(r36, 2.0, out=r36)
+    numpy.divide(r3, r31, out=r37)
+    numpy.add(r37, r13, out=r37)
+    numpy.multiply(r31, 0.2631578947368421, out=r38)
+    numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
+    numpy.divide(r3, r38, out=r38)
+    numpy.add(r38, r14, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.multiply(r16, r31, out=r38)
+    numpy.minimum(r38, r15, out=r38)
+    numpy.divide(r3, r38, out=r38)
+    numpy.add(r38, r17, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.minimum(r25, r30, out=r38)
+    numpy.divide(r33, r38, out=r38)
+    numpy.multiply(r24, hop_net_tree_ll128_s, out=r39)
+    numpy.add(r39, alpha_ring_ll128_s, out=r39)
+    numpy.multiply(r24, hop_nvlink_ring_ll128_s, out=r40)
+    numpy.add(r40, alpha_ring_ll128_s, out=r40)
+    numpy.copyto(r39, r40, where=m1)
+    numpy.add(r38, r39, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.multiply(r5, 0.5, out=r38)
+    numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
+    numpy.divide(r33, r38, out=r38)
+    numpy.multiply(r24, hop_net_tree_ll_s, out=r39)
+    numpy.add(r39, alpha_ring_ll_s, out=r39)
+    numpy.multiply(r24, hop_nvlink_ring_ll_s, out=r40)
+    numpy.add(r40, alpha_ring_ll_s, out=r40)
+    numpy.copyto(r39, r40, where=m1)
+    numpy.add(r38, r39, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.subtract(r22, 1.5, out=r38)
+    numpy.divide(1.0, r29, out=r39)
+    numpy.copyto(r39, r26, where=m1)
+    numpy.multiply(r38, r39, out=r38)
+    numpy.multiply(r38, r32, out=r38)
+    numpy.multiply(r24, hop_net_tree_simple_s, out=r39)
+    numpy.add(r39, alpha_ring_simple_s, out=r39)
+    numpy.multiply(r24, hop_nvlink_ring_simple_s, out=r40)
+    numpy.add(r40, alpha_ring_simple_s, out=r40)
+    numpy.copyto(r39, r40, where=m1)
+    numpy.add(r38, r39, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.add(r36, r37, out=r36)
+    numpy.copyto(r35, r36, where=m3)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.multiply(out, r34, out=out)
+
+
+dp_all_reduce_stage_time_s.kernel = _runtime.Kernel(
+    _dp_all_reduce_stage_time_s_block,
+    reals=41,
+    masks=5,
+    arguments=("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "bytes_grad", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "zero2_non_exp", "zero3_non_exp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+    invariants=_dp_all_reduce_stage_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def dp_reduce_scatter_stage_calls_count(*, d, zero2_non_exp, zero3_non_exp):
@@ -1924,13 +2434,30 @@ def dp_reduce_scatter_stage_calls_count(*, d, zero2_non_exp, zero3_non_exp):
         reals=1,
         masks=0,
     )
-    for out, r0, d, zero2_non_exp, zero3_non_exp in call.blocks():
-        # out = (zero2_non_exp + zero3_non_exp)*numpy.minimum(1, d - 1)
-        numpy.add(zero2_non_exp, zero3_non_exp, out=out)
-        numpy.subtract(d, 1.0, out=r0)
-        numpy.minimum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
+    for block in call.blocks():
+        _dp_reduce_scatter_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_reduce_scatter_stage_calls_count_block(out, r0, d, zero2_non_exp, zero3_non_exp):
+    """dp_reduce_scatter_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (zero2_non_exp + zero3_non_exp)*numpy.minimum(1, d - 1)
+    numpy.add(zero2_non_exp, zero3_non_exp, out=out)
+    numpy.subtract(d, 1.0, out=r0)
+    numpy.minimum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_reduce_scatter_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_reduce_scatter_stage_calls_count_block,
+    reals=1,
+    masks=0,
+    arguments=("d", "zero2_non_exp", "zero3_non_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_reduce_scatter_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
@@ -1969,12 +2496,29 @@ def dp_reduce_scatter_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_grad, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_grad*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_reduce_scatter_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_reduce_scatter_stage_msg_bytes_block(out, P_ne, bytes_grad, n_layers_stage, t):
+    """dp_reduce_scatter_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_grad*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_reduce_scatter_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_reduce_scatter_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_reduce_scatter_stage_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
@@ -2017,21 +2561,38 @@ def dp_reduce_scatter_stage_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t
         reals=2,
         masks=0,
     )
-    for out, r0, r1, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp in call.blocks():
-        # tmp0 = d - 1 -> r0
-        numpy.subtract(d, 1.0, out=r0)
-        # out = P_ne*bytes_grad*n_layers_stage*tmp0*(zero2_non_exp + zero3_non_exp)*numpy.minimum(1,
-        #     tmp0)/(d*t)
-        numpy.add(zero2_non_exp, zero3_non_exp, out=out)
-        numpy.minimum(1.0, r0, out=r1)
-        numpy.multiply(out, r1, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.multiply(d, t, out=r1)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _dp_reduce_scatter_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_reduce_scatter_stage_step_bytes_block(out, r0, r1, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
+    """dp_reduce_scatter_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = d - 1 -> r0
+    numpy.subtract(d, 1.0, out=r0)
+    # out = P_ne*bytes_grad*n_layers_stage*tmp0*(zero2_non_exp + zero3_non_exp)*numpy.minimum(1,
+    #     tmp0)/(d*t)
+    numpy.add(zero2_non_exp, zero3_non_exp, out=out)
+    numpy.minimum(1.0, r0, out=r1)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.multiply(d, t, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+dp_reduce_scatter_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_reduce_scatter_stage_step_bytes_block,
+    reals=2,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "d", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp):
@@ -2174,20 +2735,7 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_reduce_scatter_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv2, inv3, inv4) = _dp_reduce_scatter_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "dp_reduce_scatter_stage_time_s",
             ("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_grad", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv2", "inv3", "inv4"),
@@ -2195,213 +2743,245 @@ def dp_reduce_scatter_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s,
             reals=24,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv2, inv3, inv4 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = d - 1 -> r0
-            numpy.subtract(d, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = P_ne*bytes_grad*n_layers_stage/t -> r2
-            numpy.multiply(P_ne, n_layers_stage, out=r2)
-            numpy.multiply(r2, bytes_grad, out=r2)
-            numpy.divide(r2, t, out=r2)
-            # tmp3 = tmp2/d -> r3
-            numpy.divide(r2, d, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
-            # tmp7 = numpy.minimum(tmp5, tmp6) -> r6
-            numpy.minimum(r4, r5, out=r6)
-            # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
-            numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m1)
-            # tmp9 = tmp0*tmp3 -> r8
-            numpy.multiply(r0, r3, out=r8)
-            # tmp10 = d - nodes -> r9
-            numpy.subtract(d, nodes, out=r9)
-            # tmp11 = nodes - 1 -> r10
-            numpy.subtract(nodes, 1.0, out=r10)
-            # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
-            # tmp14 = inv0/ring_channels -> r12
-            numpy.divide(inv0, ring_channels, out=r12)
-            # tmp15 = ranks_per_node - 1 -> r13
-            numpy.subtract(ranks_per_node, 1.0, out=r13)
-            # tmp17 = tmp2/ranks_per_node -> r14
-            numpy.divide(r2, ranks_per_node, out=r14)
-            # tmp18 = tmp15*tmp17 -> r2
-            numpy.multiply(r13, r14, out=r2)
-            # tmp19 = numpy.minimum(tmp5, tmp6/ranks_per_node) -> r15
-            numpy.divide(r5, ranks_per_node, out=r15)
-            numpy.minimum(r15, r4, out=r15)
-            # tmp20 = numpy.where(tmp4, tmp5, tmp19) -> r5
-            numpy.copyto(r5, r15)
-            numpy.copyto(r5, r4, where=m1)
-            # tmp21 = tmp17/nodes -> r16
-            numpy.divide(r14, nodes, out=r16)
-            # tmp22 = tmp11*tmp21 -> r17
-            numpy.multiply(r10, r16, out=r17)
-            # out = (zero2_non_exp + zero3_non_exp)*numpy.minimum(1,
-            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
-            #     numpy.logical_and(tmp4, numpy.greater(d, 1))), hop_nvlink_nvls_s +
-            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(d*d))), numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp8) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0,
-            #     alpha_ring_ll_s + inv2*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(tmp9/numpy.minimum(tmp13, 0.92*tmp8) +
-            #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0,
-            #     alpha_ring_ll128_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp3*(d - 0.5)*numpy.where(tmp4, tmp14,
-            #     1/tmp7) + numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp11), numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp11), tmp21*(nodes -
-            #     0.5)*numpy.where(tmp4, tmp14, 1/tmp19) + numpy.where(tmp4, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp11, alpha_ring_simple_s +
-            #     hop_net_tree_simple_s*tmp11))) + numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp15 + tmp14*tmp17*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 +
-            #     tmp18/numpy.minimum(tmp13, 0.92*tmp5), alpha_ring_ll_s +
-            #     hop_nvlink_ring_ll_s*tmp15 + tmp18/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp5))), numpy.inf)))))
-            numpy.add(zero2_non_exp, zero3_non_exp, out=out)
-            numpy.minimum(1.0, r0, out=r18)
-            numpy.multiply(out, r18, out=out)
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(d, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r19)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, nvls_efficiency, out=r19)
-            numpy.multiply(d, d, out=r20)
-            numpy.divide(r19, r20, out=r19)
-            numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
-            numpy.minimum(r19, r1, out=r19)
-            numpy.divide(r3, r19, out=r19)
-            numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(r7, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r8, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv2, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll_s)
-                numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(r7, 0.92, out=r19)
-            numpy.minimum(r19, r11, out=r19)
-            numpy.divide(r8, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv3, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll128_s)
-                numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.subtract(d, 0.5, out=r19)
-            numpy.divide(1.0, r6, out=r20)
-            numpy.copyto(r20, r12, where=m1)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, r3, out=r19)
-            if not m1.all():
-                numpy.multiply(inv4, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_simple_s)
-                numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r5, 0.5, out=r20)
-            numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r10, hop_net_tree_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.multiply(r5, 0.92, out=r21)
-            numpy.minimum(r21, r11, out=r21)
-            numpy.divide(r17, r21, out=r21)
-            numpy.multiply(r10, hop_net_tree_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r23)
-            numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.subtract(nodes, 0.5, out=r21)
-            numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r12, where=m1)
-            numpy.multiply(r21, r22, out=r21)
-            numpy.multiply(r21, r16, out=r21)
-            numpy.multiply(r10, hop_net_tree_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r23)
-            numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
-            numpy.subtract(ranks_per_node, 0.5, out=r22)
-            numpy.multiply(r22, r12, out=r22)
-            numpy.multiply(r22, r14, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.multiply(r4, 0.92, out=r23)
-            numpy.minimum(r23, r11, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
-            numpy.multiply(r4, 0.5, out=r23)
-            numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(out, r18, out=out)
+        for block in call.blocks():
+            _dp_reduce_scatter_stage_time_s_block(*block)
     return call.out
+
+
+def _dp_reduce_scatter_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s):
+    """What dp_reduce_scatter_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_reduce_scatter_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv2, inv3, inv4)
+
+
+def _dp_reduce_scatter_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv2, inv3, inv4):
+    """dp_reduce_scatter_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = d - 1 -> r0
+    numpy.subtract(d, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = P_ne*bytes_grad*n_layers_stage/t -> r2
+    numpy.multiply(P_ne, n_layers_stage, out=r2)
+    numpy.multiply(r2, bytes_grad, out=r2)
+    numpy.divide(r2, t, out=r2)
+    # tmp3 = tmp2/d -> r3
+    numpy.divide(r2, d, out=r3)
+    # tmp4 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
+    # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
+    # tmp7 = numpy.minimum(tmp5, tmp6) -> r6
+    numpy.minimum(r4, r5, out=r6)
+    # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
+    numpy.copyto(r7, r6)
+    numpy.copyto(r7, r4, where=m1)
+    # tmp9 = tmp0*tmp3 -> r8
+    numpy.multiply(r0, r3, out=r8)
+    # tmp10 = d - nodes -> r9
+    numpy.subtract(d, nodes, out=r9)
+    # tmp11 = nodes - 1 -> r10
+    numpy.subtract(nodes, 1.0, out=r10)
+    # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
+    # tmp14 = inv0/ring_channels -> r12
+    numpy.divide(inv0, ring_channels, out=r12)
+    # tmp15 = ranks_per_node - 1 -> r13
+    numpy.subtract(ranks_per_node, 1.0, out=r13)
+    # tmp17 = tmp2/ranks_per_node -> r14
+    numpy.divide(r2, ranks_per_node, out=r14)
+    # tmp18 = tmp15*tmp17 -> r2
+    numpy.multiply(r13, r14, out=r2)
+    # tmp19 = numpy.minimum(tmp5, tmp6/ranks_per_node) -> r15
+    numpy.divide(r5, ranks_per_node, out=r15)
+    numpy.minimum(r15, r4, out=r15)
+    # tmp20 = numpy.where(tmp4, tmp5, tmp19) -> r5
+    numpy.copyto(r5, r15)
+    numpy.copyto(r5, r4, where=m1)
+    # tmp21 = tmp17/nodes -> r16
+    numpy.divide(r14, nodes, out=r16)
+    # tmp22 = tmp11*tmp21 -> r17
+    numpy.multiply(r10, r16, out=r17)
+    # out = (zero2_non_exp + zero3_non_exp)*numpy.minimum(1,
+    #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp4,
+    #     numpy.greater(d, 1))), hop_nvlink_nvls_s +
+    #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(d*d))),
+    #     numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) +
+    #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
+    #     inv2*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp9/numpy.minimum(tmp13, 0.92*tmp8) + numpy.where(tmp4, alpha_ring_ll128_s
+    #     + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp10 + tmp11*numpy.where(tmp12,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)), numpy.minimum(tmp3*(d -
+    #     0.5)*numpy.where(tmp4, tmp14, 1/tmp7) + numpy.where(tmp4, alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv4*tmp10 + tmp11*numpy.where(tmp12,
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s + hop_net_tree_ll_s*tmp11),
+    #     numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp11), tmp21*(nodes - 0.5)*numpy.where(tmp4, tmp14, 1/tmp19) +
+    #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp11,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp11))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp15 + tmp14*tmp17*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 +
+    #     tmp18/numpy.minimum(tmp13, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 +
+    #     tmp18/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), numpy.inf)))))
+    numpy.add(zero2_non_exp, zero3_non_exp, out=out)
+    numpy.minimum(1.0, r0, out=r18)
+    numpy.multiply(out, r18, out=out)
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(d, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r19)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, nvls_efficiency, out=r19)
+    numpy.multiply(d, d, out=r20)
+    numpy.divide(r19, r20, out=r19)
+    numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
+    numpy.minimum(r19, r1, out=r19)
+    numpy.divide(r3, r19, out=r19)
+    numpy.add(r19, hop_nvlink_nvls_s, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(r7, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r8, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv2, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll_s)
+        numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(r7, 0.92, out=r19)
+    numpy.minimum(r19, r11, out=r19)
+    numpy.divide(r8, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv3, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll128_s)
+        numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.subtract(d, 0.5, out=r19)
+    numpy.divide(1.0, r6, out=r20)
+    numpy.copyto(r20, r12, where=m1)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, r3, out=r19)
+    if not m1.all():
+        numpy.multiply(inv4, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_simple_s)
+        numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.copyto(r19, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r5, 0.5, out=r20)
+    numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r10, hop_net_tree_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.multiply(r5, 0.92, out=r21)
+    numpy.minimum(r21, r11, out=r21)
+    numpy.divide(r17, r21, out=r21)
+    numpy.multiply(r10, hop_net_tree_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r23)
+    numpy.add(r23, alpha_ring_ll128_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.subtract(nodes, 0.5, out=r21)
+    numpy.divide(1.0, r15, out=r22)
+    numpy.copyto(r22, r12, where=m1)
+    numpy.multiply(r21, r22, out=r21)
+    numpy.multiply(r21, r16, out=r21)
+    numpy.multiply(r10, hop_net_tree_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r23)
+    numpy.add(r23, alpha_ring_simple_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
+    numpy.subtract(ranks_per_node, 0.5, out=r22)
+    numpy.multiply(r22, r12, out=r22)
+    numpy.multiply(r22, r14, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.multiply(r4, 0.92, out=r23)
+    numpy.minimum(r23, r11, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
+    numpy.multiply(r4, 0.5, out=r23)
+    numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(out, r18, out=out)
+
+
+dp_reduce_scatter_stage_time_s.kernel = _runtime.Kernel(
+    _dp_reduce_scatter_stage_time_s_block,
+    reals=24,
+    masks=5,
+    arguments=("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_grad", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=("inv0", "inv2", "inv3", "inv4"),
+    invariants=_dp_reduce_scatter_stage_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def dp_all_gather_stage_calls_count(*, d, m, zero2_non_exp, zero3_non_exp):
@@ -2441,15 +3021,32 @@ def dp_all_gather_stage_calls_count(*, d, m, zero2_non_exp, zero3_non_exp):
         reals=1,
         masks=0,
     )
-    for out, r0, d, m, zero2_non_exp, zero3_non_exp in call.blocks():
-        # out = (2*m*zero3_non_exp + zero2_non_exp)*numpy.minimum(1, d - 1)
-        numpy.multiply(zero3_non_exp, m, out=out)
-        numpy.multiply(out, 2.0, out=out)
-        numpy.add(out, zero2_non_exp, out=out)
-        numpy.subtract(d, 1.0, out=r0)
-        numpy.minimum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
+    for block in call.blocks():
+        _dp_all_gather_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_calls_count_block(out, r0, d, m, zero2_non_exp, zero3_non_exp):
+    """dp_all_gather_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (2*m*zero3_non_exp + zero2_non_exp)*numpy.minimum(1, d - 1)
+    numpy.multiply(zero3_non_exp, m, out=out)
+    numpy.multiply(out, 2.0, out=out)
+    numpy.add(out, zero2_non_exp, out=out)
+    numpy.subtract(d, 1.0, out=r0)
+    numpy.minimum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_all_gather_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_calls_count_block,
+    reals=1,
+    masks=0,
+    arguments=("d", "m", "zero2_non_exp", "zero3_non_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_gather_stage_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
@@ -2488,12 +3085,29 @@ def dp_all_gather_stage_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_p, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_p*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_p, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_all_gather_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_msg_bytes_block(out, P_ne, bytes_p, n_layers_stage, t):
+    """dp_all_gather_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_p*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_p, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_all_gather_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_p", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_gather_stage_step_bytes(*, P_ne, bytes_p, d, m, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
@@ -2538,23 +3152,40 @@ def dp_all_gather_stage_step_bytes(*, P_ne, bytes_p, d, m, n_layers_stage, t, ze
         reals=2,
         masks=0,
     )
-    for out, r0, r1, P_ne, bytes_p, d, m, n_layers_stage, t, zero2_non_exp, zero3_non_exp in call.blocks():
-        # tmp0 = d - 1 -> r0
-        numpy.subtract(d, 1.0, out=r0)
-        # out = P_ne*bytes_p*n_layers_stage*tmp0*(2*m*zero3_non_exp +
-        #     zero2_non_exp)*numpy.minimum(1, tmp0)/(d*t)
-        numpy.multiply(zero3_non_exp, m, out=out)
-        numpy.multiply(out, 2.0, out=out)
-        numpy.add(out, zero2_non_exp, out=out)
-        numpy.minimum(1.0, r0, out=r1)
-        numpy.multiply(out, r1, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_p, out=out)
-        numpy.multiply(d, t, out=r1)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _dp_all_gather_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_step_bytes_block(out, r0, r1, P_ne, bytes_p, d, m, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
+    """dp_all_gather_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = d - 1 -> r0
+    numpy.subtract(d, 1.0, out=r0)
+    # out = P_ne*bytes_p*n_layers_stage*tmp0*(2*m*zero3_non_exp + zero2_non_exp)*numpy.minimum(1,
+    #     tmp0)/(d*t)
+    numpy.multiply(zero3_non_exp, m, out=out)
+    numpy.multiply(out, 2.0, out=out)
+    numpy.add(out, zero2_non_exp, out=out)
+    numpy.minimum(1.0, r0, out=r1)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_p, out=out)
+    numpy.multiply(d, t, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+dp_all_gather_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_step_bytes_block,
+    reals=2,
+    masks=0,
+    arguments=("P_ne", "bytes_p", "d", "m", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp):
@@ -2698,20 +3329,7 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_all_gather_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv2, inv3, inv4) = _dp_all_gather_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "dp_all_gather_stage_time_s",
             ("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_p", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv2", "inv3", "inv4"),
@@ -2719,215 +3337,247 @@ def dp_all_gather_stage_time_s(*, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alp
             reals=24,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv2, inv3, inv4 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = d - 1 -> r0
-            numpy.subtract(d, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = P_ne*bytes_p*n_layers_stage/t -> r2
-            numpy.multiply(P_ne, n_layers_stage, out=r2)
-            numpy.multiply(r2, bytes_p, out=r2)
-            numpy.divide(r2, t, out=r2)
-            # tmp3 = tmp2/d -> r3
-            numpy.divide(r2, d, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
-            # tmp7 = numpy.minimum(tmp5, tmp6) -> r6
-            numpy.minimum(r4, r5, out=r6)
-            # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
-            numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m1)
-            # tmp9 = tmp0*tmp3 -> r8
-            numpy.multiply(r0, r3, out=r8)
-            # tmp10 = d - nodes -> r9
-            numpy.subtract(d, nodes, out=r9)
-            # tmp11 = nodes - 1 -> r10
-            numpy.subtract(nodes, 1.0, out=r10)
-            # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
-            # tmp14 = inv0/ring_channels -> r12
-            numpy.divide(inv0, ring_channels, out=r12)
-            # tmp15 = ranks_per_node - 1 -> r13
-            numpy.subtract(ranks_per_node, 1.0, out=r13)
-            # tmp17 = tmp2/ranks_per_node -> r14
-            numpy.divide(r2, ranks_per_node, out=r14)
-            # tmp18 = tmp15*tmp17 -> r2
-            numpy.multiply(r13, r14, out=r2)
-            # tmp19 = numpy.minimum(tmp5, tmp6/ranks_per_node) -> r15
-            numpy.divide(r5, ranks_per_node, out=r15)
-            numpy.minimum(r15, r4, out=r15)
-            # tmp20 = numpy.where(tmp4, tmp5, tmp19) -> r5
-            numpy.copyto(r5, r15)
-            numpy.copyto(r5, r4, where=m1)
-            # tmp21 = tmp17/nodes -> r16
-            numpy.divide(r14, nodes, out=r16)
-            # tmp22 = tmp11*tmp21 -> r17
-            numpy.multiply(r10, r16, out=r17)
-            # out = (2*m*zero3_non_exp + zero2_non_exp)*numpy.minimum(1,
-            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
-            #     numpy.logical_and(tmp4, numpy.greater(d, 1))), hop_nvlink_nvls_s +
-            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(d*d))), numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp8) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0,
-            #     alpha_ring_ll_s + inv2*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(tmp9/numpy.minimum(tmp13, 0.92*tmp8) +
-            #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0,
-            #     alpha_ring_ll128_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp3*(d - 0.5)*numpy.where(tmp4, tmp14,
-            #     1/tmp7) + numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp11), numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp11), tmp21*(nodes -
-            #     0.5)*numpy.where(tmp4, tmp14, 1/tmp19) + numpy.where(tmp4, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp11, alpha_ring_simple_s +
-            #     hop_net_tree_simple_s*tmp11))) + numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp15 + tmp14*tmp17*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 +
-            #     tmp18/numpy.minimum(tmp13, 0.92*tmp5), alpha_ring_ll_s +
-            #     hop_nvlink_ring_ll_s*tmp15 + tmp18/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp5))), numpy.inf)))))
-            numpy.multiply(zero3_non_exp, m, out=out)
-            numpy.multiply(out, 2.0, out=out)
-            numpy.add(out, zero2_non_exp, out=out)
-            numpy.minimum(1.0, r0, out=r18)
-            numpy.multiply(out, r18, out=out)
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(d, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r19)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, nvls_efficiency, out=r19)
-            numpy.multiply(d, d, out=r20)
-            numpy.divide(r19, r20, out=r19)
-            numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
-            numpy.minimum(r19, r1, out=r19)
-            numpy.divide(r3, r19, out=r19)
-            numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(r7, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r8, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv2, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll_s)
-                numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(r7, 0.92, out=r19)
-            numpy.minimum(r19, r11, out=r19)
-            numpy.divide(r8, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv3, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll128_s)
-                numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.subtract(d, 0.5, out=r19)
-            numpy.divide(1.0, r6, out=r20)
-            numpy.copyto(r20, r12, where=m1)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, r3, out=r19)
-            if not m1.all():
-                numpy.multiply(inv4, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_simple_s)
-                numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r5, 0.5, out=r20)
-            numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r10, hop_net_tree_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.multiply(r5, 0.92, out=r21)
-            numpy.minimum(r21, r11, out=r21)
-            numpy.divide(r17, r21, out=r21)
-            numpy.multiply(r10, hop_net_tree_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r23)
-            numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.subtract(nodes, 0.5, out=r21)
-            numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r12, where=m1)
-            numpy.multiply(r21, r22, out=r21)
-            numpy.multiply(r21, r16, out=r21)
-            numpy.multiply(r10, hop_net_tree_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r23)
-            numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
-            numpy.subtract(ranks_per_node, 0.5, out=r22)
-            numpy.multiply(r22, r12, out=r22)
-            numpy.multiply(r22, r14, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.multiply(r4, 0.92, out=r23)
-            numpy.minimum(r23, r11, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
-            numpy.multiply(r4, 0.5, out=r23)
-            numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(out, r18, out=out)
+        for block in call.blocks():
+            _dp_all_gather_stage_time_s_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s):
+    """What dp_all_gather_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_all_gather_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv2, inv3, inv4)
+
+
+def _dp_all_gather_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, P_ne, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t, zero2_non_exp, zero3_non_exp, inv0, inv2, inv3, inv4):
+    """dp_all_gather_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = d - 1 -> r0
+    numpy.subtract(d, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = P_ne*bytes_p*n_layers_stage/t -> r2
+    numpy.multiply(P_ne, n_layers_stage, out=r2)
+    numpy.multiply(r2, bytes_p, out=r2)
+    numpy.divide(r2, t, out=r2)
+    # tmp3 = tmp2/d -> r3
+    numpy.divide(r2, d, out=r3)
+    # tmp4 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
+    # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
+    # tmp7 = numpy.minimum(tmp5, tmp6) -> r6
+    numpy.minimum(r4, r5, out=r6)
+    # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
+    numpy.copyto(r7, r6)
+    numpy.copyto(r7, r4, where=m1)
+    # tmp9 = tmp0*tmp3 -> r8
+    numpy.multiply(r0, r3, out=r8)
+    # tmp10 = d - nodes -> r9
+    numpy.subtract(d, nodes, out=r9)
+    # tmp11 = nodes - 1 -> r10
+    numpy.subtract(nodes, 1.0, out=r10)
+    # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
+    # tmp14 = inv0/ring_channels -> r12
+    numpy.divide(inv0, ring_channels, out=r12)
+    # tmp15 = ranks_per_node - 1 -> r13
+    numpy.subtract(ranks_per_node, 1.0, out=r13)
+    # tmp17 = tmp2/ranks_per_node -> r14
+    numpy.divide(r2, ranks_per_node, out=r14)
+    # tmp18 = tmp15*tmp17 -> r2
+    numpy.multiply(r13, r14, out=r2)
+    # tmp19 = numpy.minimum(tmp5, tmp6/ranks_per_node) -> r15
+    numpy.divide(r5, ranks_per_node, out=r15)
+    numpy.minimum(r15, r4, out=r15)
+    # tmp20 = numpy.where(tmp4, tmp5, tmp19) -> r5
+    numpy.copyto(r5, r15)
+    numpy.copyto(r5, r4, where=m1)
+    # tmp21 = tmp17/nodes -> r16
+    numpy.divide(r14, nodes, out=r16)
+    # tmp22 = tmp11*tmp21 -> r17
+    numpy.multiply(r10, r16, out=r17)
+    # out = (2*m*zero3_non_exp + zero2_non_exp)*numpy.minimum(1,
+    #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp4,
+    #     numpy.greater(d, 1))), hop_nvlink_nvls_s +
+    #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(d*d))),
+    #     numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) +
+    #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
+    #     inv2*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp9/numpy.minimum(tmp13, 0.92*tmp8) + numpy.where(tmp4, alpha_ring_ll128_s
+    #     + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp10 + tmp11*numpy.where(tmp12,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)), numpy.minimum(tmp3*(d -
+    #     0.5)*numpy.where(tmp4, tmp14, 1/tmp7) + numpy.where(tmp4, alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv4*tmp10 + tmp11*numpy.where(tmp12,
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s + hop_net_tree_ll_s*tmp11),
+    #     numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp11), tmp21*(nodes - 0.5)*numpy.where(tmp4, tmp14, 1/tmp19) +
+    #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp11,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp11))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp15 + tmp14*tmp17*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 +
+    #     tmp18/numpy.minimum(tmp13, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 +
+    #     tmp18/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), numpy.inf)))))
+    numpy.multiply(zero3_non_exp, m, out=out)
+    numpy.multiply(out, 2.0, out=out)
+    numpy.add(out, zero2_non_exp, out=out)
+    numpy.minimum(1.0, r0, out=r18)
+    numpy.multiply(out, r18, out=out)
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(d, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r19)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, nvls_efficiency, out=r19)
+    numpy.multiply(d, d, out=r20)
+    numpy.divide(r19, r20, out=r19)
+    numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
+    numpy.minimum(r19, r1, out=r19)
+    numpy.divide(r3, r19, out=r19)
+    numpy.add(r19, hop_nvlink_nvls_s, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(r7, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r8, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv2, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll_s)
+        numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(r7, 0.92, out=r19)
+    numpy.minimum(r19, r11, out=r19)
+    numpy.divide(r8, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv3, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll128_s)
+        numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.subtract(d, 0.5, out=r19)
+    numpy.divide(1.0, r6, out=r20)
+    numpy.copyto(r20, r12, where=m1)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, r3, out=r19)
+    if not m1.all():
+        numpy.multiply(inv4, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_simple_s)
+        numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.copyto(r19, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r5, 0.5, out=r20)
+    numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r10, hop_net_tree_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.multiply(r5, 0.92, out=r21)
+    numpy.minimum(r21, r11, out=r21)
+    numpy.divide(r17, r21, out=r21)
+    numpy.multiply(r10, hop_net_tree_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r23)
+    numpy.add(r23, alpha_ring_ll128_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.subtract(nodes, 0.5, out=r21)
+    numpy.divide(1.0, r15, out=r22)
+    numpy.copyto(r22, r12, where=m1)
+    numpy.multiply(r21, r22, out=r21)
+    numpy.multiply(r21, r16, out=r21)
+    numpy.multiply(r10, hop_net_tree_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r23)
+    numpy.add(r23, alpha_ring_simple_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
+    numpy.subtract(ranks_per_node, 0.5, out=r22)
+    numpy.multiply(r22, r12, out=r22)
+    numpy.multiply(r22, r14, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.multiply(r4, 0.92, out=r23)
+    numpy.minimum(r23, r11, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
+    numpy.multiply(r4, 0.5, out=r23)
+    numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(out, r18, out=out)
+
+
+dp_all_gather_stage_time_s.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_time_s_block,
+    reals=24,
+    masks=5,
+    arguments=("P_ne", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_p", "d", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=("inv0", "inv2", "inv3", "inv4"),
+    invariants=_dp_all_gather_stage_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def dp_expert_all_reduce_stage_calls_count(*, d_exp, zero2_exp, zero3_exp):
@@ -2964,14 +3614,31 @@ def dp_expert_all_reduce_stage_calls_count(*, d_exp, zero2_exp, zero3_exp):
         reals=1,
         masks=0,
     )
-    for out, r0, d_exp, zero2_exp, zero3_exp in call.blocks():
-        # out = (-zero2_exp - zero3_exp + 1)*numpy.minimum(1, d_exp - 1)
-        numpy.subtract(1.0, zero2_exp, out=out)
-        numpy.subtract(out, zero3_exp, out=out)
-        numpy.subtract(d_exp, 1.0, out=r0)
-        numpy.minimum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_reduce_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_stage_calls_count_block(out, r0, d_exp, zero2_exp, zero3_exp):
+    """dp_expert_all_reduce_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (-zero2_exp - zero3_exp + 1)*numpy.minimum(1, d_exp - 1)
+    numpy.subtract(1.0, zero2_exp, out=out)
+    numpy.subtract(out, zero3_exp, out=out)
+    numpy.subtract(d_exp, 1.0, out=r0)
+    numpy.minimum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_expert_all_reduce_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_stage_calls_count_block,
+    reals=1,
+    masks=0,
+    arguments=("d_exp", "zero2_exp", "zero3_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_reduce_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
@@ -3010,13 +3677,30 @@ def dp_expert_all_reduce_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_st
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp in call.blocks():
-        # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-        numpy.multiply(P_r, n_moe_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.multiply(ep, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_reduce_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_stage_msg_bytes_block(out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
+    """dp_expert_all_reduce_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
+    numpy.multiply(P_r, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.multiply(ep, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_reduce_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_reduce_stage_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp):
@@ -3054,12 +3738,7 @@ def dp_expert_all_reduce_stage_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_l
         tmp0 = d_exp - 1
         out = 2*P_r*bytes_grad*n_moe_layers_stage*tmp0*(-zero2_exp - zero3_exp + 1)*xp.minimum(1, tmp0)/(d_exp*ep*t_exp)
         return _runtime.broadcast(xp, out, (P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("dp_expert_all_reduce_stage_step_bytes", ("bytes_grad",), (bytes_grad,))
-        inv0 = 2*bytes_grad
+    (inv0,) = _dp_expert_all_reduce_stage_step_bytes_invariants(bytes_grad)
     call = _runtime.Call(
         "dp_expert_all_reduce_stage_step_bytes",
         ("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp", "zero2_exp", "zero3_exp", "inv0"),
@@ -3067,23 +3746,50 @@ def dp_expert_all_reduce_stage_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_l
         reals=2,
         masks=0,
     )
-    for out, r0, r1, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp, inv0 in call.blocks():
-        # tmp0 = d_exp - 1 -> r0
-        numpy.subtract(d_exp, 1.0, out=r0)
-        # out = P_r*inv0*n_moe_layers_stage*tmp0*(-zero2_exp - zero3_exp + 1)*numpy.minimum(1,
-        #     tmp0)/(d_exp*ep*t_exp)
-        numpy.subtract(1.0, zero2_exp, out=out)
-        numpy.subtract(out, zero3_exp, out=out)
-        numpy.minimum(1.0, r0, out=r1)
-        numpy.multiply(out, r1, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, P_r, out=out)
-        numpy.multiply(out, n_moe_layers_stage, out=out)
-        numpy.multiply(d_exp, ep, out=r1)
-        numpy.multiply(r1, t_exp, out=r1)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _dp_expert_all_reduce_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_stage_step_bytes_invariants(bytes_grad):
+    """What dp_expert_all_reduce_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_expert_all_reduce_stage_step_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _dp_expert_all_reduce_stage_step_bytes_block(out, r0, r1, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp, inv0):
+    """dp_expert_all_reduce_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = d_exp - 1 -> r0
+    numpy.subtract(d_exp, 1.0, out=r0)
+    # out = P_r*inv0*n_moe_layers_stage*tmp0*(-zero2_exp - zero3_exp + 1)*numpy.minimum(1,
+    #     tmp0)/(d_exp*ep*t_exp)
+    numpy.subtract(1.0, zero2_exp, out=out)
+    numpy.subtract(out, zero3_exp, out=out)
+    numpy.minimum(1.0, r0, out=r1)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_r, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(d_exp, ep, out=r1)
+    numpy.multiply(r1, t_exp, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+dp_expert_all_reduce_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_stage_step_bytes_block,
+    reals=2,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp", "zero2_exp", "zero3_exp"),
+    passed=("inv0",),
+    invariants=_dp_expert_all_reduce_stage_step_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_exp, zero3_exp):
@@ -3292,24 +3998,7 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2/numpy.log(2)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = 2*nvls_efficiency
-            inv4 = numpy.greater(nvls, 0)
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_all_reduce_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
-            inv0 = 2/numpy.log(2)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv3 = 2*nvls_efficiency
-            inv4 = numpy.greater(nvls, 0)
-            inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1, inv2, inv3, inv5, inv6) = _dp_expert_all_reduce_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "dp_expert_all_reduce_stage_time_s",
             ("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "bytes_grad", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "zero2_exp", "zero3_exp", "inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
@@ -3317,293 +4006,328 @@ def dp_expert_all_reduce_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             reals=41,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, r40, m0, m1, m2, m3, m4, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_exp, zero3_exp, inv0, inv1, inv2, inv3, inv5, inv6 in call.blocks():
-            # inv4_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = d_exp - 1 -> r0
-            numpy.subtract(d_exp, 1.0, out=r0)
-            # tmp1 = ranks_per_node - 1 -> r1
-            numpy.subtract(ranks_per_node, 1.0, out=r1)
-            # tmp2 = 2*tmp1 -> r2
-            numpy.multiply(r1, 2.0, out=r2)
-            # tmp3 = ring_channels*tree_channel_max_bw_bytes_per_s -> r3
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r4
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp5 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
-            # tmp7 = numpy.minimum(tmp4, tmp6) -> r6
-            numpy.minimum(r4, r5, out=r6)
-            # tmp8 = numpy.where(tmp5, tmp4, tmp7) -> r7
-            numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m1)
-            # tmp9 = 0.92*tmp8 -> r8
-            numpy.multiply(r7, 0.92, out=r8)
-            # tmp10 = numpy.minimum(tmp3, tmp9) -> r9
-            numpy.minimum(r3, r8, out=r9)
-            # tmp11 = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) -> r10
-            numpy.multiply(P_r, n_moe_layers_stage, out=r10)
-            numpy.multiply(r10, bytes_grad, out=r10)
-            numpy.multiply(ep, t_exp, out=r11)
-            numpy.divide(r10, r11, out=r10)
-            # tmp12 = 2*tmp11 -> r11
-            numpy.multiply(r10, 2.0, out=r11)
-            # tmp13 = inv0*numpy.log(nodes) -> r12
-            numpy.log(nodes, out=r12)
-            numpy.multiply(r12, inv0, out=r12)
-            # tmp14 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp13 -> r13
-            numpy.multiply(r12, hop_net_tree_simple_s, out=r13)
-            numpy.add(r13, alpha_tree_simple_s, out=r13)
-            # tmp15 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp13 -> r14
-            numpy.multiply(r12, hop_net_tree_ll_s, out=r14)
-            numpy.add(r14, alpha_tree_ll_s, out=r14)
-            # tmp16 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r15
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r15)
-            # tmp17 = numpy.where(tmp5, 0.7777777777777778, 0.9375) -> r16
-            numpy.copyto(r16, 0.9375)
-            numpy.copyto(r16, 0.7777777777777778, where=m1)
-            # tmp18 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp13 -> r17
-            numpy.multiply(r12, hop_net_tree_ll128_s, out=r17)
-            numpy.add(r17, alpha_tree_ll128_s, out=r17)
-            # tmp19 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r12
-            numpy.maximum(1.0, r0, out=r12)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r12, out=r12)
-            # tmp21 = 2*d_exp -> r18
-            numpy.multiply(d_exp, 2.0, out=r18)
-            # tmp22 = tmp21 - 2 -> r19
-            numpy.subtract(r18, 2.0, out=r19)
-            # tmp23 = tmp11*tmp22 -> r20
-            numpy.multiply(r10, r19, out=r20)
-            # tmp24 = tmp23/d_exp -> r21
-            numpy.divide(r20, d_exp, out=r21)
-            # tmp25 = 2*nodes -> r22
-            numpy.multiply(nodes, 2.0, out=r22)
-            # tmp26 = tmp21 - tmp25 -> r23
-            numpy.subtract(r18, r22, out=r23)
-            # tmp27 = tmp25 - 2 -> r24
-            numpy.subtract(r22, 2.0, out=r24)
-            # tmp28 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp29 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r25
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r25)
-            # tmp30 = inv1/ring_channels -> r26
-            numpy.divide(inv1, ring_channels, out=r26)
-            # tmp32 = tmp11/ranks_per_node -> r27
-            numpy.divide(r10, ranks_per_node, out=r27)
-            # tmp33 = tmp1*tmp32 -> r28
-            numpy.multiply(r1, r27, out=r28)
-            # tmp34 = numpy.minimum(tmp4, tmp6/ranks_per_node) -> r29
-            numpy.divide(r5, ranks_per_node, out=r29)
-            numpy.minimum(r29, r4, out=r29)
-            # tmp35 = numpy.where(tmp5, tmp4, tmp34) -> r5
-            numpy.copyto(r5, r29)
-            numpy.copyto(r5, r4, where=m1)
-            # tmp36 = 0.92*tmp35 -> r30
-            numpy.multiply(r5, 0.92, out=r30)
-            # tmp37 = numpy.minimum(tmp3, tmp36) -> r31
-            numpy.minimum(r3, r30, out=r31)
-            # tmp38 = tmp12/ranks_per_node -> r3
-            numpy.divide(r11, ranks_per_node, out=r3)
-            # tmp39 = tmp32/nodes -> r32
-            numpy.divide(r27, nodes, out=r32)
-            # tmp40 = tmp27*tmp39 -> r33
-            numpy.multiply(r24, r32, out=r33)
-            # out = (-zero2_exp - zero3_exp + 1)*numpy.minimum(1,
-            #     tmp0)*numpy.minimum(hop_nvlink_tree_simple_s*tmp2 + tmp14 + tmp12/tmp10,
-            #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp2 + tmp12/numpy.minimum(tmp16,
-            #     tmp10*tmp17) + tmp18, numpy.minimum(hop_nvlink_tree_ll_s*tmp2 +
-            #     tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp10) + tmp15,
-            #     numpy.minimum(tmp24/numpy.minimum(tmp29, tmp9) + numpy.where(tmp5,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp22, alpha_ring_ll128_s +
-            #     inv2*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv4_mask,
-            #     numpy.logical_and(tmp5, numpy.greater(d_exp, 1))), hop_nvlink_nvls_s +
-            #     tmp23/((d_exp*d_exp)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp19, inv3*tmp0*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp19)/d_exp))), numpy.inf),
-            #     numpy.minimum(tmp24/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) +
-            #     numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22, alpha_ring_ll_s +
-            #     inv5*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(numpy.where(tmp5, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp22, alpha_ring_simple_s + inv6*tmp26 +
-            #     tmp27*numpy.where(tmp28, hop_net_tree_simple_s, hop_net_ring_simple_s)) +
-            #     tmp11*(tmp21 - 1.5)*numpy.where(tmp5, tmp30, 1/tmp7)/d_exp,
-            #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp1 + tmp30*tmp32*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp1 +
-            #     tmp33/numpy.minimum(tmp29, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp1
-            #     + tmp33/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) + numpy.minimum(tmp14 +
-            #     tmp38/tmp37, numpy.minimum(tmp15 + tmp38/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*tmp37), numpy.minimum(tmp18 + tmp38/numpy.minimum(tmp16,
-            #     tmp17*tmp37), numpy.minimum(tmp40/numpy.minimum(tmp29, tmp36) + numpy.where(tmp5,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp27, alpha_ring_ll128_s +
-            #     hop_net_tree_ll128_s*tmp27),
-            #     numpy.minimum(tmp40/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp35) +
-            #     numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp27, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp27), tmp39*(tmp25 - 1.5)*numpy.where(tmp5, tmp30, 1/tmp34) +
-            #     numpy.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp27,
-            #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp27)))))), numpy.inf))))))))
-            numpy.subtract(1.0, zero2_exp, out=out)
-            numpy.subtract(out, zero3_exp, out=out)
-            numpy.minimum(1.0, r0, out=r34)
-            numpy.multiply(out, r34, out=out)
-            numpy.divide(r11, r9, out=r34)
-            numpy.multiply(r2, hop_nvlink_tree_simple_s, out=r35)
-            numpy.add(r34, r35, out=r34)
-            numpy.add(r34, r13, out=r34)
-            numpy.multiply(r9, r16, out=r35)
-            numpy.minimum(r35, r15, out=r35)
-            numpy.divide(r11, r35, out=r35)
-            numpy.multiply(r2, hop_nvlink_tree_ll128_s, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.add(r35, r17, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.multiply(r9, 0.2631578947368421, out=r35)
-            numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
-            numpy.divide(r11, r35, out=r35)
-            numpy.multiply(r2, hop_nvlink_tree_ll_s, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.add(r35, r14, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.minimum(r25, r8, out=r35)
-            numpy.divide(r21, r35, out=r35)
-            if not m1.all():
-                numpy.multiply(inv2, r23, out=r36)
-                numpy.copyto(r37, hop_net_ring_ll128_s)
-                numpy.copyto(r37, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r37, r24, out=r37)
-                numpy.add(r36, r37, out=r36)
-                numpy.add(r36, alpha_ring_ll128_s, out=r36)
-            numpy.multiply(r19, hop_nvlink_ring_ll128_s, out=r37)
-            numpy.add(r37, alpha_ring_ll128_s, out=r37)
-            numpy.copyto(r36, r37, where=m1)
-            numpy.add(r35, r36, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.copyto(r35, numpy.inf)
-            numpy.greater(d_exp, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(d_exp, d_exp, out=r36)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r12, out=r37)
-            numpy.multiply(r37, inv3, out=r37)
-            numpy.multiply(r37, r0, out=r37)
-            numpy.divide(r37, d_exp, out=r37)
-            numpy.minimum(r37, nvls_channel_max_bw_bytes_per_s, out=r37)
-            numpy.minimum(r37, r12, out=r37)
-            numpy.multiply(r36, r37, out=r36)
-            numpy.divide(r20, r36, out=r36)
-            numpy.add(r36, hop_nvlink_nvls_s, out=r36)
-            numpy.copyto(r35, r36, where=m3)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.multiply(r7, 0.5, out=r35)
-            numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
-            numpy.divide(r21, r35, out=r35)
-            if not m1.all():
-                numpy.multiply(inv5, r23, out=r36)
-                numpy.copyto(r37, hop_net_ring_ll_s)
-                numpy.copyto(r37, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r37, r24, out=r37)
-                numpy.add(r36, r37, out=r36)
-                numpy.add(r36, alpha_ring_ll_s, out=r36)
-            numpy.multiply(r19, hop_nvlink_ring_ll_s, out=r37)
-            numpy.add(r37, alpha_ring_ll_s, out=r37)
-            numpy.copyto(r36, r37, where=m1)
-            numpy.add(r35, r36, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.subtract(r18, 1.5, out=r35)
-            numpy.divide(1.0, r6, out=r36)
-            numpy.copyto(r36, r26, where=m1)
-            numpy.multiply(r35, r36, out=r35)
-            numpy.multiply(r35, r10, out=r35)
-            numpy.divide(r35, d_exp, out=r35)
-            if not m1.all():
-                numpy.multiply(inv6, r23, out=r36)
-                numpy.copyto(r37, hop_net_ring_simple_s)
-                numpy.copyto(r37, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r37, r24, out=r37)
-                numpy.add(r36, r37, out=r36)
-                numpy.add(r36, alpha_ring_simple_s, out=r36)
-            numpy.multiply(r19, hop_nvlink_ring_simple_s, out=r37)
-            numpy.add(r37, alpha_ring_simple_s, out=r37)
-            numpy.copyto(r36, r37, where=m1)
-            numpy.add(r35, r36, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.copyto(r35, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r36)
-            numpy.subtract(ranks_per_node, 0.5, out=r37)
-            numpy.multiply(r37, r26, out=r37)
-            numpy.multiply(r37, r27, out=r37)
-            numpy.add(r36, r37, out=r36)
-            numpy.add(r36, alpha_ring_simple_s, out=r36)
-            numpy.multiply(r1, hop_nvlink_ring_ll128_s, out=r37)
-            numpy.multiply(r4, 0.92, out=r38)
-            numpy.minimum(r38, r25, out=r38)
-            numpy.divide(r28, r38, out=r38)
-            numpy.add(r37, r38, out=r37)
-            numpy.add(r37, alpha_ring_ll128_s, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.multiply(r1, hop_nvlink_ring_ll_s, out=r37)
-            numpy.multiply(r4, 0.5, out=r38)
-            numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
-            numpy.divide(r28, r38, out=r38)
-            numpy.add(r37, r38, out=r37)
-            numpy.add(r37, alpha_ring_ll_s, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.multiply(r36, 2.0, out=r36)
-            numpy.divide(r3, r31, out=r37)
-            numpy.add(r37, r13, out=r37)
-            numpy.multiply(r31, 0.2631578947368421, out=r38)
-            numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
-            numpy.divide(r3, r38, out=r38)
-            numpy.add(r38, r14, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.multiply(r16, r31, out=r38)
-            numpy.minimum(r38, r15, out=r38)
-            numpy.divide(r3, r38, out=r38)
-            numpy.add(r38, r17, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.minimum(r25, r30, out=r38)
-            numpy.divide(r33, r38, out=r38)
-            numpy.multiply(r24, hop_net_tree_ll128_s, out=r39)
-            numpy.add(r39, alpha_ring_ll128_s, out=r39)
-            numpy.multiply(r24, hop_nvlink_ring_ll128_s, out=r40)
-            numpy.add(r40, alpha_ring_ll128_s, out=r40)
-            numpy.copyto(r39, r40, where=m1)
-            numpy.add(r38, r39, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.multiply(r5, 0.5, out=r38)
-            numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
-            numpy.divide(r33, r38, out=r38)
-            numpy.multiply(r24, hop_net_tree_ll_s, out=r39)
-            numpy.add(r39, alpha_ring_ll_s, out=r39)
-            numpy.multiply(r24, hop_nvlink_ring_ll_s, out=r40)
-            numpy.add(r40, alpha_ring_ll_s, out=r40)
-            numpy.copyto(r39, r40, where=m1)
-            numpy.add(r38, r39, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.subtract(r22, 1.5, out=r38)
-            numpy.divide(1.0, r29, out=r39)
-            numpy.copyto(r39, r26, where=m1)
-            numpy.multiply(r38, r39, out=r38)
-            numpy.multiply(r38, r32, out=r38)
-            numpy.multiply(r24, hop_net_tree_simple_s, out=r39)
-            numpy.add(r39, alpha_ring_simple_s, out=r39)
-            numpy.multiply(r24, hop_nvlink_ring_simple_s, out=r40)
-            numpy.add(r40, alpha_ring_simple_s, out=r40)
-            numpy.copyto(r39, r40, where=m1)
-            numpy.add(r38, r39, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.add(r36, r37, out=r36)
-            numpy.copyto(r35, r36, where=m3)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.multiply(out, r34, out=out)
+        for block in call.blocks():
+            _dp_expert_all_reduce_stage_time_s_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s):
+    """What dp_expert_all_reduce_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2/numpy.log(2)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv3 = 2*nvls_efficiency
+        inv4 = numpy.greater(nvls, 0)
+        inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_all_reduce_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s))
+        inv0 = 2/numpy.log(2)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv3 = 2*nvls_efficiency
+        inv4 = numpy.greater(nvls, 0)
+        inv5 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv6 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1, inv2, inv3, inv5, inv6)
+
+
+def _dp_expert_all_reduce_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, r40, m0, m1, m2, m3, m4, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, zero2_exp, zero3_exp, inv0, inv1, inv2, inv3, inv5, inv6):
+    """dp_expert_all_reduce_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv4_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = d_exp - 1 -> r0
+    numpy.subtract(d_exp, 1.0, out=r0)
+    # tmp1 = ranks_per_node - 1 -> r1
+    numpy.subtract(ranks_per_node, 1.0, out=r1)
+    # tmp2 = 2*tmp1 -> r2
+    numpy.multiply(r1, 2.0, out=r2)
+    # tmp3 = ring_channels*tree_channel_max_bw_bytes_per_s -> r3
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r4
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
+    # tmp5 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
+    # tmp7 = numpy.minimum(tmp4, tmp6) -> r6
+    numpy.minimum(r4, r5, out=r6)
+    # tmp8 = numpy.where(tmp5, tmp4, tmp7) -> r7
+    numpy.copyto(r7, r6)
+    numpy.copyto(r7, r4, where=m1)
+    # tmp9 = 0.92*tmp8 -> r8
+    numpy.multiply(r7, 0.92, out=r8)
+    # tmp10 = numpy.minimum(tmp3, tmp9) -> r9
+    numpy.minimum(r3, r8, out=r9)
+    # tmp11 = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) -> r10
+    numpy.multiply(P_r, n_moe_layers_stage, out=r10)
+    numpy.multiply(r10, bytes_grad, out=r10)
+    numpy.multiply(ep, t_exp, out=r11)
+    numpy.divide(r10, r11, out=r10)
+    # tmp12 = 2*tmp11 -> r11
+    numpy.multiply(r10, 2.0, out=r11)
+    # tmp13 = inv0*numpy.log(nodes) -> r12
+    numpy.log(nodes, out=r12)
+    numpy.multiply(r12, inv0, out=r12)
+    # tmp14 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp13 -> r13
+    numpy.multiply(r12, hop_net_tree_simple_s, out=r13)
+    numpy.add(r13, alpha_tree_simple_s, out=r13)
+    # tmp15 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp13 -> r14
+    numpy.multiply(r12, hop_net_tree_ll_s, out=r14)
+    numpy.add(r14, alpha_tree_ll_s, out=r14)
+    # tmp16 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r15
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r15)
+    # tmp17 = numpy.where(tmp5, 0.7777777777777778, 0.9375) -> r16
+    numpy.copyto(r16, 0.9375)
+    numpy.copyto(r16, 0.7777777777777778, where=m1)
+    # tmp18 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp13 -> r17
+    numpy.multiply(r12, hop_net_tree_ll128_s, out=r17)
+    numpy.add(r17, alpha_tree_ll128_s, out=r17)
+    # tmp19 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r12
+    numpy.maximum(1.0, r0, out=r12)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r12, out=r12)
+    # tmp21 = 2*d_exp -> r18
+    numpy.multiply(d_exp, 2.0, out=r18)
+    # tmp22 = tmp21 - 2 -> r19
+    numpy.subtract(r18, 2.0, out=r19)
+    # tmp23 = tmp11*tmp22 -> r20
+    numpy.multiply(r10, r19, out=r20)
+    # tmp24 = tmp23/d_exp -> r21
+    numpy.divide(r20, d_exp, out=r21)
+    # tmp25 = 2*nodes -> r22
+    numpy.multiply(nodes, 2.0, out=r22)
+    # tmp26 = tmp21 - tmp25 -> r23
+    numpy.subtract(r18, r22, out=r23)
+    # tmp27 = tmp25 - 2 -> r24
+    numpy.subtract(r22, 2.0, out=r24)
+    # tmp28 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp29 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r25
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r25)
+    # tmp30 = inv1/ring_channels -> r26
+    numpy.divide(inv1, ring_channels, out=r26)
+    # tmp32 = tmp11/ranks_per_node -> r27
+    numpy.divide(r10, ranks_per_node, out=r27)
+    # tmp33 = tmp1*tmp32 -> r28
+    numpy.multiply(r1, r27, out=r28)
+    # tmp34 = numpy.minimum(tmp4, tmp6/ranks_per_node) -> r29
+    numpy.divide(r5, ranks_per_node, out=r29)
+    numpy.minimum(r29, r4, out=r29)
+    # tmp35 = numpy.where(tmp5, tmp4, tmp34) -> r5
+    numpy.copyto(r5, r29)
+    numpy.copyto(r5, r4, where=m1)
+    # tmp36 = 0.92*tmp35 -> r30
+    numpy.multiply(r5, 0.92, out=r30)
+    # tmp37 = numpy.minimum(tmp3, tmp36) -> r31
+    numpy.minimum(r3, r30, out=r31)
+    # tmp38 = tmp12/ranks_per_node -> r3
+    numpy.divide(r11, ranks_per_node, out=r3)
+    # tmp39 = tmp32/nodes -> r32
+    numpy.divide(r27, nodes, out=r32)
+    # tmp40 = tmp27*tmp39 -> r33
+    numpy.multiply(r24, r32, out=r33)
+    # out = (-zero2_exp - zero3_exp + 1)*numpy.minimum(1,
+    #     tmp0)*numpy.minimum(hop_nvlink_tree_simple_s*tmp2 + tmp14 + tmp12/tmp10,
+    #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp2 + tmp12/numpy.minimum(tmp16, tmp10*tmp17) +
+    #     tmp18, numpy.minimum(hop_nvlink_tree_ll_s*tmp2 +
+    #     tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp10) + tmp15,
+    #     numpy.minimum(tmp24/numpy.minimum(tmp29, tmp9) + numpy.where(tmp5, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp22, alpha_ring_ll128_s + inv2*tmp26 + tmp27*numpy.where(tmp28,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
+    #     numpy.minimum(numpy.where(numpy.logical_and(inv4_mask, numpy.logical_and(tmp5,
+    #     numpy.greater(d_exp, 1))), hop_nvlink_nvls_s +
+    #     tmp23/((d_exp*d_exp)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp19,
+    #     inv3*tmp0*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp19)/d_exp))), numpy.inf),
+    #     numpy.minimum(tmp24/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) + numpy.where(tmp5,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22, alpha_ring_ll_s + inv5*tmp26 +
+    #     tmp27*numpy.where(tmp28, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(numpy.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp22,
+    #     alpha_ring_simple_s + inv6*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s)) + tmp11*(tmp21 - 1.5)*numpy.where(tmp5, tmp30, 1/tmp7)/d_exp,
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     2*numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp1 +
+    #     tmp30*tmp32*(ranks_per_node - 0.5), numpy.minimum(alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp1 + tmp33/numpy.minimum(tmp29, 0.92*tmp4), alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp1 + tmp33/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) +
+    #     numpy.minimum(tmp14 + tmp38/tmp37, numpy.minimum(tmp15 +
+    #     tmp38/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp37), numpy.minimum(tmp18
+    #     + tmp38/numpy.minimum(tmp16, tmp17*tmp37), numpy.minimum(tmp40/numpy.minimum(tmp29, tmp36)
+    #     + numpy.where(tmp5, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp27, alpha_ring_ll128_s
+    #     + hop_net_tree_ll128_s*tmp27), numpy.minimum(tmp40/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*tmp35) + numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp27,
+    #     alpha_ring_ll_s + hop_net_tree_ll_s*tmp27), tmp39*(tmp25 - 1.5)*numpy.where(tmp5, tmp30,
+    #     1/tmp34) + numpy.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp27,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp27)))))), numpy.inf))))))))
+    numpy.subtract(1.0, zero2_exp, out=out)
+    numpy.subtract(out, zero3_exp, out=out)
+    numpy.minimum(1.0, r0, out=r34)
+    numpy.multiply(out, r34, out=out)
+    numpy.divide(r11, r9, out=r34)
+    numpy.multiply(r2, hop_nvlink_tree_simple_s, out=r35)
+    numpy.add(r34, r35, out=r34)
+    numpy.add(r34, r13, out=r34)
+    numpy.multiply(r9, r16, out=r35)
+    numpy.minimum(r35, r15, out=r35)
+    numpy.divide(r11, r35, out=r35)
+    numpy.multiply(r2, hop_nvlink_tree_ll128_s, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.add(r35, r17, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.multiply(r9, 0.2631578947368421, out=r35)
+    numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
+    numpy.divide(r11, r35, out=r35)
+    numpy.multiply(r2, hop_nvlink_tree_ll_s, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.add(r35, r14, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.minimum(r25, r8, out=r35)
+    numpy.divide(r21, r35, out=r35)
+    if not m1.all():
+        numpy.multiply(inv2, r23, out=r36)
+        numpy.copyto(r37, hop_net_ring_ll128_s)
+        numpy.copyto(r37, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r37, r24, out=r37)
+        numpy.add(r36, r37, out=r36)
+        numpy.add(r36, alpha_ring_ll128_s, out=r36)
+    numpy.multiply(r19, hop_nvlink_ring_ll128_s, out=r37)
+    numpy.add(r37, alpha_ring_ll128_s, out=r37)
+    numpy.copyto(r36, r37, where=m1)
+    numpy.add(r35, r36, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.copyto(r35, numpy.inf)
+    numpy.greater(d_exp, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(d_exp, d_exp, out=r36)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r12, out=r37)
+    numpy.multiply(r37, inv3, out=r37)
+    numpy.multiply(r37, r0, out=r37)
+    numpy.divide(r37, d_exp, out=r37)
+    numpy.minimum(r37, nvls_channel_max_bw_bytes_per_s, out=r37)
+    numpy.minimum(r37, r12, out=r37)
+    numpy.multiply(r36, r37, out=r36)
+    numpy.divide(r20, r36, out=r36)
+    numpy.add(r36, hop_nvlink_nvls_s, out=r36)
+    numpy.copyto(r35, r36, where=m3)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.multiply(r7, 0.5, out=r35)
+    numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
+    numpy.divide(r21, r35, out=r35)
+    if not m1.all():
+        numpy.multiply(inv5, r23, out=r36)
+        numpy.copyto(r37, hop_net_ring_ll_s)
+        numpy.copyto(r37, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r37, r24, out=r37)
+        numpy.add(r36, r37, out=r36)
+        numpy.add(r36, alpha_ring_ll_s, out=r36)
+    numpy.multiply(r19, hop_nvlink_ring_ll_s, out=r37)
+    numpy.add(r37, alpha_ring_ll_s, out=r37)
+    numpy.copyto(r36, r37, where=m1)
+    numpy.add(r35, r36, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.subtract(r18, 1.5, out=r35)
+    numpy.divide(1.0, r6, out=r36)
+    numpy.copyto(r36, r26, where=m1)
+    numpy.multiply(r35, r36, out=r35)
+    numpy.multiply(r35, r10, out=r35)
+    numpy.divide(r35, d_exp, out=r35)
+    if not m1.all():
+        numpy.multiply(inv6, r23, out=r36)
+        numpy.copyto(r37, hop_net_ring_simple_s)
+        numpy.copyto(r37, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r37, r24, out=r37)
+        numpy.add(r36, r37, out=r36)
+        numpy.add(r36, alpha_ring_simple_s, out=r36)
+    numpy.multiply(r19, hop_nvlink_ring_simple_s, out=r37)
+    numpy.add(r37, alpha_ring_simple_s, out=r37)
+    numpy.copyto(r36, r37, where=m1)
+    numpy.add(r35, r36, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.copyto(r35, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r36)
+    numpy.subtract(ranks_per_node, 0.5, out=r37)
+    numpy.multiply(r37, r26, out=r37)
+    numpy.multiply(r37, r27, out=r37)
+    numpy.add(r36, r37, out=r36)
+    numpy.add(r36, alpha_ring_simple_s, out=r36)
+    numpy.multiply(r1, hop_nvlink_ring_ll128_s, out=r37)
+    numpy.multiply(r4, 0.92, out=r38)
+    numpy.minimum(r38, r25, out=r38)
+    numpy.divide(r28, r38, out=r38)
+    numpy.add(r37, r38, out=r37)
+    numpy.add(r37, alpha_ring_ll128_s, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.multiply(r1, hop_nvlink_ring_ll_s, out=r37)
+    numpy.multiply(r4, 0.5, out=r38)
+    numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
+    numpy.divide(r28, r38, out=r38)
+    numpy.add(r37, r38, out=r37)
+    numpy.add(r37, alpha_ring_ll_s, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.multiply(r36, 2.0, out=r36)
+    numpy.divide(r3, r31, out=r37)
+    numpy.add(r37, r13, out=r37)
+    numpy.multiply(r31, 0.2631578947368421, out=r38)
+    numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
+    numpy.divide(r3, r38, out=r38)
+    numpy.add(r38, r14, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.multiply(r16, r31, out=r38)
+    numpy.minimum(r38, r15, out=r38)
+    numpy.divide(r3, r38, out=r38)
+    numpy.add(r38, r17, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.minimum(r25, r30, out=r38)
+    numpy.divide(r33, r38, out=r38)
+    numpy.multiply(r24, hop_net_tree_ll128_s, out=r39)
+    numpy.add(r39, alpha_ring_ll128_s, out=r39)
+    numpy.multiply(r24, hop_nvlink_ring_ll128_s, out=r40)
+    numpy.add(r40, alpha_ring_ll128_s, out=r40)
+    numpy.copyto(r39, r40, where=m1)
+    numpy.add(r38, r39, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.multiply(r5, 0.5, out=r38)
+    numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
+    numpy.divide(r33, r38, out=r38)
+    numpy.multiply(r24, hop_net_tree_ll_s, out=r39)
+    numpy.add(r39, alpha_ring_ll_s, out=r39)
+    numpy.multiply(r24, hop_nvlink_ring_ll_s, out=r40)
+    numpy.add(r40, alpha_ring_ll_s, out=r40)
+    numpy.copyto(r39, r40, where=m1)
+    numpy.add(r38, r39, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.subtract(r22, 1.5, out=r38)
+    numpy.divide(1.0, r29, out=r39)
+    numpy.copyto(r39, r26, where=m1)
+    numpy.multiply(r38, r39, out=r38)
+    numpy.multiply(r38, r32, out=r38)
+    numpy.multiply(r24, hop_net_tree_simple_s, out=r39)
+    numpy.add(r39, alpha_ring_simple_s, out=r39)
+    numpy.multiply(r24, hop_nvlink_ring_simple_s, out=r40)
+    numpy.add(r40, alpha_ring_simple_s, out=r40)
+    numpy.copyto(r39, r40, where=m1)
+    numpy.add(r38, r39, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.add(r36, r37, out=r36)
+    numpy.copyto(r35, r36, where=m3)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.multiply(out, r34, out=out)
+
+
+dp_expert_all_reduce_stage_time_s.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_stage_time_s_block,
+    reals=41,
+    masks=5,
+    arguments=("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "bytes_grad", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "zero2_exp", "zero3_exp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv5", "inv6"),
+    invariants=_dp_expert_all_reduce_stage_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def dp_expert_reduce_scatter_stage_calls_count(*, d_exp, zero2_exp, zero3_exp):
@@ -3641,13 +4365,30 @@ def dp_expert_reduce_scatter_stage_calls_count(*, d_exp, zero2_exp, zero3_exp):
         reals=1,
         masks=0,
     )
-    for out, r0, d_exp, zero2_exp, zero3_exp in call.blocks():
-        # out = (zero2_exp + zero3_exp)*numpy.minimum(1, d_exp - 1)
-        numpy.add(zero2_exp, zero3_exp, out=out)
-        numpy.subtract(d_exp, 1.0, out=r0)
-        numpy.minimum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_reduce_scatter_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_expert_reduce_scatter_stage_calls_count_block(out, r0, d_exp, zero2_exp, zero3_exp):
+    """dp_expert_reduce_scatter_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (zero2_exp + zero3_exp)*numpy.minimum(1, d_exp - 1)
+    numpy.add(zero2_exp, zero3_exp, out=out)
+    numpy.subtract(d_exp, 1.0, out=r0)
+    numpy.minimum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_expert_reduce_scatter_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_expert_reduce_scatter_stage_calls_count_block,
+    reals=1,
+    masks=0,
+    arguments=("d_exp", "zero2_exp", "zero3_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_reduce_scatter_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
@@ -3687,13 +4428,30 @@ def dp_expert_reduce_scatter_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layer
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp in call.blocks():
-        # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-        numpy.multiply(P_r, n_moe_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.multiply(ep, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_reduce_scatter_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_reduce_scatter_stage_msg_bytes_block(out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
+    """dp_expert_reduce_scatter_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
+    numpy.multiply(P_r, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.multiply(ep, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_reduce_scatter_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_expert_reduce_scatter_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_reduce_scatter_stage_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp):
@@ -3739,22 +4497,39 @@ def dp_expert_reduce_scatter_stage_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_m
         reals=2,
         masks=0,
     )
-    for out, r0, r1, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp in call.blocks():
-        # tmp0 = d_exp - 1 -> r0
-        numpy.subtract(d_exp, 1.0, out=r0)
-        # out = P_r*bytes_grad*n_moe_layers_stage*tmp0*(zero2_exp + zero3_exp)*numpy.minimum(1,
-        #     tmp0)/(d_exp*ep*t_exp)
-        numpy.add(zero2_exp, zero3_exp, out=out)
-        numpy.minimum(1.0, r0, out=r1)
-        numpy.multiply(out, r1, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, P_r, out=out)
-        numpy.multiply(out, n_moe_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.multiply(d_exp, ep, out=r1)
-        numpy.multiply(r1, t_exp, out=r1)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _dp_expert_reduce_scatter_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_reduce_scatter_stage_step_bytes_block(out, r0, r1, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp):
+    """dp_expert_reduce_scatter_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = d_exp - 1 -> r0
+    numpy.subtract(d_exp, 1.0, out=r0)
+    # out = P_r*bytes_grad*n_moe_layers_stage*tmp0*(zero2_exp + zero3_exp)*numpy.minimum(1,
+    #     tmp0)/(d_exp*ep*t_exp)
+    numpy.add(zero2_exp, zero3_exp, out=out)
+    numpy.minimum(1.0, r0, out=r1)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_r, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.multiply(d_exp, ep, out=r1)
+    numpy.multiply(r1, t_exp, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+dp_expert_reduce_scatter_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_expert_reduce_scatter_stage_step_bytes_block,
+    reals=2,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp", "zero2_exp", "zero3_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp):
@@ -3900,20 +4675,7 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_reduce_scatter_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv2, inv3, inv4) = _dp_expert_reduce_scatter_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "dp_expert_reduce_scatter_stage_time_s",
             ("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_grad", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "zero2_exp", "zero3_exp", "inv0", "inv2", "inv3", "inv4"),
@@ -3921,214 +4683,247 @@ def dp_expert_reduce_scatter_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring
             reals=24,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv2, inv3, inv4 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = d_exp - 1 -> r0
-            numpy.subtract(d_exp, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) -> r2
-            numpy.multiply(P_r, n_moe_layers_stage, out=r2)
-            numpy.multiply(r2, bytes_grad, out=r2)
-            numpy.multiply(ep, t_exp, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            # tmp3 = tmp2/d_exp -> r3
-            numpy.divide(r2, d_exp, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp5 = d_exp - nodes -> r4
-            numpy.subtract(d_exp, nodes, out=r4)
-            # tmp6 = nodes - 1 -> r5
-            numpy.subtract(nodes, 1.0, out=r5)
-            # tmp7 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp8 = ring_channel_bw_bytes_per_s*ring_channels -> r6
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r6)
-            # tmp9 = nic_bw_bytes_per_s*nics_used -> r7
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
-            # tmp10 = numpy.minimum(tmp8, tmp9) -> r8
-            numpy.minimum(r6, r7, out=r8)
-            # tmp11 = numpy.where(tmp4, tmp8, tmp10) -> r9
-            numpy.copyto(r9, r8)
-            numpy.copyto(r9, r6, where=m1)
-            # tmp12 = tmp0*tmp3 -> r10
-            numpy.multiply(r0, r3, out=r10)
-            # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
-            # tmp14 = inv0/ring_channels -> r12
-            numpy.divide(inv0, ring_channels, out=r12)
-            # tmp15 = ranks_per_node - 1 -> r13
-            numpy.subtract(ranks_per_node, 1.0, out=r13)
-            # tmp17 = tmp2/ranks_per_node -> r14
-            numpy.divide(r2, ranks_per_node, out=r14)
-            # tmp18 = tmp15*tmp17 -> r2
-            numpy.multiply(r13, r14, out=r2)
-            # tmp19 = numpy.minimum(tmp8, tmp9/ranks_per_node) -> r15
-            numpy.divide(r7, ranks_per_node, out=r15)
-            numpy.minimum(r15, r6, out=r15)
-            # tmp20 = numpy.where(tmp4, tmp8, tmp19) -> r7
-            numpy.copyto(r7, r15)
-            numpy.copyto(r7, r6, where=m1)
-            # tmp21 = tmp17/nodes -> r16
-            numpy.divide(r14, nodes, out=r16)
-            # tmp22 = tmp21*tmp6 -> r17
-            numpy.multiply(r16, r5, out=r17)
-            # out = (zero2_exp + zero3_exp)*numpy.minimum(1,
-            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
-            #     numpy.logical_and(tmp4, numpy.greater(d_exp, 1))), hop_nvlink_nvls_s +
-            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(d_exp*d_exp))), numpy.inf),
-            #     numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv2*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(tmp12/numpy.minimum(tmp13, 0.92*tmp11) + numpy.where(tmp4,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp5
-            #     + tmp6*numpy.where(tmp7, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
-            #     numpy.minimum(tmp3*(d_exp - 0.5)*numpy.where(tmp4, tmp14, 1/tmp10) +
-            #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp6, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp6), numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp6,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp6), tmp21*(nodes -
-            #     0.5)*numpy.where(tmp4, tmp14, 1/tmp19) + numpy.where(tmp4, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp6, alpha_ring_simple_s + hop_net_tree_simple_s*tmp6)))
-            #     + numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15 +
-            #     tmp14*tmp17*(ranks_per_node - 0.5), numpy.minimum(alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp15 + tmp18/numpy.minimum(tmp13, 0.92*tmp8),
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 +
-            #     tmp18/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8))), numpy.inf)))))
-            numpy.add(zero2_exp, zero3_exp, out=out)
-            numpy.minimum(1.0, r0, out=r18)
-            numpy.multiply(out, r18, out=out)
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(d_exp, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r19)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, nvls_efficiency, out=r19)
-            numpy.multiply(d_exp, d_exp, out=r20)
-            numpy.divide(r19, r20, out=r19)
-            numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
-            numpy.minimum(r19, r1, out=r19)
-            numpy.divide(r3, r19, out=r19)
-            numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(r9, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r10, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv2, r4, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll_s)
-                numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r21, r5, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(r9, 0.92, out=r19)
-            numpy.minimum(r19, r11, out=r19)
-            numpy.divide(r10, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv3, r4, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll128_s)
-                numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r21, r5, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.subtract(d_exp, 0.5, out=r19)
-            numpy.divide(1.0, r8, out=r20)
-            numpy.copyto(r20, r12, where=m1)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, r3, out=r19)
-            if not m1.all():
-                numpy.multiply(inv4, r4, out=r20)
-                numpy.copyto(r21, hop_net_ring_simple_s)
-                numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r21, r5, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r7, 0.5, out=r20)
-            numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r5, hop_net_tree_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.multiply(r5, hop_nvlink_ring_ll_s, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.multiply(r7, 0.92, out=r21)
-            numpy.minimum(r21, r11, out=r21)
-            numpy.divide(r17, r21, out=r21)
-            numpy.multiply(r5, hop_net_tree_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.multiply(r5, hop_nvlink_ring_ll128_s, out=r23)
-            numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.subtract(nodes, 0.5, out=r21)
-            numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r12, where=m1)
-            numpy.multiply(r21, r22, out=r21)
-            numpy.multiply(r21, r16, out=r21)
-            numpy.multiply(r5, hop_net_tree_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.multiply(r5, hop_nvlink_ring_simple_s, out=r23)
-            numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
-            numpy.subtract(ranks_per_node, 0.5, out=r22)
-            numpy.multiply(r22, r12, out=r22)
-            numpy.multiply(r22, r14, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.multiply(r6, 0.92, out=r23)
-            numpy.minimum(r23, r11, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
-            numpy.multiply(r6, 0.5, out=r23)
-            numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(out, r18, out=out)
+        for block in call.blocks():
+            _dp_expert_reduce_scatter_stage_time_s_block(*block)
     return call.out
+
+
+def _dp_expert_reduce_scatter_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s):
+    """What dp_expert_reduce_scatter_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_reduce_scatter_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv2, inv3, inv4)
+
+
+def _dp_expert_reduce_scatter_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_grad, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv2, inv3, inv4):
+    """dp_expert_reduce_scatter_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = d_exp - 1 -> r0
+    numpy.subtract(d_exp, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) -> r2
+    numpy.multiply(P_r, n_moe_layers_stage, out=r2)
+    numpy.multiply(r2, bytes_grad, out=r2)
+    numpy.multiply(ep, t_exp, out=r3)
+    numpy.divide(r2, r3, out=r2)
+    # tmp3 = tmp2/d_exp -> r3
+    numpy.divide(r2, d_exp, out=r3)
+    # tmp4 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp5 = d_exp - nodes -> r4
+    numpy.subtract(d_exp, nodes, out=r4)
+    # tmp6 = nodes - 1 -> r5
+    numpy.subtract(nodes, 1.0, out=r5)
+    # tmp7 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp8 = ring_channel_bw_bytes_per_s*ring_channels -> r6
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r6)
+    # tmp9 = nic_bw_bytes_per_s*nics_used -> r7
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
+    # tmp10 = numpy.minimum(tmp8, tmp9) -> r8
+    numpy.minimum(r6, r7, out=r8)
+    # tmp11 = numpy.where(tmp4, tmp8, tmp10) -> r9
+    numpy.copyto(r9, r8)
+    numpy.copyto(r9, r6, where=m1)
+    # tmp12 = tmp0*tmp3 -> r10
+    numpy.multiply(r0, r3, out=r10)
+    # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
+    # tmp14 = inv0/ring_channels -> r12
+    numpy.divide(inv0, ring_channels, out=r12)
+    # tmp15 = ranks_per_node - 1 -> r13
+    numpy.subtract(ranks_per_node, 1.0, out=r13)
+    # tmp17 = tmp2/ranks_per_node -> r14
+    numpy.divide(r2, ranks_per_node, out=r14)
+    # tmp18 = tmp15*tmp17 -> r2
+    numpy.multiply(r13, r14, out=r2)
+    # tmp19 = numpy.minimum(tmp8, tmp9/ranks_per_node) -> r15
+    numpy.divide(r7, ranks_per_node, out=r15)
+    numpy.minimum(r15, r6, out=r15)
+    # tmp20 = numpy.where(tmp4, tmp8, tmp19) -> r7
+    numpy.copyto(r7, r15)
+    numpy.copyto(r7, r6, where=m1)
+    # tmp21 = tmp17/nodes -> r16
+    numpy.divide(r14, nodes, out=r16)
+    # tmp22 = tmp21*tmp6 -> r17
+    numpy.multiply(r16, r5, out=r17)
+    # out = (zero2_exp + zero3_exp)*numpy.minimum(1,
+    #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp4,
+    #     numpy.greater(d_exp, 1))), hop_nvlink_nvls_s +
+    #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(d_exp*d_exp))), numpy.inf),
+    #     numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + inv2*tmp5 +
+    #     tmp6*numpy.where(tmp7, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp12/numpy.minimum(tmp13, 0.92*tmp11) + numpy.where(tmp4,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp5 +
+    #     tmp6*numpy.where(tmp7, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
+    #     numpy.minimum(tmp3*(d_exp - 0.5)*numpy.where(tmp4, tmp14, 1/tmp10) + numpy.where(tmp4,
+    #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv4*tmp5 +
+    #     tmp6*numpy.where(tmp7, hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp6, alpha_ring_ll_s + hop_net_tree_ll_s*tmp6),
+    #     numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp6, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp6), tmp21*(nodes - 0.5)*numpy.where(tmp4, tmp14, 1/tmp19) +
+    #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp6, alpha_ring_simple_s
+    #     + hop_net_tree_simple_s*tmp6))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp15 + tmp14*tmp17*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 +
+    #     tmp18/numpy.minimum(tmp13, 0.92*tmp8), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 +
+    #     tmp18/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8))), numpy.inf)))))
+    numpy.add(zero2_exp, zero3_exp, out=out)
+    numpy.minimum(1.0, r0, out=r18)
+    numpy.multiply(out, r18, out=out)
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(d_exp, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r19)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, nvls_efficiency, out=r19)
+    numpy.multiply(d_exp, d_exp, out=r20)
+    numpy.divide(r19, r20, out=r19)
+    numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
+    numpy.minimum(r19, r1, out=r19)
+    numpy.divide(r3, r19, out=r19)
+    numpy.add(r19, hop_nvlink_nvls_s, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(r9, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r10, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv2, r4, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll_s)
+        numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r21, r5, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(r9, 0.92, out=r19)
+    numpy.minimum(r19, r11, out=r19)
+    numpy.divide(r10, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv3, r4, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll128_s)
+        numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r21, r5, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.subtract(d_exp, 0.5, out=r19)
+    numpy.divide(1.0, r8, out=r20)
+    numpy.copyto(r20, r12, where=m1)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, r3, out=r19)
+    if not m1.all():
+        numpy.multiply(inv4, r4, out=r20)
+        numpy.copyto(r21, hop_net_ring_simple_s)
+        numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r21, r5, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.copyto(r19, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r7, 0.5, out=r20)
+    numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r5, hop_net_tree_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.multiply(r5, hop_nvlink_ring_ll_s, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.multiply(r7, 0.92, out=r21)
+    numpy.minimum(r21, r11, out=r21)
+    numpy.divide(r17, r21, out=r21)
+    numpy.multiply(r5, hop_net_tree_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.multiply(r5, hop_nvlink_ring_ll128_s, out=r23)
+    numpy.add(r23, alpha_ring_ll128_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.subtract(nodes, 0.5, out=r21)
+    numpy.divide(1.0, r15, out=r22)
+    numpy.copyto(r22, r12, where=m1)
+    numpy.multiply(r21, r22, out=r21)
+    numpy.multiply(r21, r16, out=r21)
+    numpy.multiply(r5, hop_net_tree_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.multiply(r5, hop_nvlink_ring_simple_s, out=r23)
+    numpy.add(r23, alpha_ring_simple_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
+    numpy.subtract(ranks_per_node, 0.5, out=r22)
+    numpy.multiply(r22, r12, out=r22)
+    numpy.multiply(r22, r14, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.multiply(r6, 0.92, out=r23)
+    numpy.minimum(r23, r11, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
+    numpy.multiply(r6, 0.5, out=r23)
+    numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(out, r18, out=out)
+
+
+dp_expert_reduce_scatter_stage_time_s.kernel = _runtime.Kernel(
+    _dp_expert_reduce_scatter_stage_time_s_block,
+    reals=24,
+    masks=5,
+    arguments=("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_grad", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "zero2_exp", "zero3_exp"),
+    passed=("inv0", "inv2", "inv3", "inv4"),
+    invariants=_dp_expert_reduce_scatter_stage_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def dp_expert_all_gather_stage_calls_count(*, d_exp, m, zero2_exp, zero3_exp):
@@ -4167,15 +4962,32 @@ def dp_expert_all_gather_stage_calls_count(*, d_exp, m, zero2_exp, zero3_exp):
         reals=1,
         masks=0,
     )
-    for out, r0, d_exp, m, zero2_exp, zero3_exp in call.blocks():
-        # out = (2*m*zero3_exp + zero2_exp)*numpy.minimum(1, d_exp - 1)
-        numpy.multiply(zero3_exp, m, out=out)
-        numpy.multiply(out, 2.0, out=out)
-        numpy.add(out, zero2_exp, out=out)
-        numpy.subtract(d_exp, 1.0, out=r0)
-        numpy.minimum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_gather_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_expert_all_gather_stage_calls_count_block(out, r0, d_exp, m, zero2_exp, zero3_exp):
+    """dp_expert_all_gather_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (2*m*zero3_exp + zero2_exp)*numpy.minimum(1, d_exp - 1)
+    numpy.multiply(zero3_exp, m, out=out)
+    numpy.multiply(out, 2.0, out=out)
+    numpy.add(out, zero2_exp, out=out)
+    numpy.subtract(d_exp, 1.0, out=r0)
+    numpy.minimum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_expert_all_gather_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_expert_all_gather_stage_calls_count_block,
+    reals=1,
+    masks=0,
+    arguments=("d_exp", "m", "zero2_exp", "zero3_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_gather_stage_msg_bytes(*, P_r, bytes_p, ep, n_moe_layers_stage, t_exp):
@@ -4215,13 +5027,30 @@ def dp_expert_all_gather_stage_msg_bytes(*, P_r, bytes_p, ep, n_moe_layers_stage
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_p, ep, n_moe_layers_stage, t_exp in call.blocks():
-        # out = P_r*bytes_p*n_moe_layers_stage/(ep*t_exp)
-        numpy.multiply(P_r, n_moe_layers_stage, out=out)
-        numpy.multiply(out, bytes_p, out=out)
-        numpy.multiply(ep, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_gather_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_gather_stage_msg_bytes_block(out, r0, P_r, bytes_p, ep, n_moe_layers_stage, t_exp):
+    """dp_expert_all_gather_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_p*n_moe_layers_stage/(ep*t_exp)
+    numpy.multiply(P_r, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_p, out=out)
+    numpy.multiply(ep, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_gather_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_gather_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_p", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_gather_stage_step_bytes(*, P_r, bytes_p, d_exp, ep, m, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp):
@@ -4268,24 +5097,41 @@ def dp_expert_all_gather_stage_step_bytes(*, P_r, bytes_p, d_exp, ep, m, n_moe_l
         reals=2,
         masks=0,
     )
-    for out, r0, r1, P_r, bytes_p, d_exp, ep, m, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp in call.blocks():
-        # tmp0 = d_exp - 1 -> r0
-        numpy.subtract(d_exp, 1.0, out=r0)
-        # out = P_r*bytes_p*n_moe_layers_stage*tmp0*(2*m*zero3_exp + zero2_exp)*numpy.minimum(1,
-        #     tmp0)/(d_exp*ep*t_exp)
-        numpy.multiply(zero3_exp, m, out=out)
-        numpy.multiply(out, 2.0, out=out)
-        numpy.add(out, zero2_exp, out=out)
-        numpy.minimum(1.0, r0, out=r1)
-        numpy.multiply(out, r1, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, P_r, out=out)
-        numpy.multiply(out, n_moe_layers_stage, out=out)
-        numpy.multiply(out, bytes_p, out=out)
-        numpy.multiply(d_exp, ep, out=r1)
-        numpy.multiply(r1, t_exp, out=r1)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _dp_expert_all_gather_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_gather_stage_step_bytes_block(out, r0, r1, P_r, bytes_p, d_exp, ep, m, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp):
+    """dp_expert_all_gather_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = d_exp - 1 -> r0
+    numpy.subtract(d_exp, 1.0, out=r0)
+    # out = P_r*bytes_p*n_moe_layers_stage*tmp0*(2*m*zero3_exp + zero2_exp)*numpy.minimum(1,
+    #     tmp0)/(d_exp*ep*t_exp)
+    numpy.multiply(zero3_exp, m, out=out)
+    numpy.multiply(out, 2.0, out=out)
+    numpy.add(out, zero2_exp, out=out)
+    numpy.minimum(1.0, r0, out=r1)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_r, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_p, out=out)
+    numpy.multiply(d_exp, ep, out=r1)
+    numpy.multiply(r1, t_exp, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+dp_expert_all_gather_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_gather_stage_step_bytes_block,
+    reals=2,
+    masks=0,
+    arguments=("P_r", "bytes_p", "d_exp", "ep", "m", "n_moe_layers_stage", "t_exp", "zero2_exp", "zero3_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp):
@@ -4431,20 +5277,7 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_all_gather_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-            inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv2, inv3, inv4) = _dp_expert_all_gather_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "dp_expert_all_gather_stage_time_s",
             ("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_p", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "zero2_exp", "zero3_exp", "inv0", "inv2", "inv3", "inv4"),
@@ -4452,213 +5285,246 @@ def dp_expert_all_gather_stage_time_s(*, P_r, alpha_ring_ll128_s, alpha_ring_ll_
             reals=24,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv2, inv3, inv4 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = d_exp - 1 -> r0
-            numpy.subtract(d_exp, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = P_r*bytes_p*n_moe_layers_stage/(ep*t_exp) -> r2
-            numpy.multiply(P_r, n_moe_layers_stage, out=r2)
-            numpy.multiply(r2, bytes_p, out=r2)
-            numpy.multiply(ep, t_exp, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            # tmp3 = tmp2/d_exp -> r3
-            numpy.divide(r2, d_exp, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp5 = d_exp - nodes -> r4
-            numpy.subtract(d_exp, nodes, out=r4)
-            # tmp6 = nodes - 1 -> r5
-            numpy.subtract(nodes, 1.0, out=r5)
-            # tmp7 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp8 = ring_channel_bw_bytes_per_s*ring_channels -> r6
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r6)
-            # tmp9 = nic_bw_bytes_per_s*nics_used -> r7
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
-            # tmp10 = numpy.minimum(tmp8, tmp9) -> r8
-            numpy.minimum(r6, r7, out=r8)
-            # tmp11 = numpy.where(tmp4, tmp8, tmp10) -> r9
-            numpy.copyto(r9, r8)
-            numpy.copyto(r9, r6, where=m1)
-            # tmp12 = tmp0*tmp3 -> r10
-            numpy.multiply(r0, r3, out=r10)
-            # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
-            # tmp14 = inv0/ring_channels -> r12
-            numpy.divide(inv0, ring_channels, out=r12)
-            # tmp15 = ranks_per_node - 1 -> r13
-            numpy.subtract(ranks_per_node, 1.0, out=r13)
-            # tmp17 = tmp2/ranks_per_node -> r14
-            numpy.divide(r2, ranks_per_node, out=r14)
-            # tmp18 = tmp15*tmp17 -> r2
-            numpy.multiply(r13, r14, out=r2)
-            # tmp19 = numpy.minimum(tmp8, tmp9/ranks_per_node) -> r15
-            numpy.divide(r7, ranks_per_node, out=r15)
-            numpy.minimum(r15, r6, out=r15)
-            # tmp20 = numpy.where(tmp4, tmp8, tmp19) -> r7
-            numpy.copyto(r7, r15)
-            numpy.copyto(r7, r6, where=m1)
-            # tmp21 = tmp17/nodes -> r16
-            numpy.divide(r14, nodes, out=r16)
-            # tmp22 = tmp21*tmp6 -> r17
-            numpy.multiply(r16, r5, out=r17)
-            # out = (2*m*zero3_exp + zero2_exp)*numpy.minimum(1,
-            #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask,
-            #     numpy.logical_and(tmp4, numpy.greater(d_exp, 1))), hop_nvlink_nvls_s +
-            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(d_exp*d_exp))), numpy.inf),
-            #     numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
-            #     inv2*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(tmp12/numpy.minimum(tmp13, 0.92*tmp11) + numpy.where(tmp4,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp5
-            #     + tmp6*numpy.where(tmp7, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
-            #     numpy.minimum(tmp3*(d_exp - 0.5)*numpy.where(tmp4, tmp14, 1/tmp10) +
-            #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv4*tmp5 + tmp6*numpy.where(tmp7, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp6, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp6), numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp6,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp6), tmp21*(nodes -
-            #     0.5)*numpy.where(tmp4, tmp14, 1/tmp19) + numpy.where(tmp4, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp6, alpha_ring_simple_s + hop_net_tree_simple_s*tmp6)))
-            #     + numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15 +
-            #     tmp14*tmp17*(ranks_per_node - 0.5), numpy.minimum(alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp15 + tmp18/numpy.minimum(tmp13, 0.92*tmp8),
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 +
-            #     tmp18/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8))), numpy.inf)))))
-            numpy.multiply(zero3_exp, m, out=out)
-            numpy.multiply(out, 2.0, out=out)
-            numpy.add(out, zero2_exp, out=out)
-            numpy.minimum(1.0, r0, out=r18)
-            numpy.multiply(out, r18, out=out)
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(d_exp, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r19)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, nvls_efficiency, out=r19)
-            numpy.multiply(d_exp, d_exp, out=r20)
-            numpy.divide(r19, r20, out=r19)
-            numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
-            numpy.minimum(r19, r1, out=r19)
-            numpy.divide(r3, r19, out=r19)
-            numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(r9, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r10, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv2, r4, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll_s)
-                numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r21, r5, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(r9, 0.92, out=r19)
-            numpy.minimum(r19, r11, out=r19)
-            numpy.divide(r10, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv3, r4, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll128_s)
-                numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r21, r5, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.subtract(d_exp, 0.5, out=r19)
-            numpy.divide(1.0, r8, out=r20)
-            numpy.copyto(r20, r12, where=m1)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, r3, out=r19)
-            if not m1.all():
-                numpy.multiply(inv4, r4, out=r20)
-                numpy.copyto(r21, hop_net_ring_simple_s)
-                numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r21, r5, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r7, 0.5, out=r20)
-            numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r5, hop_net_tree_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.multiply(r5, hop_nvlink_ring_ll_s, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.multiply(r7, 0.92, out=r21)
-            numpy.minimum(r21, r11, out=r21)
-            numpy.divide(r17, r21, out=r21)
-            numpy.multiply(r5, hop_net_tree_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.multiply(r5, hop_nvlink_ring_ll128_s, out=r23)
-            numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.subtract(nodes, 0.5, out=r21)
-            numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r12, where=m1)
-            numpy.multiply(r21, r22, out=r21)
-            numpy.multiply(r21, r16, out=r21)
-            numpy.multiply(r5, hop_net_tree_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.multiply(r5, hop_nvlink_ring_simple_s, out=r23)
-            numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
-            numpy.subtract(ranks_per_node, 0.5, out=r22)
-            numpy.multiply(r22, r12, out=r22)
-            numpy.multiply(r22, r14, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.multiply(r6, 0.92, out=r23)
-            numpy.minimum(r23, r11, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
-            numpy.multiply(r6, 0.5, out=r23)
-            numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(out, r18, out=out)
+        for block in call.blocks():
+            _dp_expert_all_gather_stage_time_s_block(*block)
     return call.out
+
+
+def _dp_expert_all_gather_stage_time_s_invariants(hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s):
+    """What dp_expert_all_gather_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s) = _runtime.reals("dp_expert_all_gather_stage_time_s", ("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+        inv2 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv2, inv3, inv4)
+
+
+def _dp_expert_all_gather_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, P_r, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, bytes_p, d_exp, ep, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, n_moe_layers_stage, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, t_exp, zero2_exp, zero3_exp, inv0, inv2, inv3, inv4):
+    """dp_expert_all_gather_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = d_exp - 1 -> r0
+    numpy.subtract(d_exp, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = P_r*bytes_p*n_moe_layers_stage/(ep*t_exp) -> r2
+    numpy.multiply(P_r, n_moe_layers_stage, out=r2)
+    numpy.multiply(r2, bytes_p, out=r2)
+    numpy.multiply(ep, t_exp, out=r3)
+    numpy.divide(r2, r3, out=r2)
+    # tmp3 = tmp2/d_exp -> r3
+    numpy.divide(r2, d_exp, out=r3)
+    # tmp4 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp5 = d_exp - nodes -> r4
+    numpy.subtract(d_exp, nodes, out=r4)
+    # tmp6 = nodes - 1 -> r5
+    numpy.subtract(nodes, 1.0, out=r5)
+    # tmp7 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp8 = ring_channel_bw_bytes_per_s*ring_channels -> r6
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r6)
+    # tmp9 = nic_bw_bytes_per_s*nics_used -> r7
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
+    # tmp10 = numpy.minimum(tmp8, tmp9) -> r8
+    numpy.minimum(r6, r7, out=r8)
+    # tmp11 = numpy.where(tmp4, tmp8, tmp10) -> r9
+    numpy.copyto(r9, r8)
+    numpy.copyto(r9, r6, where=m1)
+    # tmp12 = tmp0*tmp3 -> r10
+    numpy.multiply(r0, r3, out=r10)
+    # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
+    # tmp14 = inv0/ring_channels -> r12
+    numpy.divide(inv0, ring_channels, out=r12)
+    # tmp15 = ranks_per_node - 1 -> r13
+    numpy.subtract(ranks_per_node, 1.0, out=r13)
+    # tmp17 = tmp2/ranks_per_node -> r14
+    numpy.divide(r2, ranks_per_node, out=r14)
+    # tmp18 = tmp15*tmp17 -> r2
+    numpy.multiply(r13, r14, out=r2)
+    # tmp19 = numpy.minimum(tmp8, tmp9/ranks_per_node) -> r15
+    numpy.divide(r7, ranks_per_node, out=r15)
+    numpy.minimum(r15, r6, out=r15)
+    # tmp20 = numpy.where(tmp4, tmp8, tmp19) -> r7
+    numpy.copyto(r7, r15)
+    numpy.copyto(r7, r6, where=m1)
+    # tmp21 = tmp17/nodes -> r16
+    numpy.divide(r14, nodes, out=r16)
+    # tmp22 = tmp21*tmp6 -> r17
+    numpy.multiply(r16, r5, out=r17)
+    # out = (2*m*zero3_exp + zero2_exp)*numpy.minimum(1,
+    #     tmp0)*numpy.minimum(numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(tmp4,
+    #     numpy.greater(d_exp, 1))), hop_nvlink_nvls_s +
+    #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(d_exp*d_exp))), numpy.inf),
+    #     numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + inv2*tmp5 +
+    #     tmp6*numpy.where(tmp7, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp12/numpy.minimum(tmp13, 0.92*tmp11) + numpy.where(tmp4,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv3*tmp5 +
+    #     tmp6*numpy.where(tmp7, hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
+    #     numpy.minimum(tmp3*(d_exp - 0.5)*numpy.where(tmp4, tmp14, 1/tmp10) + numpy.where(tmp4,
+    #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv4*tmp5 +
+    #     tmp6*numpy.where(tmp7, hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp6, alpha_ring_ll_s + hop_net_tree_ll_s*tmp6),
+    #     numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp6, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp6), tmp21*(nodes - 0.5)*numpy.where(tmp4, tmp14, 1/tmp19) +
+    #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp6, alpha_ring_simple_s
+    #     + hop_net_tree_simple_s*tmp6))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp15 + tmp14*tmp17*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 +
+    #     tmp18/numpy.minimum(tmp13, 0.92*tmp8), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 +
+    #     tmp18/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8))), numpy.inf)))))
+    numpy.multiply(zero3_exp, m, out=out)
+    numpy.multiply(out, 2.0, out=out)
+    numpy.add(out, zero2_exp, out=out)
+    numpy.minimum(1.0, r0, out=r18)
+    numpy.multiply(out, r18, out=out)
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(d_exp, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r19)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, nvls_efficiency, out=r19)
+    numpy.multiply(d_exp, d_exp, out=r20)
+    numpy.divide(r19, r20, out=r19)
+    numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
+    numpy.minimum(r19, r1, out=r19)
+    numpy.divide(r3, r19, out=r19)
+    numpy.add(r19, hop_nvlink_nvls_s, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(r9, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r10, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv2, r4, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll_s)
+        numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r21, r5, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(r9, 0.92, out=r19)
+    numpy.minimum(r19, r11, out=r19)
+    numpy.divide(r10, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv3, r4, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll128_s)
+        numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r21, r5, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.subtract(d_exp, 0.5, out=r19)
+    numpy.divide(1.0, r8, out=r20)
+    numpy.copyto(r20, r12, where=m1)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, r3, out=r19)
+    if not m1.all():
+        numpy.multiply(inv4, r4, out=r20)
+        numpy.copyto(r21, hop_net_ring_simple_s)
+        numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r21, r5, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.copyto(r19, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r7, 0.5, out=r20)
+    numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r5, hop_net_tree_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.multiply(r5, hop_nvlink_ring_ll_s, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.multiply(r7, 0.92, out=r21)
+    numpy.minimum(r21, r11, out=r21)
+    numpy.divide(r17, r21, out=r21)
+    numpy.multiply(r5, hop_net_tree_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.multiply(r5, hop_nvlink_ring_ll128_s, out=r23)
+    numpy.add(r23, alpha_ring_ll128_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.subtract(nodes, 0.5, out=r21)
+    numpy.divide(1.0, r15, out=r22)
+    numpy.copyto(r22, r12, where=m1)
+    numpy.multiply(r21, r22, out=r21)
+    numpy.multiply(r21, r16, out=r21)
+    numpy.multiply(r5, hop_net_tree_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.multiply(r5, hop_nvlink_ring_simple_s, out=r23)
+    numpy.add(r23, alpha_ring_simple_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
+    numpy.subtract(ranks_per_node, 0.5, out=r22)
+    numpy.multiply(r22, r12, out=r22)
+    numpy.multiply(r22, r14, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.multiply(r6, 0.92, out=r23)
+    numpy.minimum(r23, r11, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
+    numpy.multiply(r6, 0.5, out=r23)
+    numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(out, r18, out=out)
+
+
+dp_expert_all_gather_stage_time_s.kernel = _runtime.Kernel(
+    _dp_expert_all_gather_stage_time_s_block,
+    reals=24,
+    masks=5,
+    arguments=("P_r", "alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "bytes_p", "d_exp", "ep", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "n_moe_layers_stage", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "t_exp", "zero2_exp", "zero3_exp"),
+    passed=("inv0", "inv2", "inv3", "inv4"),
+    invariants=_dp_expert_all_gather_stage_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)

@@ -68,12 +68,7 @@ def ep_balanced_layer_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chose
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, n_chosen_exp, s) = _runtime.reals("ep_balanced_layer_bytes", ("bytes_compute", "h", "n_chosen_exp", "s"), (bytes_compute, h, n_chosen_exp, s))
-            inv0 = 2*bytes_compute*h*n_chosen_exp*s
+        (inv0,) = _ep_balanced_layer_bytes_invariants(bytes_compute, h, n_chosen_exp, s)
         call = _runtime.Call(
             "ep_balanced_layer_bytes",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "mb", "n_chosen_exp", "s", "inv0"),
@@ -81,22 +76,49 @@ def ep_balanced_layer_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chose
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s, inv0 in call.blocks():
-            # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
-            #     0, b*comm_ep*inv0*mb*(ep - 1)/(cp*ep))
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, comm_ep, out=out)
-                numpy.multiply(out, mb, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, ep, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _ep_balanced_layer_bytes_block(*block)
     return call.out
+
+
+def _ep_balanced_layer_bytes_invariants(bytes_compute, h, n_chosen_exp, s):
+    """What ep_balanced_layer_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, n_chosen_exp, s) = _runtime.reals("ep_balanced_layer_bytes", ("bytes_compute", "h", "n_chosen_exp", "s"), (bytes_compute, h, n_chosen_exp, s))
+        inv0 = 2*bytes_compute*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_balanced_layer_bytes_block(out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s, inv0):
+    """ep_balanced_layer_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)), 0,
+    #     b*comm_ep*inv0*mb*(ep - 1)/(cp*ep))
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, comm_ep, out=out)
+        numpy.multiply(out, mb, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, ep, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+ep_balanced_layer_bytes.kernel = _runtime.Kernel(
+    _ep_balanced_layer_bytes_block,
+    reals=1,
+    masks=2,
+    arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "mb", "n_chosen_exp", "s"),
+    passed=("inv0",),
+    invariants=_ep_balanced_layer_bytes_invariants,
+    widened=("bytes_compute", "h", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens, mb):
@@ -135,12 +157,7 @@ def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*h
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h) = _runtime.reals("ep_imbalanced_layer_bytes", ("bytes_compute", "h"), (bytes_compute, h))
-            inv0 = 2*bytes_compute*h
+        (inv0,) = _ep_imbalanced_layer_bytes_invariants(bytes_compute, h)
         call = _runtime.Call(
             "ep_imbalanced_layer_bytes",
             ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb", "inv0"),
@@ -148,21 +165,48 @@ def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens,
             reals=0,
             masks=2,
         )
-        for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, mb, inv0 in call.blocks():
-            # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
-            #     0, comm_ep*inv0*max_rank_tokens*mb*(ep - 1)/ep)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, comm_ep, out=out)
-                numpy.multiply(out, max_rank_tokens, out=out)
-                numpy.multiply(out, mb, out=out)
-                numpy.divide(out, ep, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _ep_imbalanced_layer_bytes_block(*block)
     return call.out
+
+
+def _ep_imbalanced_layer_bytes_invariants(bytes_compute, h):
+    """What ep_imbalanced_layer_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h) = _runtime.reals("ep_imbalanced_layer_bytes", ("bytes_compute", "h"), (bytes_compute, h))
+        inv0 = 2*bytes_compute*h
+    return (inv0,)
+
+
+def _ep_imbalanced_layer_bytes_block(out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, mb, inv0):
+    """ep_imbalanced_layer_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)), 0,
+    #     comm_ep*inv0*max_rank_tokens*mb*(ep - 1)/ep)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, comm_ep, out=out)
+        numpy.multiply(out, max_rank_tokens, out=out)
+        numpy.multiply(out, mb, out=out)
+        numpy.divide(out, ep, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+ep_imbalanced_layer_bytes.kernel = _runtime.Kernel(
+    _ep_imbalanced_layer_bytes_block,
+    reals=0,
+    masks=2,
+    arguments=("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb"),
+    passed=("inv0",),
+    invariants=_ep_imbalanced_layer_bytes_invariants,
+    widened=("bytes_compute", "h"),
+    quiet=True,
+)
 
 
 def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t):
@@ -204,12 +248,7 @@ def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_legacy_ff_mm_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-            inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+        (inv0,) = _ep_legacy_ff_mm_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
         call = _runtime.Call(
             "ep_legacy_ff_mm_bytes",
             ("b", "bytes_compute", "cap_fact", "device_intra_node_num", "ep", "h", "n_chosen_exp", "os_max_shard", "s", "t", "inv0"),
@@ -217,24 +256,51 @@ def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t, inv0 in call.blocks():
-            # out = b*inv0*(os_max_shard/numpy.minimum(device_intra_node_num, ep) +
-            #     numpy.where(numpy.less(device_intra_node_num, ep),
-            #     device_intra_node_num*os_max_shard/ep, 0))*numpy.maximum(4, os_max_shard)/t
-            numpy.minimum(device_intra_node_num, ep, out=r0)
-            numpy.divide(os_max_shard, r0, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.less(device_intra_node_num, ep, out=m0)
-            numpy.multiply(device_intra_node_num, os_max_shard, out=r1)
-            numpy.divide(r1, ep, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.add(out, r0, out=out)
-            numpy.maximum(4.0, os_max_shard, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, t, out=out)
+        for block in call.blocks():
+            _ep_legacy_ff_mm_bytes_block(*block)
     return call.out
+
+
+def _ep_legacy_ff_mm_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_legacy_ff_mm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_legacy_ff_mm_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_legacy_ff_mm_bytes_block(out, r0, r1, m0, b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t, inv0):
+    """ep_legacy_ff_mm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(os_max_shard/numpy.minimum(device_intra_node_num, ep) +
+    #     numpy.where(numpy.less(device_intra_node_num, ep), device_intra_node_num*os_max_shard/ep,
+    #     0))*numpy.maximum(4, os_max_shard)/t
+    numpy.minimum(device_intra_node_num, ep, out=r0)
+    numpy.divide(os_max_shard, r0, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.less(device_intra_node_num, ep, out=m0)
+    numpy.multiply(device_intra_node_num, os_max_shard, out=r1)
+    numpy.divide(r1, ep, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.add(out, r0, out=out)
+    numpy.maximum(4.0, os_max_shard, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, t, out=out)
+
+
+ep_legacy_ff_mm_bytes.kernel = _runtime.Kernel(
+    _ep_legacy_ff_mm_bytes_block,
+    reals=2,
+    masks=1,
+    arguments=("b", "bytes_compute", "cap_fact", "device_intra_node_num", "ep", "h", "n_chosen_exp", "os_max_shard", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_legacy_ff_mm_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def ep_all_to_all_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
@@ -270,12 +336,7 @@ def ep_all_to_all_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, 
         (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
         out = b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_msg_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    (inv0,) = _ep_all_to_all_msg_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
     call = _runtime.Call(
         "ep_all_to_all_msg_bytes",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
@@ -283,12 +344,39 @@ def ep_all_to_all_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, 
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_msg_bytes_block(*block)
     return call.out
+
+
+def _ep_all_to_all_msg_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_all_to_all_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_msg_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_all_to_all_msg_bytes_block(out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0):
+    """ep_all_to_all_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+ep_all_to_all_msg_bytes.kernel = _runtime.Kernel(
+    _ep_all_to_all_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_msg_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=False,
+)
 
 
 def ep_all_to_all_calls_count(*, m, n_moe_layers_stage):
@@ -324,11 +412,28 @@ def ep_all_to_all_calls_count(*, m, n_moe_layers_stage):
         reals=0,
         masks=0,
     )
-    for out, m, n_moe_layers_stage in call.blocks():
-        # out = 4*m*n_moe_layers_stage
-        numpy.multiply(n_moe_layers_stage, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_calls_count_block(*block)
     return call.out
+
+
+def _ep_all_to_all_calls_count_block(out, m, n_moe_layers_stage):
+    """ep_all_to_all_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*n_moe_layers_stage
+    numpy.multiply(n_moe_layers_stage, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+ep_all_to_all_calls_count.kernel = _runtime.Kernel(
+    _ep_all_to_all_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m", "n_moe_layers_stage"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def ep_all_to_all_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t):
@@ -365,12 +470,7 @@ def ep_all_to_all_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chos
         (b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t))
         out = 4*b*bytes_compute*cap_fact*h*m*n_chosen_exp*n_moe_layers_stage*s*(ep - 1)/(cp*ep*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_step_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    (inv0,) = _ep_all_to_all_step_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
     call = _runtime.Call(
         "ep_all_to_all_step_bytes",
         ("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "n_moe_layers_stage", "s", "t", "inv0"),
@@ -378,17 +478,44 @@ def ep_all_to_all_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chos
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t, inv0 in call.blocks():
-        # out = b*inv0*m*n_moe_layers_stage*(ep - 1)/(cp*ep*t)
-        numpy.subtract(ep, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, n_moe_layers_stage, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(cp, ep, out=r0)
-        numpy.multiply(r0, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_step_bytes_block(*block)
     return call.out
+
+
+def _ep_all_to_all_step_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_all_to_all_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_step_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_all_to_all_step_bytes_block(out, r0, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t, inv0):
+    """ep_all_to_all_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*n_moe_layers_stage*(ep - 1)/(cp*ep*t)
+    numpy.subtract(ep, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, ep, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+ep_all_to_all_step_bytes.kernel = _runtime.Kernel(
+    _ep_all_to_all_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "n_moe_layers_stage", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_step_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=False,
+)
 
 
 def ep_all_to_all_stage_calls_count(*, ep, m):
@@ -424,13 +551,30 @@ def ep_all_to_all_stage_calls_count(*, ep, m):
         reals=0,
         masks=0,
     )
-    for out, ep, m in call.blocks():
-        # out = 4*m*numpy.minimum(1, ep - 1)
-        numpy.subtract(ep, 1.0, out=out)
-        numpy.minimum(out, 1.0, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_stage_calls_count_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_calls_count_block(out, ep, m):
+    """ep_all_to_all_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*numpy.minimum(1, ep - 1)
+    numpy.subtract(ep, 1.0, out=out)
+    numpy.minimum(out, 1.0, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+ep_all_to_all_stage_calls_count.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("ep", "m"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def ep_all_to_all_stage_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
@@ -465,12 +609,7 @@ def ep_all_to_all_stage_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen
         (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
         out = b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_msg_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    (inv0,) = _ep_all_to_all_stage_msg_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
     call = _runtime.Call(
         "ep_all_to_all_stage_msg_bytes",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
@@ -478,12 +617,39 @@ def ep_all_to_all_stage_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_msg_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_all_to_all_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_msg_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_all_to_all_stage_msg_bytes_block(out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0):
+    """ep_all_to_all_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+ep_all_to_all_stage_msg_bytes.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_stage_msg_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=False,
+)
 
 
 def ep_all_to_all_stage_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, s, t):
@@ -521,12 +687,7 @@ def ep_all_to_all_stage_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, 
         tmp0 = ep - 1
         out = 4*b*bytes_compute*cap_fact*h*m*n_chosen_exp*s*tmp0*xp.minimum(1, tmp0)/(cp*ep*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_step_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    (inv0,) = _ep_all_to_all_stage_step_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
     call = _runtime.Call(
         "ep_all_to_all_stage_step_bytes",
         ("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "s", "t", "inv0"),
@@ -534,19 +695,46 @@ def ep_all_to_all_stage_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, 
         reals=2,
         masks=0,
     )
-    for out, r0, r1, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, s, t, inv0 in call.blocks():
-        # tmp0 = ep - 1 -> r0
-        numpy.subtract(ep, 1.0, out=r0)
-        # out = b*inv0*m*tmp0*numpy.minimum(1, tmp0)/(cp*ep*t)
-        numpy.minimum(1.0, r0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(cp, ep, out=r1)
-        numpy.multiply(r1, t, out=r1)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_stage_step_bytes_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_step_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_all_to_all_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_step_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_all_to_all_stage_step_bytes_block(out, r0, r1, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, s, t, inv0):
+    """ep_all_to_all_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ep - 1 -> r0
+    numpy.subtract(ep, 1.0, out=r0)
+    # out = b*inv0*m*tmp0*numpy.minimum(1, tmp0)/(cp*ep*t)
+    numpy.minimum(1.0, r0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, ep, out=r1)
+    numpy.multiply(r1, t, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+ep_all_to_all_stage_step_bytes.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_step_bytes_block,
+    reals=2,
+    masks=0,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_stage_step_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=False,
+)
 
 
 def ep_all_to_all_stage_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cap_fact, cp, ep, h, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, m, n_chosen_exp, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, t):
@@ -623,16 +811,7 @@ def ep_all_to_all_stage_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
-            inv1 = 1/nic_bw_bytes_per_s
-            inv2 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, cap_fact, h, n_chosen_exp, nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s, s) = _runtime.reals("ep_all_to_all_stage_time_s", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s, s))
-            inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
-            inv1 = 1/nic_bw_bytes_per_s
-            inv2 = 1/ring_channel_bw_bytes_per_s
+        (inv0, inv1, inv2) = _ep_all_to_all_stage_time_s_invariants(bytes_compute, cap_fact, h, n_chosen_exp, nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s, s)
         call = _runtime.Call(
             "ep_all_to_all_stage_time_s",
             ("alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cap_fact", "cp", "ep", "h", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "m", "n_chosen_exp", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t", "inv0", "inv1", "inv2"),
@@ -640,65 +819,96 @@ def ep_all_to_all_stage_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cap_fact, cp, ep, h, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, m, n_chosen_exp, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, t, inv0, inv1, inv2 in call.blocks():
-            # tmp0 = b*inv0/(cp*ep*t) -> r0
-            numpy.multiply(inv0, b, out=r0)
-            numpy.multiply(cp, ep, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            # tmp1 = numpy.greater_equal(p2p_ll_threshold_bytes, tmp0) -> m0
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            # tmp2 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp3 = tmp0*(ep - ranks_per_node) -> r1
-            numpy.subtract(ep, ranks_per_node, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r2
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
-            # out = 4*m*numpy.minimum(1, ep - 1)*numpy.minimum(numpy.where(tmp1, numpy.inf,
-            #     alpha_ring_simple_s + numpy.where(tmp2, hop_nvlink_ring_simple_s,
-            #     hop_net_ring_simple_s) + numpy.maximum(inv1*ranks_per_node*tmp3/nics_used,
-            #     inv2*tmp0*(ranks_per_node - 0.5)/ring_channels)), numpy.where(tmp1,
-            #     alpha_ring_ll_s + numpy.where(tmp2, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) +
-            #     numpy.maximum(tmp0*(ranks_per_node - 1)/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp4), tmp3/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp4,
-            #     nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf))
-            numpy.subtract(ep, 1.0, out=out)
-            numpy.minimum(out, 1.0, out=out)
-            if not m0.all():
-                numpy.multiply(inv1, r1, out=r3)
-                numpy.multiply(r3, ranks_per_node, out=r3)
-                numpy.divide(r3, nics_used, out=r3)
-                numpy.subtract(ranks_per_node, 0.5, out=r4)
-                numpy.multiply(r4, inv2, out=r4)
-                numpy.multiply(r4, r0, out=r4)
-                numpy.divide(r4, ring_channels, out=r4)
-                numpy.maximum(r3, r4, out=r3)
-                numpy.copyto(r4, hop_net_ring_simple_s)
-                numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m1)
-                numpy.add(r3, r4, out=r3)
-                numpy.add(r3, alpha_ring_simple_s, out=r3)
-            numpy.copyto(r3, numpy.inf, where=m0)
-            numpy.copyto(r4, numpy.inf)
-            numpy.subtract(ranks_per_node, 1.0, out=r5)
-            numpy.multiply(r5, r0, out=r5)
-            numpy.multiply(r2, 0.5, out=r6)
-            numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
-            numpy.divide(r5, r6, out=r5)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r6)
-            numpy.divide(r6, ranks_per_node, out=r6)
-            numpy.minimum(r6, r2, out=r6)
-            numpy.multiply(r6, 0.5, out=r6)
-            numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
-            numpy.divide(r1, r6, out=r6)
-            numpy.maximum(r5, r6, out=r5)
-            numpy.copyto(r6, hop_net_ring_ll_s)
-            numpy.copyto(r6, hop_nvlink_ring_ll_s, where=m1)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, alpha_ring_ll_s, out=r5)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.minimum(r3, r4, out=r3)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _ep_all_to_all_stage_time_s_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_time_s_invariants(bytes_compute, cap_fact, h, n_chosen_exp, nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s, s):
+    """What ep_all_to_all_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+        inv1 = 1/nic_bw_bytes_per_s
+        inv2 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s, s) = _runtime.reals("ep_all_to_all_stage_time_s", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s, s))
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+        inv1 = 1/nic_bw_bytes_per_s
+        inv2 = 1/ring_channel_bw_bytes_per_s
+    return (inv0, inv1, inv2)
+
+
+def _ep_all_to_all_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cap_fact, cp, ep, h, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, m, n_chosen_exp, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, t, inv0, inv1, inv2):
+    """ep_all_to_all_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = b*inv0/(cp*ep*t) -> r0
+    numpy.multiply(inv0, b, out=r0)
+    numpy.multiply(cp, ep, out=r1)
+    numpy.multiply(r1, t, out=r1)
+    numpy.divide(r0, r1, out=r0)
+    # tmp1 = numpy.greater_equal(p2p_ll_threshold_bytes, tmp0) -> m0
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    # tmp2 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp3 = tmp0*(ep - ranks_per_node) -> r1
+    numpy.subtract(ep, ranks_per_node, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r2
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
+    # out = 4*m*numpy.minimum(1, ep - 1)*numpy.minimum(numpy.where(tmp1, numpy.inf,
+    #     alpha_ring_simple_s + numpy.where(tmp2, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
+    #     numpy.maximum(inv1*ranks_per_node*tmp3/nics_used, inv2*tmp0*(ranks_per_node -
+    #     0.5)/ring_channels)), numpy.where(tmp1, alpha_ring_ll_s + numpy.where(tmp2,
+    #     hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.maximum(tmp0*(ranks_per_node -
+    #     1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4),
+    #     tmp3/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp4,
+    #     nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf))
+    numpy.subtract(ep, 1.0, out=out)
+    numpy.minimum(out, 1.0, out=out)
+    if not m0.all():
+        numpy.multiply(inv1, r1, out=r3)
+        numpy.multiply(r3, ranks_per_node, out=r3)
+        numpy.divide(r3, nics_used, out=r3)
+        numpy.subtract(ranks_per_node, 0.5, out=r4)
+        numpy.multiply(r4, inv2, out=r4)
+        numpy.multiply(r4, r0, out=r4)
+        numpy.divide(r4, ring_channels, out=r4)
+        numpy.maximum(r3, r4, out=r3)
+        numpy.copyto(r4, hop_net_ring_simple_s)
+        numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m1)
+        numpy.add(r3, r4, out=r3)
+        numpy.add(r3, alpha_ring_simple_s, out=r3)
+    numpy.copyto(r3, numpy.inf, where=m0)
+    numpy.copyto(r4, numpy.inf)
+    numpy.subtract(ranks_per_node, 1.0, out=r5)
+    numpy.multiply(r5, r0, out=r5)
+    numpy.multiply(r2, 0.5, out=r6)
+    numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
+    numpy.divide(r5, r6, out=r5)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r6)
+    numpy.divide(r6, ranks_per_node, out=r6)
+    numpy.minimum(r6, r2, out=r6)
+    numpy.multiply(r6, 0.5, out=r6)
+    numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
+    numpy.divide(r1, r6, out=r6)
+    numpy.maximum(r5, r6, out=r5)
+    numpy.copyto(r6, hop_net_ring_ll_s)
+    numpy.copyto(r6, hop_nvlink_ring_ll_s, where=m1)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, alpha_ring_ll_s, out=r5)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.minimum(r3, r4, out=r3)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+ep_all_to_all_stage_time_s.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_time_s_block,
+    reals=7,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cap_fact", "cp", "ep", "h", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "m", "n_chosen_exp", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_ep_all_to_all_stage_time_s_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s", "s"),
+    quiet=True,
+)

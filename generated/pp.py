@@ -57,12 +57,7 @@ def pp_send_recv_msg_bytes(*, b, bytes_compute, cp, h, s, t):
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = b*bytes_compute*h*s/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _pp_send_recv_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "pp_send_recv_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -70,12 +65,39 @@ def pp_send_recv_msg_bytes(*, b, bytes_compute, cp, h, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_msg_bytes_block(*block)
     return call.out
+
+
+def _pp_send_recv_msg_bytes_invariants(bytes_compute, h, s):
+    """What pp_send_recv_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _pp_send_recv_msg_bytes_block(out, r0, b, bytes_compute, cp, h, s, t, inv0):
+    """pp_send_recv_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+pp_send_recv_msg_bytes.kernel = _runtime.Kernel(
+    _pp_send_recv_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def pp_send_recv_calls_count(*, m, vp):
@@ -111,11 +133,28 @@ def pp_send_recv_calls_count(*, m, vp):
         reals=0,
         masks=0,
     )
-    for out, m, vp in call.blocks():
-        # out = 2*m*vp
-        numpy.multiply(m, vp, out=out)
-        numpy.multiply(out, 2.0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_calls_count_block(*block)
     return call.out
+
+
+def _pp_send_recv_calls_count_block(out, m, vp):
+    """pp_send_recv_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2*m*vp
+    numpy.multiply(m, vp, out=out)
+    numpy.multiply(out, 2.0, out=out)
+
+
+pp_send_recv_calls_count.kernel = _runtime.Kernel(
+    _pp_send_recv_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m", "vp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def pp_send_recv_step_bytes(*, b, bytes_compute, cp, h, m, s, t, vp):
@@ -149,12 +188,7 @@ def pp_send_recv_step_bytes(*, b, bytes_compute, cp, h, m, s, t, vp):
         (b, bytes_compute, cp, h, m, s, t, vp) = _runtime.floats(xp, (b, bytes_compute, cp, h, m, s, t, vp))
         out = 2*b*bytes_compute*h*m*s*vp/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, m, s, t, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 2*bytes_compute*h*s
+    (inv0,) = _pp_send_recv_step_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "pp_send_recv_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "s", "t", "vp", "inv0"),
@@ -162,14 +196,41 @@ def pp_send_recv_step_bytes(*, b, bytes_compute, cp, h, m, s, t, vp):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, m, s, t, vp, inv0 in call.blocks():
-        # out = b*inv0*m*vp/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(out, vp, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_step_bytes_block(*block)
     return call.out
+
+
+def _pp_send_recv_step_bytes_invariants(bytes_compute, h, s):
+    """What pp_send_recv_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 2*bytes_compute*h*s
+    return (inv0,)
+
+
+def _pp_send_recv_step_bytes_block(out, r0, b, bytes_compute, cp, h, m, s, t, vp, inv0):
+    """pp_send_recv_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*vp/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, vp, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+pp_send_recv_step_bytes.kernel = _runtime.Kernel(
+    _pp_send_recv_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "t", "vp"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def pp_send_recv_stage_calls_count(*, m, p, vp):
@@ -207,14 +268,31 @@ def pp_send_recv_stage_calls_count(*, m, p, vp):
         reals=0,
         masks=0,
     )
-    for out, m, p, vp in call.blocks():
-        # out = 2*m*vp*numpy.minimum(1, p - 1)
-        numpy.subtract(p, 1.0, out=out)
-        numpy.minimum(out, 1.0, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(out, vp, out=out)
-        numpy.multiply(out, 2.0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_stage_calls_count_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_calls_count_block(out, m, p, vp):
+    """pp_send_recv_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2*m*vp*numpy.minimum(1, p - 1)
+    numpy.subtract(p, 1.0, out=out)
+    numpy.minimum(out, 1.0, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, vp, out=out)
+    numpy.multiply(out, 2.0, out=out)
+
+
+pp_send_recv_stage_calls_count.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m", "p", "vp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def pp_send_recv_stage_msg_bytes(*, b, bytes_compute, cp, h, s, t):
@@ -248,12 +326,7 @@ def pp_send_recv_stage_msg_bytes(*, b, bytes_compute, cp, h, s, t):
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = b*bytes_compute*h*s/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _pp_send_recv_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "pp_send_recv_stage_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -261,12 +334,39 @@ def pp_send_recv_stage_msg_bytes(*, b, bytes_compute, cp, h, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_msg_bytes_invariants(bytes_compute, h, s):
+    """What pp_send_recv_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _pp_send_recv_stage_msg_bytes_block(out, r0, b, bytes_compute, cp, h, s, t, inv0):
+    """pp_send_recv_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+pp_send_recv_stage_msg_bytes.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_stage_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def pp_send_recv_stage_step_bytes(*, b, bytes_compute, cp, h, m, p, s, t, vp):
@@ -303,12 +403,7 @@ def pp_send_recv_stage_step_bytes(*, b, bytes_compute, cp, h, m, p, s, t, vp):
         (b, bytes_compute, cp, h, m, p, s, t, vp) = _runtime.floats(xp, (b, bytes_compute, cp, h, m, p, s, t, vp))
         out = 2*b*bytes_compute*h*m*s*vp*xp.minimum(1, p - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, m, p, s, t, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 2*bytes_compute*h*s
+    (inv0,) = _pp_send_recv_stage_step_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "pp_send_recv_stage_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "p", "s", "t", "vp", "inv0"),
@@ -316,17 +411,44 @@ def pp_send_recv_stage_step_bytes(*, b, bytes_compute, cp, h, m, p, s, t, vp):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, m, p, s, t, vp, inv0 in call.blocks():
-        # out = b*inv0*m*vp*numpy.minimum(1, p - 1)/(cp*t)
-        numpy.subtract(p, 1.0, out=out)
-        numpy.minimum(out, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(out, vp, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_stage_step_bytes_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_step_bytes_invariants(bytes_compute, h, s):
+    """What pp_send_recv_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 2*bytes_compute*h*s
+    return (inv0,)
+
+
+def _pp_send_recv_stage_step_bytes_block(out, r0, b, bytes_compute, cp, h, m, p, s, t, vp, inv0):
+    """pp_send_recv_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*vp*numpy.minimum(1, p - 1)/(cp*t)
+    numpy.subtract(p, 1.0, out=out)
+    numpy.minimum(out, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, vp, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+pp_send_recv_stage_step_bytes.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "p", "s", "t", "vp"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_stage_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def pp_send_recv_stage_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, m, nic_bw_bytes_per_s, nodes, p, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, s, t, vp):
@@ -399,14 +521,7 @@ def pp_send_recv_stage_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = bytes_compute*h*s
-            inv1 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, ring_channel_bw_bytes_per_s, s) = _runtime.reals("pp_send_recv_stage_time_s", ("bytes_compute", "h", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, ring_channel_bw_bytes_per_s, s))
-            inv0 = bytes_compute*h*s
-            inv1 = 1/ring_channel_bw_bytes_per_s
+        (inv0, inv1) = _pp_send_recv_stage_time_s_invariants(bytes_compute, h, ring_channel_bw_bytes_per_s, s)
         call = _runtime.Call(
             "pp_send_recv_stage_time_s",
             ("alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "m", "nic_bw_bytes_per_s", "nodes", "p", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t", "vp", "inv0", "inv1"),
@@ -414,57 +529,85 @@ def pp_send_recv_stage_time_s(*, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_
             reals=9,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, m, nic_bw_bytes_per_s, nodes, p, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, s, t, vp, inv0, inv1 in call.blocks():
-            # tmp0 = b*inv0/(cp*t) -> r0
-            numpy.multiply(inv0, b, out=r0)
-            numpy.multiply(cp, t, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            # tmp1 = numpy.greater_equal(p2p_ll_threshold_bytes, tmp0) -> m0
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            # tmp2 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp3 = 1.5*tmp0 -> r1
-            numpy.multiply(r0, 1.5, out=r1)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r2
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
-            # tmp5 = 0.5*tmp4 -> r3
-            numpy.multiply(r2, 0.5, out=r3)
-            # out = 2*m*vp*numpy.minimum(1, p - 1)*numpy.minimum(numpy.where(tmp1, numpy.inf,
-            #     alpha_ring_simple_s + numpy.where(tmp2, hop_nvlink_ring_simple_s,
-            #     hop_net_ring_simple_s) + numpy.where(tmp2, inv1*tmp3/ring_channels,
-            #     tmp3/numpy.minimum(nic_bw_bytes_per_s, tmp4))), numpy.where(tmp1, alpha_ring_ll_s
-            #     + numpy.where(tmp2, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.where(tmp2,
-            #     tmp0/numpy.minimum(ll_max_bw_bytes_per_s, tmp5),
-            #     tmp0/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp5))), numpy.inf))
-            numpy.subtract(p, 1.0, out=out)
-            numpy.minimum(out, 1.0, out=out)
-            if not m0.all():
-                numpy.copyto(r4, hop_net_ring_simple_s)
-                numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m1)
-                numpy.minimum(nic_bw_bytes_per_s, r2, out=r5)
-                numpy.divide(r1, r5, out=r5)
-                numpy.multiply(inv1, r1, out=r6)
-                numpy.divide(r6, ring_channels, out=r6)
-                numpy.copyto(r5, r6, where=m1)
-                numpy.add(r4, r5, out=r4)
-                numpy.add(r4, alpha_ring_simple_s, out=r4)
-            numpy.copyto(r4, numpy.inf, where=m0)
-            numpy.copyto(r5, numpy.inf)
-            numpy.copyto(r6, hop_net_ring_ll_s)
-            numpy.copyto(r6, hop_nvlink_ring_ll_s, where=m1)
-            numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r7)
-            numpy.minimum(r7, r3, out=r7)
-            numpy.divide(r0, r7, out=r7)
-            numpy.minimum(ll_max_bw_bytes_per_s, r3, out=r8)
-            numpy.divide(r0, r8, out=r8)
-            numpy.copyto(r7, r8, where=m1)
-            numpy.add(r6, r7, out=r6)
-            numpy.add(r6, alpha_ring_ll_s, out=r6)
-            numpy.copyto(r5, r6, where=m0)
-            numpy.minimum(r4, r5, out=r4)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, vp, out=out)
-            numpy.multiply(out, 2.0, out=out)
+        for block in call.blocks():
+            _pp_send_recv_stage_time_s_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_time_s_invariants(bytes_compute, h, ring_channel_bw_bytes_per_s, s):
+    """What pp_send_recv_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, ring_channel_bw_bytes_per_s, s) = _runtime.reals("pp_send_recv_stage_time_s", ("bytes_compute", "h", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, ring_channel_bw_bytes_per_s, s))
+        inv0 = bytes_compute*h*s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+    return (inv0, inv1)
+
+
+def _pp_send_recv_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, m1, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll_max_bw_bytes_per_s, m, nic_bw_bytes_per_s, nodes, p, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, s, t, vp, inv0, inv1):
+    """pp_send_recv_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = b*inv0/(cp*t) -> r0
+    numpy.multiply(inv0, b, out=r0)
+    numpy.multiply(cp, t, out=r1)
+    numpy.divide(r0, r1, out=r0)
+    # tmp1 = numpy.greater_equal(p2p_ll_threshold_bytes, tmp0) -> m0
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    # tmp2 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp3 = 1.5*tmp0 -> r1
+    numpy.multiply(r0, 1.5, out=r1)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r2
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
+    # tmp5 = 0.5*tmp4 -> r3
+    numpy.multiply(r2, 0.5, out=r3)
+    # out = 2*m*vp*numpy.minimum(1, p - 1)*numpy.minimum(numpy.where(tmp1, numpy.inf,
+    #     alpha_ring_simple_s + numpy.where(tmp2, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
+    #     numpy.where(tmp2, inv1*tmp3/ring_channels, tmp3/numpy.minimum(nic_bw_bytes_per_s, tmp4))),
+    #     numpy.where(tmp1, alpha_ring_ll_s + numpy.where(tmp2, hop_nvlink_ring_ll_s,
+    #     hop_net_ring_ll_s) + numpy.where(tmp2, tmp0/numpy.minimum(ll_max_bw_bytes_per_s, tmp5),
+    #     tmp0/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s, tmp5))),
+    #     numpy.inf))
+    numpy.subtract(p, 1.0, out=out)
+    numpy.minimum(out, 1.0, out=out)
+    if not m0.all():
+        numpy.copyto(r4, hop_net_ring_simple_s)
+        numpy.copyto(r4, hop_nvlink_ring_simple_s, where=m1)
+        numpy.minimum(nic_bw_bytes_per_s, r2, out=r5)
+        numpy.divide(r1, r5, out=r5)
+        numpy.multiply(inv1, r1, out=r6)
+        numpy.divide(r6, ring_channels, out=r6)
+        numpy.copyto(r5, r6, where=m1)
+        numpy.add(r4, r5, out=r4)
+        numpy.add(r4, alpha_ring_simple_s, out=r4)
+    numpy.copyto(r4, numpy.inf, where=m0)
+    numpy.copyto(r5, numpy.inf)
+    numpy.copyto(r6, hop_net_ring_ll_s)
+    numpy.copyto(r6, hop_nvlink_ring_ll_s, where=m1)
+    numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r7)
+    numpy.minimum(r7, r3, out=r7)
+    numpy.divide(r0, r7, out=r7)
+    numpy.minimum(ll_max_bw_bytes_per_s, r3, out=r8)
+    numpy.divide(r0, r8, out=r8)
+    numpy.copyto(r7, r8, where=m1)
+    numpy.add(r6, r7, out=r6)
+    numpy.add(r6, alpha_ring_ll_s, out=r6)
+    numpy.copyto(r5, r6, where=m0)
+    numpy.minimum(r4, r5, out=r4)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, vp, out=out)
+    numpy.multiply(out, 2.0, out=out)
+
+
+pp_send_recv_stage_time_s.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_time_s_block,
+    reals=9,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll_max_bw_bytes_per_s", "m", "nic_bw_bytes_per_s", "nodes", "p", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "t", "vp"),
+    passed=("inv0", "inv1"),
+    invariants=_pp_send_recv_stage_time_s_invariants,
+    widened=("bytes_compute", "h", "ring_channel_bw_bytes_per_s", "s"),
+    quiet=True,
+)

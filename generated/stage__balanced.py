@@ -63,14 +63,7 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
+        (inv0, inv1) = _stage_ep_balanced_layer_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s)
         call = _runtime.Call(
             "stage_ep_balanced_layer",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
@@ -78,27 +71,56 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
-            #     numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, ep, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_balanced_layer_block(*block)
     return call.out
+
+
+def _stage_ep_balanced_layer_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s):
+    """What stage_ep_balanced_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    return (inv0, inv1)
+
+
+def _stage_ep_balanced_layer_block(out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1):
+    """stage_ep_balanced_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, ep, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_balanced_layer.kernel = _runtime.Kernel(
+    _stage_ep_balanced_layer_block,
+    reals=2,
+    masks=2,
+    arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_balanced_layer_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
@@ -142,14 +164,7 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
+        (inv0, inv1) = _stage_ep_balanced_full_again_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s)
         call = _runtime.Call(
             "stage_ep_balanced_full_again",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
@@ -157,24 +172,53 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
-            #     numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, ep, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_balanced_full_again_block(*block)
     return call.out
+
+
+def _stage_ep_balanced_full_again_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s):
+    """What stage_ep_balanced_full_again computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    return (inv0, inv1)
+
+
+def _stage_ep_balanced_full_again_block(out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1):
+    """stage_ep_balanced_full_again on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, ep, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_balanced_full_again.kernel = _runtime.Kernel(
+    _stage_ep_balanced_full_again_block,
+    reals=2,
+    masks=2,
+    arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_balanced_full_again_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
+    quiet=True,
+)

@@ -64,14 +64,7 @@ def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_layer", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_layer_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_layer",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -79,17 +72,46 @@ def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_layer_block(*block)
     return call.out
+
+
+def _stage_tp_dense_layer_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_layer", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_layer_block(out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_layer.kernel = _runtime.Kernel(
+    _stage_tp_dense_layer_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_layer_invariants,
+    widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_selective_layer(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -132,14 +154,7 @@ def stage_tp_dense_selective_layer(*, b, comm_t, comm_tp_overlap, cp, gather, h,
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*gather*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_layer", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_selective_layer_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_selective_layer",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -147,17 +162,46 @@ def stage_tp_dense_selective_layer(*, b, comm_t, comm_tp_overlap, cp, gather, h,
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_selective_layer_block(*block)
     return call.out
+
+
+def _stage_tp_dense_selective_layer_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_selective_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_layer", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_selective_layer_block(out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_selective_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_selective_layer.kernel = _runtime.Kernel(
+    _stage_tp_dense_selective_layer_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_selective_layer_invariants,
+    widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -200,14 +244,7 @@ def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_full_again", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_full_again_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_full_again",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -215,17 +252,46 @@ def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_full_again_block(*block)
     return call.out
+
+
+def _stage_tp_dense_full_again_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_full_again computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_full_again", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_full_again_block(out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_full_again on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_full_again.kernel = _runtime.Kernel(
+    _stage_tp_dense_full_again_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_full_again_invariants,
+    widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_selective_again(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -269,14 +335,7 @@ def stage_tp_dense_selective_again(*, b, comm_t, comm_tp_overlap, cp, gather, h,
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_again", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_selective_again_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_selective_again",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -284,14 +343,43 @@ def stage_tp_dense_selective_again(*, b, comm_t, comm_tp_overlap, cp, gather, h,
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_selective_again_block(*block)
     return call.out
+
+
+def _stage_tp_dense_selective_again_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_selective_again computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_again", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_selective_again_block(out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_selective_again on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_selective_again.kernel = _runtime.Kernel(
+    _stage_tp_dense_selective_again_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_selective_again_invariants,
+    widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)

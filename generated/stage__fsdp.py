@@ -73,18 +73,7 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1 - reshards
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output", ("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
-            inv0 = 1 - reshards
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+        (inv0, inv1, inv2, inv3) = _stage_dp_fsdp_output_invariants(bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v)
         call = _runtime.Call(
             "stage_dp_fsdp_output",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
@@ -92,42 +81,74 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
             reals=5,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
-            numpy.multiply(cp, d, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            # out = inv3*score_factor_dp*(inv2*(tmp3 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
-            #     shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m + reshards))*(tmp1
-            #     - 1))/(t*tmp1)
-            numpy.subtract(r0, 1.0, out=out)
-            numpy.divide(inv0, m, out=r2)
-            numpy.add(r2, reshards, out=r2)
-            numpy.multiply(r2, bytes_p, out=r2)
-            numpy.add(r2, bytes_grad, out=r2)
-            numpy.multiply(out, r2, out=out)
-            numpy.subtract(r1, 1.0, out=r2)
-            numpy.copyto(r3, 1.0)
-            numpy.multiply(inv1, cp, out=r4)
-            numpy.add(r4, shard_spans_cp, out=r4)
-            numpy.multiply(r4, t, out=r4)
-            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
-            numpy.divide(1.0, m, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r2, inv2, out=r2)
-            numpy.divide(r2, r1, out=r2)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv3, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(r0, t, out=r2)
-            numpy.divide(out, r2, out=out)
+        for block in call.blocks():
+            _stage_dp_fsdp_output_block(*block)
     return call.out
+
+
+def _stage_dp_fsdp_output_invariants(bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v):
+    """What stage_dp_fsdp_output computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1 - reshards
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output", ("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
+        inv0 = 1 - reshards
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_dp_fsdp_output_block(out, r0, r1, r2, r3, r4, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3):
+    """stage_dp_fsdp_output on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
+    numpy.multiply(cp, d, out=r1)
+    numpy.multiply(r1, t, out=r1)
+    numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # out = inv3*score_factor_dp*(inv2*(tmp3 -
+    #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 + shard_spans_cp)),
+    #     1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m + reshards))*(tmp1 - 1))/(t*tmp1)
+    numpy.subtract(r0, 1.0, out=out)
+    numpy.divide(inv0, m, out=r2)
+    numpy.add(r2, reshards, out=r2)
+    numpy.multiply(r2, bytes_p, out=r2)
+    numpy.add(r2, bytes_grad, out=r2)
+    numpy.multiply(out, r2, out=out)
+    numpy.subtract(r1, 1.0, out=r2)
+    numpy.copyto(r3, 1.0)
+    numpy.multiply(inv1, cp, out=r4)
+    numpy.add(r4, shard_spans_cp, out=r4)
+    numpy.multiply(r4, t, out=r4)
+    numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+    numpy.divide(1.0, m, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.multiply(r2, inv2, out=r2)
+    numpy.divide(r2, r1, out=r2)
+    numpy.add(out, r2, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.multiply(r0, t, out=r2)
+    numpy.divide(out, r2, out=out)
+
+
+stage_dp_fsdp_output.kernel = _runtime.Kernel(
+    _stage_dp_fsdp_output_block,
+    reals=5,
+    masks=1,
+    arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_dp_fsdp_output_invariants,
+    widened=("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"),
+    quiet=True,
+)
 
 
 def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -175,18 +196,7 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1 - reshards
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = v*(h + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, h, reshards, shard_spans_cp, v) = _runtime.reals("stage_dp_unconverted_fsdp_output", ("bytes_grad", "h", "reshards", "shard_spans_cp", "v"), (bytes_grad, h, reshards, shard_spans_cp, v))
-            inv0 = 1 - reshards
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = v*(h + 1)
+        (inv0, inv1, inv2, inv3) = _stage_dp_unconverted_fsdp_output_invariants(bytes_grad, h, reshards, shard_spans_cp, v)
         call = _runtime.Call(
             "stage_dp_unconverted_fsdp_output",
             ("bytes_grad", "bytes_p", "cp", "d", "h", "m", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
@@ -194,40 +204,73 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
             reals=5,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, m0, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
-            numpy.multiply(cp, d, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            # out = inv3*(inv2*(tmp3 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*inv1 + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m +
-            #     reshards))*(tmp1 - 1))/(t*tmp1)
-            numpy.subtract(r0, 1.0, out=out)
-            numpy.divide(inv0, m, out=r2)
-            numpy.add(r2, reshards, out=r2)
-            numpy.multiply(r2, bytes_p, out=r2)
-            numpy.add(r2, bytes_grad, out=r2)
-            numpy.multiply(out, r2, out=out)
-            numpy.subtract(r1, 1.0, out=r2)
-            numpy.copyto(r3, 1.0)
-            numpy.multiply(inv1, cp, out=r4)
-            numpy.add(r4, shard_spans_cp, out=r4)
-            numpy.multiply(r4, t, out=r4)
-            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
-            numpy.divide(1.0, m, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r2, inv2, out=r2)
-            numpy.divide(r2, r1, out=r2)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv3, out=out)
-            numpy.multiply(r0, t, out=r2)
-            numpy.divide(out, r2, out=out)
+        for block in call.blocks():
+            _stage_dp_unconverted_fsdp_output_block(*block)
     return call.out
+
+
+def _stage_dp_unconverted_fsdp_output_invariants(bytes_grad, h, reshards, shard_spans_cp, v):
+    """What stage_dp_unconverted_fsdp_output computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1 - reshards
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = v*(h + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, reshards, shard_spans_cp, v) = _runtime.reals("stage_dp_unconverted_fsdp_output", ("bytes_grad", "h", "reshards", "shard_spans_cp", "v"), (bytes_grad, h, reshards, shard_spans_cp, v))
+        inv0 = 1 - reshards
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = v*(h + 1)
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_dp_unconverted_fsdp_output_block(out, r0, r1, r2, r3, r4, m0, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3):
+    """stage_dp_unconverted_fsdp_output on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
+    numpy.multiply(cp, d, out=r1)
+    numpy.multiply(r1, t, out=r1)
+    numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # out = inv3*(inv2*(tmp3 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
+    #     shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m + reshards))*(tmp1 -
+    #     1))/(t*tmp1)
+    numpy.subtract(r0, 1.0, out=out)
+    numpy.divide(inv0, m, out=r2)
+    numpy.add(r2, reshards, out=r2)
+    numpy.multiply(r2, bytes_p, out=r2)
+    numpy.add(r2, bytes_grad, out=r2)
+    numpy.multiply(out, r2, out=out)
+    numpy.subtract(r1, 1.0, out=r2)
+    numpy.copyto(r3, 1.0)
+    numpy.multiply(inv1, cp, out=r4)
+    numpy.add(r4, shard_spans_cp, out=r4)
+    numpy.multiply(r4, t, out=r4)
+    numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+    numpy.divide(1.0, m, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.multiply(r2, inv2, out=r2)
+    numpy.divide(r2, r1, out=r2)
+    numpy.add(out, r2, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(r0, t, out=r2)
+    numpy.divide(out, r2, out=out)
+
+
+stage_dp_unconverted_fsdp_output.kernel = _runtime.Kernel(
+    _stage_dp_unconverted_fsdp_output_block,
+    reals=5,
+    masks=1,
+    arguments=("bytes_grad", "bytes_p", "cp", "d", "h", "m", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_dp_unconverted_fsdp_output_invariants,
+    widened=("bytes_grad", "h", "reshards", "shard_spans_cp", "v"),
+    quiet=True,
+)
 
 
 def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -270,14 +313,7 @@ def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1 - shard_spans_cp
-            inv1 = 2*bytes_grad*v*(h + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, h, shard_spans_cp, v) = _runtime.reals("stage_dp_reduced_fsdp_output", ("bytes_grad", "h", "shard_spans_cp", "v"), (bytes_grad, h, shard_spans_cp, v))
-            inv0 = 1 - shard_spans_cp
-            inv1 = 2*bytes_grad*v*(h + 1)
+        (inv0, inv1) = _stage_dp_reduced_fsdp_output_invariants(bytes_grad, h, shard_spans_cp, v)
         call = _runtime.Call(
             "stage_dp_reduced_fsdp_output",
             ("bytes_grad", "cp", "d", "h", "m", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
@@ -285,28 +321,56 @@ def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1 in call.blocks():
-            # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
-            numpy.multiply(cp, d, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # out = inv1*(tmp1 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0
-            #     + shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1,
-            #     shard_p_os_non_exp_partial/t))
-            numpy.subtract(r0, 1.0, out=out)
-            numpy.copyto(r1, 1.0)
-            numpy.multiply(inv0, cp, out=r2)
-            numpy.add(r2, shard_spans_cp, out=r2)
-            numpy.multiply(r2, t, out=r2)
-            numpy.greater(shard_p_os_non_exp_partial, r2, out=m0)
-            numpy.divide(1.0, m, out=r2)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, inv1, out=out)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(out, r1, out=out)
+        for block in call.blocks():
+            _stage_dp_reduced_fsdp_output_block(*block)
     return call.out
+
+
+def _stage_dp_reduced_fsdp_output_invariants(bytes_grad, h, shard_spans_cp, v):
+    """What stage_dp_reduced_fsdp_output computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1 - shard_spans_cp
+        inv1 = 2*bytes_grad*v*(h + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, shard_spans_cp, v) = _runtime.reals("stage_dp_reduced_fsdp_output", ("bytes_grad", "h", "shard_spans_cp", "v"), (bytes_grad, h, shard_spans_cp, v))
+        inv0 = 1 - shard_spans_cp
+        inv1 = 2*bytes_grad*v*(h + 1)
+    return (inv0, inv1)
+
+
+def _stage_dp_reduced_fsdp_output_block(out, r0, r1, r2, m0, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1):
+    """stage_dp_reduced_fsdp_output on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
+    numpy.multiply(cp, d, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # out = inv1*(tmp1 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0 +
+    #     shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
+    numpy.subtract(r0, 1.0, out=out)
+    numpy.copyto(r1, 1.0)
+    numpy.multiply(inv0, cp, out=r2)
+    numpy.add(r2, shard_spans_cp, out=r2)
+    numpy.multiply(r2, t, out=r2)
+    numpy.greater(shard_p_os_non_exp_partial, r2, out=m0)
+    numpy.divide(1.0, m, out=r2)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.multiply(r1, t, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+stage_dp_reduced_fsdp_output.kernel = _runtime.Kernel(
+    _stage_dp_reduced_fsdp_output_block,
+    reals=3,
+    masks=1,
+    arguments=("bytes_grad", "cp", "d", "h", "m", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_dp_reduced_fsdp_output_invariants,
+    widened=("bytes_grad", "h", "shard_spans_cp", "v"),
+    quiet=True,
+)

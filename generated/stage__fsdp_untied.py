@@ -79,18 +79,7 @@ def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1 - reshards
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = h*stage_cost_scale*v*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_untied_embedding", ("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
-            inv0 = 1 - reshards
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = h*stage_cost_scale*v*(1 - comm_dp_overlap)
+        (inv0, inv1, inv2, inv3) = _stage_dp_fsdp_untied_embedding_invariants(bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v)
         call = _runtime.Call(
             "stage_dp_fsdp_untied_embedding",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
@@ -98,48 +87,80 @@ def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, 
             reals=7,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
-            numpy.maximum(1.0, gather_embed, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp1 = 1/numpy.maximum(1, shard_embed*tmp0) -> r1
-            numpy.multiply(r0, shard_embed, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.maximum(1, shard_embed*tmp1) -> r2
-            numpy.multiply(r1, shard_embed, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            # tmp3 = 1/m -> r3
-            numpy.divide(1.0, m, out=r3)
-            # tmp4 = numpy.maximum(1, d*tmp0) -> r4
-            numpy.multiply(r0, d, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            # out = inv3*score_factor_dp*tmp1*(inv2*(tmp4 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
-            #     shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(inv0*tmp3 +
-            #     reshards))*(tmp2 - 1))/tmp2
-            numpy.subtract(r2, 1.0, out=out)
-            numpy.multiply(inv0, r3, out=r0)
-            numpy.add(r0, reshards, out=r0)
-            numpy.multiply(r0, bytes_p, out=r0)
-            numpy.add(r0, bytes_grad, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.subtract(r4, 1.0, out=r0)
-            numpy.copyto(r5, 1.0)
-            numpy.multiply(inv1, cp, out=r6)
-            numpy.add(r6, shard_spans_cp, out=r6)
-            numpy.multiply(r6, t, out=r6)
-            numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
-            numpy.copyto(r5, r3, where=m0)
-            numpy.multiply(r0, r5, out=r0)
-            numpy.multiply(r0, inv2, out=r0)
-            numpy.divide(r0, r4, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, inv3, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.divide(out, r2, out=out)
+        for block in call.blocks():
+            _stage_dp_fsdp_untied_embedding_block(*block)
     return call.out
+
+
+def _stage_dp_fsdp_untied_embedding_invariants(bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v):
+    """What stage_dp_fsdp_untied_embedding computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1 - reshards
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = h*stage_cost_scale*v*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_untied_embedding", ("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
+        inv0 = 1 - reshards
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = h*stage_cost_scale*v*(1 - comm_dp_overlap)
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_dp_fsdp_untied_embedding_block(out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3):
+    """stage_dp_fsdp_untied_embedding on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
+    numpy.maximum(1.0, gather_embed, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = 1/numpy.maximum(1, shard_embed*tmp0) -> r1
+    numpy.multiply(r0, shard_embed, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = numpy.maximum(1, shard_embed*tmp1) -> r2
+    numpy.multiply(r1, shard_embed, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # tmp3 = 1/m -> r3
+    numpy.divide(1.0, m, out=r3)
+    # tmp4 = numpy.maximum(1, d*tmp0) -> r4
+    numpy.multiply(r0, d, out=r4)
+    numpy.maximum(r4, 1.0, out=r4)
+    # out = inv3*score_factor_dp*tmp1*(inv2*(tmp4 -
+    #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 + shard_spans_cp)),
+    #     tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(inv0*tmp3 + reshards))*(tmp2 - 1))/tmp2
+    numpy.subtract(r2, 1.0, out=out)
+    numpy.multiply(inv0, r3, out=r0)
+    numpy.add(r0, reshards, out=r0)
+    numpy.multiply(r0, bytes_p, out=r0)
+    numpy.add(r0, bytes_grad, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.subtract(r4, 1.0, out=r0)
+    numpy.copyto(r5, 1.0)
+    numpy.multiply(inv1, cp, out=r6)
+    numpy.add(r6, shard_spans_cp, out=r6)
+    numpy.multiply(r6, t, out=r6)
+    numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
+    numpy.copyto(r5, r3, where=m0)
+    numpy.multiply(r0, r5, out=r0)
+    numpy.multiply(r0, inv2, out=r0)
+    numpy.divide(r0, r4, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.divide(out, r2, out=out)
+
+
+stage_dp_fsdp_untied_embedding.kernel = _runtime.Kernel(
+    _stage_dp_fsdp_untied_embedding_block,
+    reals=7,
+    masks=1,
+    arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_dp_fsdp_untied_embedding_invariants,
+    widened=("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"),
+    quiet=True,
+)
 
 
 def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -194,18 +215,7 @@ def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, ga
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1 - reshards
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, h, reshards, shard_spans_cp, v) = _runtime.reals("stage_dp_unconverted_fsdp_untied_embedding", ("bytes_grad", "h", "reshards", "shard_spans_cp", "v"), (bytes_grad, h, reshards, shard_spans_cp, v))
-            inv0 = 1 - reshards
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = h*v
+        (inv0, inv1, inv2, inv3) = _stage_dp_unconverted_fsdp_untied_embedding_invariants(bytes_grad, h, reshards, shard_spans_cp, v)
         call = _runtime.Call(
             "stage_dp_unconverted_fsdp_untied_embedding",
             ("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
@@ -213,46 +223,79 @@ def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, ga
             reals=7,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
-            numpy.maximum(1.0, gather_embed, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp1 = 1/numpy.maximum(1, shard_embed*tmp0) -> r1
-            numpy.multiply(r0, shard_embed, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.maximum(1, shard_embed*tmp1) -> r2
-            numpy.multiply(r1, shard_embed, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            # tmp3 = 1/m -> r3
-            numpy.divide(1.0, m, out=r3)
-            # tmp4 = numpy.maximum(1, d*tmp0) -> r4
-            numpy.multiply(r0, d, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            # out = inv3*tmp1*(inv2*(tmp4 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*inv1 + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(inv0*tmp3 +
-            #     reshards))*(tmp2 - 1))/tmp2
-            numpy.subtract(r2, 1.0, out=out)
-            numpy.multiply(inv0, r3, out=r0)
-            numpy.add(r0, reshards, out=r0)
-            numpy.multiply(r0, bytes_p, out=r0)
-            numpy.add(r0, bytes_grad, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.subtract(r4, 1.0, out=r0)
-            numpy.copyto(r5, 1.0)
-            numpy.multiply(inv1, cp, out=r6)
-            numpy.add(r6, shard_spans_cp, out=r6)
-            numpy.multiply(r6, t, out=r6)
-            numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
-            numpy.copyto(r5, r3, where=m0)
-            numpy.multiply(r0, r5, out=r0)
-            numpy.multiply(r0, inv2, out=r0)
-            numpy.divide(r0, r4, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, inv3, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.divide(out, r2, out=out)
+        for block in call.blocks():
+            _stage_dp_unconverted_fsdp_untied_embedding_block(*block)
     return call.out
+
+
+def _stage_dp_unconverted_fsdp_untied_embedding_invariants(bytes_grad, h, reshards, shard_spans_cp, v):
+    """What stage_dp_unconverted_fsdp_untied_embedding computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1 - reshards
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, reshards, shard_spans_cp, v) = _runtime.reals("stage_dp_unconverted_fsdp_untied_embedding", ("bytes_grad", "h", "reshards", "shard_spans_cp", "v"), (bytes_grad, h, reshards, shard_spans_cp, v))
+        inv0 = 1 - reshards
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = h*v
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_dp_unconverted_fsdp_untied_embedding_block(out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3):
+    """stage_dp_unconverted_fsdp_untied_embedding on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
+    numpy.maximum(1.0, gather_embed, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = 1/numpy.maximum(1, shard_embed*tmp0) -> r1
+    numpy.multiply(r0, shard_embed, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = numpy.maximum(1, shard_embed*tmp1) -> r2
+    numpy.multiply(r1, shard_embed, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # tmp3 = 1/m -> r3
+    numpy.divide(1.0, m, out=r3)
+    # tmp4 = numpy.maximum(1, d*tmp0) -> r4
+    numpy.multiply(r0, d, out=r4)
+    numpy.maximum(r4, 1.0, out=r4)
+    # out = inv3*tmp1*(inv2*(tmp4 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
+    #     t*(cp*inv1 + shard_spans_cp)), tmp3, 1)/tmp4 + (bytes_grad + bytes_p*(inv0*tmp3 +
+    #     reshards))*(tmp2 - 1))/tmp2
+    numpy.subtract(r2, 1.0, out=out)
+    numpy.multiply(inv0, r3, out=r0)
+    numpy.add(r0, reshards, out=r0)
+    numpy.multiply(r0, bytes_p, out=r0)
+    numpy.add(r0, bytes_grad, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.subtract(r4, 1.0, out=r0)
+    numpy.copyto(r5, 1.0)
+    numpy.multiply(inv1, cp, out=r6)
+    numpy.add(r6, shard_spans_cp, out=r6)
+    numpy.multiply(r6, t, out=r6)
+    numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
+    numpy.copyto(r5, r3, where=m0)
+    numpy.multiply(r0, r5, out=r0)
+    numpy.multiply(r0, inv2, out=r0)
+    numpy.divide(r0, r4, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.divide(out, r2, out=out)
+
+
+stage_dp_unconverted_fsdp_untied_embedding.kernel = _runtime.Kernel(
+    _stage_dp_unconverted_fsdp_untied_embedding_block,
+    reals=7,
+    masks=1,
+    arguments=("bytes_grad", "bytes_p", "cp", "d", "gather_embed", "h", "m", "reshards", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_dp_unconverted_fsdp_untied_embedding_invariants,
+    widened=("bytes_grad", "h", "reshards", "shard_spans_cp", "v"),
+    quiet=True,
+)
 
 
 def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
@@ -300,14 +343,7 @@ def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1 - shard_spans_cp
-            inv1 = 2*bytes_grad*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, h, shard_spans_cp, v) = _runtime.reals("stage_dp_reduced_fsdp_untied_embedding", ("bytes_grad", "h", "shard_spans_cp", "v"), (bytes_grad, h, shard_spans_cp, v))
-            inv0 = 1 - shard_spans_cp
-            inv1 = 2*bytes_grad*h*v
+        (inv0, inv1) = _stage_dp_reduced_fsdp_untied_embedding_invariants(bytes_grad, h, shard_spans_cp, v)
         call = _runtime.Call(
             "stage_dp_reduced_fsdp_untied_embedding",
             ("bytes_grad", "cp", "d", "gather_embed", "h", "m", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
@@ -315,32 +351,61 @@ def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h
             reals=4,
             masks=1,
         )
-        for out, r0, r1, r2, r3, m0, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1 in call.blocks():
-            # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
-            numpy.maximum(1.0, gather_embed, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp1 = numpy.maximum(1, d*tmp0) -> r1
-            numpy.multiply(r0, d, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            # tmp2 = 1/numpy.maximum(1, shard_embed*tmp0) -> r2
-            numpy.multiply(r0, shard_embed, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # out = inv1*tmp2*(tmp1 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*inv0 + shard_spans_cp)), 1/m, 1)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
-            numpy.subtract(r1, 1.0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.multiply(inv0, cp, out=r3)
-            numpy.add(r3, shard_spans_cp, out=r3)
-            numpy.multiply(r3, t, out=r3)
-            numpy.greater(shard_p_os_non_exp_partial, r3, out=m0)
-            numpy.divide(1.0, m, out=r3)
-            numpy.copyto(r0, r3, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv1, out=out)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(r2, shard_embed, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _stage_dp_reduced_fsdp_untied_embedding_block(*block)
     return call.out
+
+
+def _stage_dp_reduced_fsdp_untied_embedding_invariants(bytes_grad, h, shard_spans_cp, v):
+    """What stage_dp_reduced_fsdp_untied_embedding computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1 - shard_spans_cp
+        inv1 = 2*bytes_grad*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, shard_spans_cp, v) = _runtime.reals("stage_dp_reduced_fsdp_untied_embedding", ("bytes_grad", "h", "shard_spans_cp", "v"), (bytes_grad, h, shard_spans_cp, v))
+        inv0 = 1 - shard_spans_cp
+        inv1 = 2*bytes_grad*h*v
+    return (inv0, inv1)
+
+
+def _stage_dp_reduced_fsdp_untied_embedding_block(out, r0, r1, r2, r3, m0, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1):
+    """stage_dp_reduced_fsdp_untied_embedding on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
+    numpy.maximum(1.0, gather_embed, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = numpy.maximum(1, d*tmp0) -> r1
+    numpy.multiply(r0, d, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # tmp2 = 1/numpy.maximum(1, shard_embed*tmp0) -> r2
+    numpy.multiply(r0, shard_embed, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    # out = inv1*tmp2*(tmp1 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0 +
+    #     shard_spans_cp)), 1/m, 1)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
+    numpy.subtract(r1, 1.0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.multiply(inv0, cp, out=r3)
+    numpy.add(r3, shard_spans_cp, out=r3)
+    numpy.multiply(r3, t, out=r3)
+    numpy.greater(shard_p_os_non_exp_partial, r3, out=m0)
+    numpy.divide(1.0, m, out=r3)
+    numpy.copyto(r0, r3, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(r2, shard_embed, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_dp_reduced_fsdp_untied_embedding.kernel = _runtime.Kernel(
+    _stage_dp_reduced_fsdp_untied_embedding_block,
+    reals=4,
+    masks=1,
+    arguments=("bytes_grad", "cp", "d", "gather_embed", "h", "m", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_dp_reduced_fsdp_untied_embedding_invariants,
+    widened=("bytes_grad", "h", "shard_spans_cp", "v"),
+    quiet=True,
+)

@@ -61,14 +61,7 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
-            inv0 = 1/level_bound_0
-            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        (inv0, inv1) = _stage_cp_hybrid_cp_mla_linear_layer_invariants(a, dh, h, level_bound_0)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_linear_layer",
             ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -76,19 +69,48 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.divide(inv1, t, out=r0)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_linear_layer_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_linear_layer_invariants(a, dh, h, level_bound_0):
+    """What stage_cp_hybrid_cp_mla_linear_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_layer", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
+        inv0 = 1/level_bound_0
+        inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    return (inv0, inv1)
+
+
+def _stage_cp_hybrid_cp_mla_linear_layer_block(out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_hybrid_cp_mla_linear_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
+    #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.divide(inv1, t, out=r0)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_linear_layer.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_linear_layer_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_hybrid_cp_mla_linear_layer_invariants,
+    widened=("a", "dh", "h", "level_bound_0"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -129,16 +151,7 @@ def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_full_again", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_hybrid_cp_mla_linear_full_again_invariants(a, dh, h, level_bound_0, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_linear_full_again",
             ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -146,19 +159,50 @@ def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.divide(inv1, t, out=r0)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_linear_full_again_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_linear_full_again_invariants(a, dh, h, level_bound_0, stage_cost_scale):
+    """What stage_cp_hybrid_cp_mla_linear_full_again computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_full_again", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_hybrid_cp_mla_linear_full_again_block(out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_hybrid_cp_mla_linear_full_again on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1/t)*numpy.maximum(1,
+    #     numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.divide(inv1, t, out=r0)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_linear_full_again.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_linear_full_again_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_hybrid_cp_mla_linear_full_again_invariants,
+    widened=("a", "dh", "h", "level_bound_0", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -200,16 +244,7 @@ def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_selective_again", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_hybrid_cp_mla_linear_selective_again_invariants(a, dh, gather, h, level_bound_0, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_linear_selective_again",
             ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -217,16 +252,47 @@ def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     inv1/t)*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.divide(inv1, t, out=r0)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_linear_selective_again_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_linear_selective_again_invariants(a, dh, gather, h, level_bound_0, stage_cost_scale):
+    """What stage_cp_hybrid_cp_mla_linear_selective_again computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_linear_selective_again", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_hybrid_cp_mla_linear_selective_again_block(out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_hybrid_cp_mla_linear_selective_again on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1/t)*numpy.maximum(1,
+    #     numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.divide(inv1, t, out=r0)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_linear_selective_again.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_linear_selective_again_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_hybrid_cp_mla_linear_selective_again_invariants,
+    widened=("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"),
+    quiet=True,
+)

@@ -60,14 +60,7 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_layer", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h
+        (inv0, inv1) = _stage_ep_imbalanced_layer_invariants(bytes_compute, h, level_bound_0)
         call = _runtime.Call(
             "stage_ep_imbalanced_layer",
             ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
@@ -75,26 +68,55 @@ def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, m
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(ep -
-            #     1)/ep)*numpy.maximum(1, numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, max_rank_tokens, out=r0)
-                numpy.divide(r0, ep, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_imbalanced_layer_block(*block)
     return call.out
+
+
+def _stage_ep_imbalanced_layer_invariants(bytes_compute, h, level_bound_0):
+    """What stage_ep_imbalanced_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_layer", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h
+    return (inv0, inv1)
+
+
+def _stage_ep_imbalanced_layer_block(out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1):
+    """stage_ep_imbalanced_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(ep - 1)/ep)*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(r0, max_rank_tokens, out=r0)
+        numpy.divide(r0, ep, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_imbalanced_layer.kernel = _runtime.Kernel(
+    _stage_ep_imbalanced_layer_block,
+    reals=1,
+    masks=2,
+    arguments=("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_imbalanced_layer_invariants,
+    widened=("bytes_compute", "h", "level_bound_0"),
+    quiet=True,
+)
 
 
 def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
@@ -135,14 +157,7 @@ def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_full_again", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h
+        (inv0, inv1) = _stage_ep_imbalanced_full_again_invariants(bytes_compute, h, level_bound_0)
         call = _runtime.Call(
             "stage_ep_imbalanced_full_again",
             ("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale", "inv0", "inv1"),
@@ -150,23 +165,52 @@ def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(ep -
-            #     1)/ep)*numpy.maximum(1, numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, max_rank_tokens, out=r0)
-                numpy.divide(r0, ep, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_imbalanced_full_again_block(*block)
     return call.out
+
+
+def _stage_ep_imbalanced_full_again_invariants(bytes_compute, h, level_bound_0):
+    """What stage_ep_imbalanced_full_again computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0) = _runtime.reals("stage_ep_imbalanced_full_again", ("bytes_compute", "h", "level_bound_0"), (bytes_compute, h, level_bound_0))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h
+    return (inv0, inv1)
+
+
+def _stage_ep_imbalanced_full_again_block(out, r0, m0, m1, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale, inv0, inv1):
+    """stage_ep_imbalanced_full_again on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*max_rank_tokens*(ep - 1)/ep)*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(r0, max_rank_tokens, out=r0)
+        numpy.divide(r0, ep, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_imbalanced_full_again.kernel = _runtime.Kernel(
+    _stage_ep_imbalanced_full_again_block,
+    reals=1,
+    masks=2,
+    arguments=("bytes_compute", "comm_ep", "ep", "h", "level_bound_0", "max_rank_tokens", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_imbalanced_full_again_invariants,
+    widened=("bytes_compute", "h", "level_bound_0"),
+    quiet=True,
+)

@@ -158,48 +158,7 @@ def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, d
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = dc_kv*n_kv
-            tmp1 = a*h
-            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
-            tmp3 = 0.25*n_attMM
-            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
-            tmp5 = 2*dh
-            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp7 = n_qknorm*tmp5 + tmp6
-            tmp8 = numpy.not_equal(dh, 0)
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp11 = tmp6 + 2*h*n_qknorm/a
-            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
-            tmp15 = numpy.not_equal(n_shared_exp, 0)
-            tmp16 = h*hff_exp*n_ffMM
-            tmp17 = hff_exp*(n_ffMM - 1)
-            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
-            inv2 = h*shared_expert_gate
-            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
-            tmp0 = dc_kv*n_kv
-            tmp1 = a*h
-            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
-            tmp3 = 0.25*n_attMM
-            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
-            tmp5 = 2*dh
-            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp7 = n_qknorm*tmp5 + tmp6
-            tmp8 = numpy.not_equal(dh, 0)
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp11 = tmp6 + 2*h*n_qknorm/a
-            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
-            tmp15 = numpy.not_equal(n_shared_exp, 0)
-            tmp16 = h*hff_exp*n_ffMM
-            tmp17 = hff_exp*(n_ffMM - 1)
-            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
-            inv2 = h*shared_expert_gate
-            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+        (inv0, tmp16, tmp17, inv1, inv2, inv3) = _stage_dp_mla_q_direct_moe_zero_layer_invariants(a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_mla_q_direct_moe_zero_layer",
             ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp16", "tmp17", "inv1", "inv2", "inv3"),
@@ -207,76 +166,138 @@ def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, d
             reals=8,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2, inv3 in call.blocks():
-            # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            # tmp12 = inv0/t -> r0
-            numpy.divide(inv0, t, out=r0)
-            # tmp13 = 1/cp -> r1
-            numpy.divide(1.0, cp, out=r1)
-            # tmp14 = numpy.equal(zero3_exp, 1) -> m1
-            numpy.equal(zero3_exp, 1.0, out=m1)
-            # tmp18 = 1/numpy.maximum(1, etp) -> r2
-            numpy.maximum(1.0, etp, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
-            numpy.multiply(tmp16, r2, out=r3)
-            numpy.multiply(tmp17, r2, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.add(r3, inv1, out=r3)
-            # tmp20 = inv2 + tmp19 -> r2
-            numpy.add(inv2, r3, out=r2)
-            # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
-            # tmp22 = tmp13/(ep*t_exp) -> r4
-            numpy.multiply(ep, t_exp, out=r4)
-            numpy.divide(r1, r4, out=r4)
-            # tmp23 = numpy.equal(zero2_exp, 1) -> m3
-            numpy.equal(zero2_exp, 1.0, out=m3)
-            # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
-            numpy.maximum(ep, t_exp, out=r5)
-            numpy.divide(1.0, r5, out=r5)
-            numpy.add(r5, r4, out=r5)
-            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
-            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
-            #     numpy.where(numpy.logical_and(tmp14, tmp21), 0,
-            #     numpy.where(numpy.logical_and(tmp14, tmp15_mask), tmp20*tmp22, numpy.where(tmp14,
-            #     tmp19*tmp22, 0))) + numpy.where(numpy.logical_and(tmp21, tmp23), 0,
-            #     numpy.where(numpy.logical_and(tmp15_mask, tmp23), tmp20*tmp24, numpy.where(tmp23,
-            #     tmp19*tmp24, 0))))
-            numpy.copyto(out, 0.0)
-            numpy.equal(zero3_non_exp, 1.0, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r6, 0.0)
-            numpy.equal(zero2_non_exp, 1.0, out=m4)
-            numpy.add(1.0, r1, out=r7)
-            numpy.multiply(r7, r0, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.add(out, r6, out=out)
-            numpy.copyto(r6, 0.0)
-            numpy.multiply(r3, r4, out=r7)
-            numpy.copyto(r6, r7, where=m1)
-            numpy.logical_and(m1, m0, out=m4)
-            numpy.multiply(r2, r4, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.copyto(r6, 0.0, where=m4)
-            numpy.add(out, r6, out=out)
-            numpy.copyto(r6, 0.0)
-            numpy.multiply(r3, r5, out=r7)
-            numpy.copyto(r6, r7, where=m3)
-            numpy.logical_and(m0, m3, out=m4)
-            numpy.multiply(r2, r5, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.copyto(r6, 0.0, where=m4)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(out, inv3, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_mla_q_direct_moe_zero_layer_block(*block)
     return call.out
+
+
+def _stage_dp_mla_q_direct_moe_zero_layer_invariants(a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale):
+    """What stage_dp_mla_q_direct_moe_zero_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = numpy.not_equal(dh, 0)
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+        tmp15 = numpy.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        inv2 = h*shared_expert_gate
+        inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = numpy.not_equal(dh, 0)
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+        tmp15 = numpy.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        inv2 = h*shared_expert_gate
+        inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (inv0, tmp16, tmp17, inv1, inv2, inv3)
+
+
+def _stage_dp_mla_q_direct_moe_zero_layer_block(out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2, inv3):
+    """stage_dp_mla_q_direct_moe_zero_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+    numpy.not_equal(n_shared_exp, 0.0, out=m0)
+    # tmp12 = inv0/t -> r0
+    numpy.divide(inv0, t, out=r0)
+    # tmp13 = 1/cp -> r1
+    numpy.divide(1.0, cp, out=r1)
+    # tmp14 = numpy.equal(zero3_exp, 1) -> m1
+    numpy.equal(zero3_exp, 1.0, out=m1)
+    # tmp18 = 1/numpy.maximum(1, etp) -> r2
+    numpy.maximum(1.0, etp, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
+    numpy.multiply(tmp16, r2, out=r3)
+    numpy.multiply(tmp17, r2, out=r4)
+    numpy.add(r4, h, out=r4)
+    numpy.multiply(r4, mlp_bias, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(r3, n_exp, out=r3)
+    numpy.add(r3, inv1, out=r3)
+    # tmp20 = inv2 + tmp19 -> r2
+    numpy.add(inv2, r3, out=r2)
+    # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
+    numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+    # tmp22 = tmp13/(ep*t_exp) -> r4
+    numpy.multiply(ep, t_exp, out=r4)
+    numpy.divide(r1, r4, out=r4)
+    # tmp23 = numpy.equal(zero2_exp, 1) -> m3
+    numpy.equal(zero2_exp, 1.0, out=m3)
+    # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
+    numpy.maximum(ep, t_exp, out=r5)
+    numpy.divide(1.0, r5, out=r5)
+    numpy.add(r5, r4, out=r5)
+    # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+    #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
+    #     numpy.where(numpy.logical_and(tmp14, tmp21), 0, numpy.where(numpy.logical_and(tmp14,
+    #     tmp15_mask), tmp20*tmp22, numpy.where(tmp14, tmp19*tmp22, 0))) +
+    #     numpy.where(numpy.logical_and(tmp21, tmp23), 0, numpy.where(numpy.logical_and(tmp15_mask,
+    #     tmp23), tmp20*tmp24, numpy.where(tmp23, tmp19*tmp24, 0))))
+    numpy.copyto(out, 0.0)
+    numpy.equal(zero3_non_exp, 1.0, out=m4)
+    numpy.copyto(out, r0, where=m4)
+    numpy.copyto(r6, 0.0)
+    numpy.equal(zero2_non_exp, 1.0, out=m4)
+    numpy.add(1.0, r1, out=r7)
+    numpy.multiply(r7, r0, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.add(out, r6, out=out)
+    numpy.copyto(r6, 0.0)
+    numpy.multiply(r3, r4, out=r7)
+    numpy.copyto(r6, r7, where=m1)
+    numpy.logical_and(m1, m0, out=m4)
+    numpy.multiply(r2, r4, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.logical_and(m1, m2, out=m4)
+    numpy.copyto(r6, 0.0, where=m4)
+    numpy.add(out, r6, out=out)
+    numpy.copyto(r6, 0.0)
+    numpy.multiply(r3, r5, out=r7)
+    numpy.copyto(r6, r7, where=m3)
+    numpy.logical_and(m0, m3, out=m4)
+    numpy.multiply(r2, r5, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.logical_and(m2, m3, out=m4)
+    numpy.copyto(r6, 0.0, where=m4)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_mla_q_direct_moe_zero_layer.kernel = _runtime.Kernel(
+    _stage_dp_mla_q_direct_moe_zero_layer_block,
+    reals=8,
+    masks=5,
+    arguments=("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
+    passed=("inv0", "tmp16", "tmp17", "inv1", "inv2", "inv3"),
+    invariants=_stage_dp_mla_q_direct_moe_zero_layer_invariants,
+    widened=("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -409,46 +430,7 @@ def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, e
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = dc_kv*n_kv
-            tmp1 = a*h
-            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
-            tmp3 = 0.25*n_attMM
-            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
-            tmp5 = 2*dh
-            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp7 = n_qknorm*tmp5 + tmp6
-            tmp8 = numpy.not_equal(dh, 0)
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp11 = tmp6 + 2*h*n_qknorm/a
-            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
-            tmp15 = numpy.not_equal(n_shared_exp, 0)
-            tmp16 = h*hff_exp*n_ffMM
-            tmp17 = hff_exp*(n_ffMM - 1)
-            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
-            inv2 = h*shared_expert_gate
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_direct_moe_zero_layer", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
-            tmp0 = dc_kv*n_kv
-            tmp1 = a*h
-            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
-            tmp3 = 0.25*n_attMM
-            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
-            tmp5 = 2*dh
-            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp7 = n_qknorm*tmp5 + tmp6
-            tmp8 = numpy.not_equal(dh, 0)
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp11 = tmp6 + 2*h*n_qknorm/a
-            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
-            tmp15 = numpy.not_equal(n_shared_exp, 0)
-            tmp16 = h*hff_exp*n_ffMM
-            tmp17 = hff_exp*(n_ffMM - 1)
-            inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
-            inv2 = h*shared_expert_gate
+        (inv0, tmp16, tmp17, inv1, inv2) = _stage_dp_unconverted_mla_q_direct_moe_zero_layer_invariants(a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate)
         call = _runtime.Call(
             "stage_dp_unconverted_mla_q_direct_moe_zero_layer",
             ("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp16", "tmp17", "inv1", "inv2"),
@@ -456,71 +438,131 @@ def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, e
             reals=8,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2 in call.blocks():
-            # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            # tmp12 = inv0/t -> r0
-            numpy.divide(inv0, t, out=r0)
-            # tmp13 = 1/cp -> r1
-            numpy.divide(1.0, cp, out=r1)
-            # tmp14 = numpy.equal(zero3_exp, 1) -> m1
-            numpy.equal(zero3_exp, 1.0, out=m1)
-            # tmp18 = 1/numpy.maximum(1, etp) -> r2
-            numpy.maximum(1.0, etp, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
-            numpy.multiply(tmp16, r2, out=r3)
-            numpy.multiply(tmp17, r2, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.add(r3, inv1, out=r3)
-            # tmp20 = inv2 + tmp19 -> r2
-            numpy.add(inv2, r3, out=r2)
-            # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
-            # tmp22 = tmp13/(ep*t_exp) -> r4
-            numpy.multiply(ep, t_exp, out=r4)
-            numpy.divide(r1, r4, out=r4)
-            # tmp23 = numpy.equal(zero2_exp, 1) -> m3
-            numpy.equal(zero2_exp, 1.0, out=m3)
-            # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
-            numpy.maximum(ep, t_exp, out=r5)
-            numpy.divide(1.0, r5, out=r5)
-            numpy.add(r5, r4, out=r5)
-            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
-            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
-            #     numpy.where(numpy.logical_and(tmp14, tmp21), 0,
-            #     numpy.where(numpy.logical_and(tmp14, tmp15_mask), tmp20*tmp22, numpy.where(tmp14,
-            #     tmp19*tmp22, 0))) + numpy.where(numpy.logical_and(tmp21, tmp23), 0,
-            #     numpy.where(numpy.logical_and(tmp15_mask, tmp23), tmp20*tmp24, numpy.where(tmp23,
-            #     tmp19*tmp24, 0)))
-            numpy.copyto(out, 0.0)
-            numpy.equal(zero3_non_exp, 1.0, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r6, 0.0)
-            numpy.equal(zero2_non_exp, 1.0, out=m4)
-            numpy.add(1.0, r1, out=r7)
-            numpy.multiply(r7, r0, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.add(out, r6, out=out)
-            numpy.copyto(r6, 0.0)
-            numpy.multiply(r3, r4, out=r7)
-            numpy.copyto(r6, r7, where=m1)
-            numpy.logical_and(m1, m0, out=m4)
-            numpy.multiply(r2, r4, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.copyto(r6, 0.0, where=m4)
-            numpy.add(out, r6, out=out)
-            numpy.copyto(r6, 0.0)
-            numpy.multiply(r3, r5, out=r7)
-            numpy.copyto(r6, r7, where=m3)
-            numpy.logical_and(m0, m3, out=m4)
-            numpy.multiply(r2, r5, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.copyto(r6, 0.0, where=m4)
-            numpy.add(out, r6, out=out)
+        for block in call.blocks():
+            _stage_dp_unconverted_mla_q_direct_moe_zero_layer_block(*block)
     return call.out
+
+
+def _stage_dp_unconverted_mla_q_direct_moe_zero_layer_invariants(a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate):
+    """What stage_dp_unconverted_mla_q_direct_moe_zero_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = numpy.not_equal(dh, 0)
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+        tmp15 = numpy.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        inv2 = h*shared_expert_gate
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_direct_moe_zero_layer", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"), (a, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = numpy.not_equal(dh, 0)
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+        tmp15 = numpy.not_equal(n_shared_exp, 0)
+        tmp16 = h*hff_exp*n_ffMM
+        tmp17 = hff_exp*(n_ffMM - 1)
+        inv1 = n_shared_exp*(mlp_bias*(h + tmp17) + tmp16)
+        inv2 = h*shared_expert_gate
+    return (inv0, tmp16, tmp17, inv1, inv2)
+
+
+def _stage_dp_unconverted_mla_q_direct_moe_zero_layer_block(out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp16, tmp17, inv1, inv2):
+    """stage_dp_unconverted_mla_q_direct_moe_zero_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp15_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+    numpy.not_equal(n_shared_exp, 0.0, out=m0)
+    # tmp12 = inv0/t -> r0
+    numpy.divide(inv0, t, out=r0)
+    # tmp13 = 1/cp -> r1
+    numpy.divide(1.0, cp, out=r1)
+    # tmp14 = numpy.equal(zero3_exp, 1) -> m1
+    numpy.equal(zero3_exp, 1.0, out=m1)
+    # tmp18 = 1/numpy.maximum(1, etp) -> r2
+    numpy.maximum(1.0, etp, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    # tmp19 = inv1 + n_exp*(mlp_bias*(h + tmp17*tmp18) + tmp16*tmp18) -> r3
+    numpy.multiply(tmp16, r2, out=r3)
+    numpy.multiply(tmp17, r2, out=r4)
+    numpy.add(r4, h, out=r4)
+    numpy.multiply(r4, mlp_bias, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(r3, n_exp, out=r3)
+    numpy.add(r3, inv1, out=r3)
+    # tmp20 = inv2 + tmp19 -> r2
+    numpy.add(inv2, r3, out=r2)
+    # tmp21 = numpy.where(tmp15_mask, numpy.equal(tmp20, 0), numpy.equal(tmp19, 0)) -> m2
+    numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+    # tmp22 = tmp13/(ep*t_exp) -> r4
+    numpy.multiply(ep, t_exp, out=r4)
+    numpy.divide(r1, r4, out=r4)
+    # tmp23 = numpy.equal(zero2_exp, 1) -> m3
+    numpy.equal(zero2_exp, 1.0, out=m3)
+    # tmp24 = tmp22 + 1/numpy.maximum(ep, t_exp) -> r5
+    numpy.maximum(ep, t_exp, out=r5)
+    numpy.divide(1.0, r5, out=r5)
+    numpy.add(r5, r4, out=r5)
+    # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+    #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(tmp13 + 1), 0) +
+    #     numpy.where(numpy.logical_and(tmp14, tmp21), 0, numpy.where(numpy.logical_and(tmp14,
+    #     tmp15_mask), tmp20*tmp22, numpy.where(tmp14, tmp19*tmp22, 0))) +
+    #     numpy.where(numpy.logical_and(tmp21, tmp23), 0, numpy.where(numpy.logical_and(tmp15_mask,
+    #     tmp23), tmp20*tmp24, numpy.where(tmp23, tmp19*tmp24, 0)))
+    numpy.copyto(out, 0.0)
+    numpy.equal(zero3_non_exp, 1.0, out=m4)
+    numpy.copyto(out, r0, where=m4)
+    numpy.copyto(r6, 0.0)
+    numpy.equal(zero2_non_exp, 1.0, out=m4)
+    numpy.add(1.0, r1, out=r7)
+    numpy.multiply(r7, r0, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.add(out, r6, out=out)
+    numpy.copyto(r6, 0.0)
+    numpy.multiply(r3, r4, out=r7)
+    numpy.copyto(r6, r7, where=m1)
+    numpy.logical_and(m1, m0, out=m4)
+    numpy.multiply(r2, r4, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.logical_and(m1, m2, out=m4)
+    numpy.copyto(r6, 0.0, where=m4)
+    numpy.add(out, r6, out=out)
+    numpy.copyto(r6, 0.0)
+    numpy.multiply(r3, r5, out=r7)
+    numpy.copyto(r6, r7, where=m3)
+    numpy.logical_and(m0, m3, out=m4)
+    numpy.multiply(r2, r5, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.logical_and(m2, m3, out=m4)
+    numpy.copyto(r6, 0.0, where=m4)
+    numpy.add(out, r6, out=out)
+
+
+stage_dp_unconverted_mla_q_direct_moe_zero_layer.kernel = _runtime.Kernel(
+    _stage_dp_unconverted_mla_q_direct_moe_zero_layer_block,
+    reals=8,
+    masks=5,
+    arguments=("a", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
+    passed=("inv0", "tmp16", "tmp17", "inv1", "inv2"),
+    invariants=_stage_dp_unconverted_mla_q_direct_moe_zero_layer_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate"),
+    quiet=True,
+)

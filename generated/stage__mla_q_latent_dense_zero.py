@@ -127,38 +127,7 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = dc_kv*n_kv
-            tmp1 = a*dc_q
-            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp3 = 0.25*n_attMM
-            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
-            tmp5 = 2*dh
-            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp7 = n_qknorm*tmp5 + tmp6
-            tmp8 = numpy.not_equal(dh, 0)
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp11 = tmp6 + 2*h*n_qknorm/a
-            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
-            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_dense_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp0 = dc_kv*n_kv
-            tmp1 = a*dc_q
-            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp3 = 0.25*n_attMM
-            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
-            tmp5 = 2*dh
-            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp7 = n_qknorm*tmp5 + tmp6
-            tmp8 = numpy.not_equal(dh, 0)
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp11 = tmp6 + 2*h*n_qknorm/a
-            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
-            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        (inv0, inv1) = _stage_dp_mla_q_latent_dense_zero_layer_invariants(a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_dense_zero_layer",
             ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
@@ -166,24 +135,77 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
-            # tmp12 = inv0/t -> r0
-            numpy.divide(inv0, t, out=r0)
-            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
-            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
-            numpy.copyto(out, 0.0)
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.copyto(r1, 0.0)
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            numpy.divide(1.0, cp, out=r2)
-            numpy.add(r2, 1.0, out=r2)
-            numpy.multiply(r2, r0, out=r2)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.add(out, r1, out=out)
-            numpy.multiply(out, inv1, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_mla_q_latent_dense_zero_layer_block(*block)
     return call.out
+
+
+def _stage_dp_mla_q_latent_dense_zero_layer_invariants(a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale):
+    """What stage_dp_mla_q_latent_dense_zero_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = numpy.not_equal(dh, 0)
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+        inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_dense_zero_layer", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, stage_cost_scale))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = numpy.not_equal(dh, 0)
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+        inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (inv0, inv1)
+
+
+def _stage_dp_mla_q_latent_dense_zero_layer_block(out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1):
+    """stage_dp_mla_q_latent_dense_zero_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp12 = inv0/t -> r0
+    numpy.divide(inv0, t, out=r0)
+    # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+    #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
+    numpy.copyto(out, 0.0)
+    numpy.equal(zero3_non_exp, 1.0, out=m0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.copyto(r1, 0.0)
+    numpy.equal(zero2_non_exp, 1.0, out=m0)
+    numpy.divide(1.0, cp, out=r2)
+    numpy.add(r2, 1.0, out=r2)
+    numpy.multiply(r2, r0, out=r2)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.add(out, r1, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_mla_q_latent_dense_zero_layer.kernel = _runtime.Kernel(
+    _stage_dp_mla_q_latent_dense_zero_layer_block,
+    reals=3,
+    masks=1,
+    arguments=("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_dp_mla_q_latent_dense_zero_layer_invariants,
+    widened=("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
@@ -286,36 +308,7 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = dc_kv*n_kv
-            tmp1 = a*dc_q
-            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp3 = 0.25*n_attMM
-            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
-            tmp5 = 2*dh
-            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp7 = n_qknorm*tmp5 + tmp6
-            tmp8 = numpy.not_equal(dh, 0)
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp11 = tmp6 + 2*h*n_qknorm/a
-            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("stage_dp_unconverted_mla_q_latent_dense_zero_layer", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
-            tmp0 = dc_kv*n_kv
-            tmp1 = a*dc_q
-            tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
-            tmp3 = 0.25*n_attMM
-            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
-            tmp5 = 2*dh
-            tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp7 = n_qknorm*tmp5 + tmp6
-            tmp8 = numpy.not_equal(dh, 0)
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp11 = tmp6 + 2*h*n_qknorm/a
-            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+        (inv0,) = _stage_dp_unconverted_mla_q_latent_dense_zero_layer_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim)
         call = _runtime.Call(
             "stage_dp_unconverted_mla_q_latent_dense_zero_layer",
             ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0"),
@@ -323,19 +316,70 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0 in call.blocks():
-            # tmp12 = inv0/t -> r0
-            numpy.divide(inv0, t, out=r0)
-            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
-            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0)
-            numpy.copyto(out, 0.0)
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.copyto(r1, 0.0)
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            numpy.divide(1.0, cp, out=r2)
-            numpy.add(r2, 1.0, out=r2)
-            numpy.multiply(r2, r0, out=r2)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _stage_dp_unconverted_mla_q_latent_dense_zero_layer_block(*block)
     return call.out
+
+
+def _stage_dp_unconverted_mla_q_latent_dense_zero_layer_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim):
+    """What stage_dp_unconverted_mla_q_latent_dense_zero_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = numpy.not_equal(dh, 0)
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("stage_dp_unconverted_mla_q_latent_dense_zero_layer", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*dc_q
+        tmp2 = a*dh*h + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = numpy.not_equal(dh, 0)
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), tmp4 + tmp7, numpy.where(tmp8, tmp10 + tmp7, numpy.where(tmp9, tmp11 + tmp4, tmp10 + tmp11)))
+    return (inv0,)
+
+
+def _stage_dp_unconverted_mla_q_latent_dense_zero_layer_block(out, r0, r1, r2, m0, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0):
+    """stage_dp_unconverted_mla_q_latent_dense_zero_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp12 = inv0/t -> r0
+    numpy.divide(inv0, t, out=r0)
+    # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+    #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0)
+    numpy.copyto(out, 0.0)
+    numpy.equal(zero3_non_exp, 1.0, out=m0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.copyto(r1, 0.0)
+    numpy.equal(zero2_non_exp, 1.0, out=m0)
+    numpy.divide(1.0, cp, out=r2)
+    numpy.add(r2, 1.0, out=r2)
+    numpy.multiply(r2, r0, out=r2)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.add(out, r1, out=out)
+
+
+stage_dp_unconverted_mla_q_latent_dense_zero_layer.kernel = _runtime.Kernel(
+    _stage_dp_unconverted_mla_q_latent_dense_zero_layer_block,
+    reals=3,
+    masks=1,
+    arguments=("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=("inv0",),
+    invariants=_stage_dp_unconverted_mla_q_latent_dense_zero_layer_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
+    quiet=True,
+)

@@ -134,28 +134,7 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            tmp5 = h*hff_exp*n_ffMM
-            tmp6 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            inv3 = 1 - shard_spans_cp
-            tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv5 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale))
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            tmp5 = h*hff_exp*n_ffMM
-            tmp6 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            inv3 = 1 - shard_spans_cp
-            tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv5 = stage_cost_scale*(1 - comm_dp_overlap)
+        (inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5) = _stage_dp_mla_q_latent_moe_fsdp_layer_invariants(a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_moe_fsdp_layer",
             ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
@@ -163,102 +142,145 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
             reals=14,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
-            numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = bytes_grad + bytes_p*(inv0/m + inv1) -> r1
-            numpy.divide(inv0, m, out=r1)
-            numpy.add(r1, inv1, out=r1)
-            numpy.multiply(r1, bytes_p, out=r1)
-            numpy.add(r1, bytes_grad, out=r1)
-            # tmp4 = tmp3/t_exp -> r2
-            numpy.divide(r1, t_exp, out=r2)
-            # tmp7 = inv2/tmp1 -> r3
-            numpy.divide(inv2, r0, out=r3)
-            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
-            numpy.divide(shard_p_os_exp, t_exp, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
-            #     etp))/(ep*tmp8) -> r5
-            numpy.maximum(1.0, etp, out=r5)
-            numpy.divide(tmp5, r5, out=r5)
-            numpy.maximum(1.0, etp, out=r6)
-            numpy.divide(tmp6, r6, out=r6)
-            numpy.add(r6, h, out=r6)
-            numpy.multiply(r6, mlp_bias, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(r5, n_exp, out=r5)
-            numpy.multiply(r4, ep, out=r6)
-            numpy.divide(r5, r6, out=r5)
-            # tmp11 = cp*d -> r6
-            numpy.multiply(cp, d, out=r6)
-            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r7
-            numpy.multiply(r6, t_exp, out=r7)
-            numpy.divide(r7, shard_p_os_exp_partial, out=r7)
-            numpy.maximum(r7, 1.0, out=r7)
-            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3 +
-            #     shard_spans_cp)), 1/m, 1) -> r8
-            numpy.copyto(r8, 1.0)
-            numpy.multiply(inv3, cp, out=r9)
-            numpy.add(r9, shard_spans_cp, out=r9)
-            numpy.multiply(r9, t, out=r9)
-            numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
-            numpy.divide(1.0, m, out=r9)
-            numpy.copyto(r8, r9, where=m0)
-            numpy.multiply(r8, bytes_grad, out=r8)
-            # tmp14 = tmp13/t_exp -> r9
-            numpy.divide(r8, t_exp, out=r9)
-            # tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r10
-            numpy.multiply(cp, d_exp, out=r10)
-            numpy.multiply(r10, t_exp, out=r10)
-            numpy.divide(r10, shard_p_os_exp, out=r10)
-            numpy.maximum(r10, 1.0, out=r10)
-            # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
-            numpy.maximum(r11, 1.0, out=r11)
-            # tmp19 = inv4/(t*tmp17) -> r12
-            numpy.multiply(r11, t, out=r12)
-            numpy.divide(inv4, r12, out=r12)
-            # tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
-            numpy.multiply(r6, t, out=r13)
-            numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
-            numpy.maximum(r13, 1.0, out=r13)
-            # out = inv5*score_factor_dp*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) +
-            #     tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) +
-            #     tmp14*tmp7*(2*tmp12 - 2)/tmp12)
-            numpy.subtract(r4, 1.0, out=out)
-            numpy.multiply(out, r5, out=out)
-            numpy.multiply(out, r2, out=out)
-            numpy.subtract(r11, 1.0, out=r6)
-            numpy.multiply(r6, r12, out=r6)
-            numpy.multiply(r6, r1, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.subtract(r0, 1.0, out=r6)
-            numpy.multiply(r6, r2, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r10, 2.0, out=r6)
-            numpy.subtract(r6, 2.0, out=r6)
-            numpy.multiply(r6, r5, out=r6)
-            numpy.multiply(r6, r9, out=r6)
-            numpy.divide(r6, r10, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r13, 2.0, out=r6)
-            numpy.subtract(r6, 2.0, out=r6)
-            numpy.multiply(r6, r8, out=r6)
-            numpy.multiply(r6, r12, out=r6)
-            numpy.divide(r6, r13, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r7, 2.0, out=r6)
-            numpy.subtract(r6, 2.0, out=r6)
-            numpy.multiply(r6, r9, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.divide(r6, r7, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(out, inv5, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_mla_q_latent_moe_fsdp_layer_block(*block)
     return call.out
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer_invariants(a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale):
+    """What stage_dp_mla_q_latent_moe_fsdp_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        tmp5 = h*hff_exp*n_ffMM
+        tmp6 = hff_exp*(n_ffMM - 1)
+        inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        inv3 = 1 - shard_spans_cp
+        tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv5 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer", ("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale))
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        tmp5 = h*hff_exp*n_ffMM
+        tmp6 = hff_exp*(n_ffMM - 1)
+        inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        inv3 = 1 - shard_spans_cp
+        tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv5 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5)
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5):
+    """stage_dp_mla_q_latent_moe_fsdp_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
+    numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp3 = bytes_grad + bytes_p*(inv0/m + inv1) -> r1
+    numpy.divide(inv0, m, out=r1)
+    numpy.add(r1, inv1, out=r1)
+    numpy.multiply(r1, bytes_p, out=r1)
+    numpy.add(r1, bytes_grad, out=r1)
+    # tmp4 = tmp3/t_exp -> r2
+    numpy.divide(r1, t_exp, out=r2)
+    # tmp7 = inv2/tmp1 -> r3
+    numpy.divide(inv2, r0, out=r3)
+    # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
+    numpy.divide(shard_p_os_exp, t_exp, out=r4)
+    numpy.maximum(r4, 1.0, out=r4)
+    # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
+    #     etp))/(ep*tmp8) -> r5
+    numpy.maximum(1.0, etp, out=r5)
+    numpy.divide(tmp5, r5, out=r5)
+    numpy.maximum(1.0, etp, out=r6)
+    numpy.divide(tmp6, r6, out=r6)
+    numpy.add(r6, h, out=r6)
+    numpy.multiply(r6, mlp_bias, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.multiply(r5, n_exp, out=r5)
+    numpy.multiply(r4, ep, out=r6)
+    numpy.divide(r5, r6, out=r5)
+    # tmp11 = cp*d -> r6
+    numpy.multiply(cp, d, out=r6)
+    # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r7
+    numpy.multiply(r6, t_exp, out=r7)
+    numpy.divide(r7, shard_p_os_exp_partial, out=r7)
+    numpy.maximum(r7, 1.0, out=r7)
+    # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3 +
+    #     shard_spans_cp)), 1/m, 1) -> r8
+    numpy.copyto(r8, 1.0)
+    numpy.multiply(inv3, cp, out=r9)
+    numpy.add(r9, shard_spans_cp, out=r9)
+    numpy.multiply(r9, t, out=r9)
+    numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
+    numpy.divide(1.0, m, out=r9)
+    numpy.copyto(r8, r9, where=m0)
+    numpy.multiply(r8, bytes_grad, out=r8)
+    # tmp14 = tmp13/t_exp -> r9
+    numpy.divide(r8, t_exp, out=r9)
+    # tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r10
+    numpy.multiply(cp, d_exp, out=r10)
+    numpy.multiply(r10, t_exp, out=r10)
+    numpy.divide(r10, shard_p_os_exp, out=r10)
+    numpy.maximum(r10, 1.0, out=r10)
+    # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
+    numpy.maximum(r11, 1.0, out=r11)
+    # tmp19 = inv4/(t*tmp17) -> r12
+    numpy.multiply(r11, t, out=r12)
+    numpy.divide(inv4, r12, out=r12)
+    # tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
+    numpy.multiply(r6, t, out=r13)
+    numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
+    numpy.maximum(r13, 1.0, out=r13)
+    # out = inv5*score_factor_dp*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) +
+    #     tmp13*tmp19*(2*tmp20 - 2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) +
+    #     tmp14*tmp7*(2*tmp12 - 2)/tmp12)
+    numpy.subtract(r4, 1.0, out=out)
+    numpy.multiply(out, r5, out=out)
+    numpy.multiply(out, r2, out=out)
+    numpy.subtract(r11, 1.0, out=r6)
+    numpy.multiply(r6, r12, out=r6)
+    numpy.multiply(r6, r1, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.subtract(r0, 1.0, out=r6)
+    numpy.multiply(r6, r2, out=r6)
+    numpy.multiply(r6, r3, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r10, 2.0, out=r6)
+    numpy.subtract(r6, 2.0, out=r6)
+    numpy.multiply(r6, r5, out=r6)
+    numpy.multiply(r6, r9, out=r6)
+    numpy.divide(r6, r10, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r13, 2.0, out=r6)
+    numpy.subtract(r6, 2.0, out=r6)
+    numpy.multiply(r6, r8, out=r6)
+    numpy.multiply(r6, r12, out=r6)
+    numpy.divide(r6, r13, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r7, 2.0, out=r6)
+    numpy.subtract(r6, 2.0, out=r6)
+    numpy.multiply(r6, r9, out=r6)
+    numpy.multiply(r6, r3, out=r6)
+    numpy.divide(r6, r7, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(out, inv5, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_mla_q_latent_moe_fsdp_layer.kernel = _runtime.Kernel(
+    _stage_dp_mla_q_latent_moe_fsdp_layer_block,
+    reals=14,
+    masks=1,
+    arguments=("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
+    passed=("inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
+    invariants=_stage_dp_mla_q_latent_moe_fsdp_layer_invariants,
+    widened=("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
@@ -366,26 +388,7 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            tmp5 = h*hff_exp*n_ffMM
-            tmp6 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            inv3 = 1 - shard_spans_cp
-            tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_latent_moe_fsdp_layer", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate))
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            tmp5 = h*hff_exp*n_ffMM
-            tmp6 = hff_exp*(n_ffMM - 1)
-            inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            inv3 = 1 - shard_spans_cp
-            tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        (inv0, inv1, tmp5, tmp6, inv2, inv3, inv4) = _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_invariants(a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate)
         call = _runtime.Call(
             "stage_dp_unconverted_mla_q_latent_moe_fsdp_layer",
             ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
@@ -393,100 +396,140 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
             reals=14,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
-            numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = bytes_grad + bytes_p*(inv0/m + inv1) -> r1
-            numpy.divide(inv0, m, out=r1)
-            numpy.add(r1, inv1, out=r1)
-            numpy.multiply(r1, bytes_p, out=r1)
-            numpy.add(r1, bytes_grad, out=r1)
-            # tmp4 = tmp3/t_exp -> r2
-            numpy.divide(r1, t_exp, out=r2)
-            # tmp7 = inv2/tmp1 -> r3
-            numpy.divide(inv2, r0, out=r3)
-            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
-            numpy.divide(shard_p_os_exp, t_exp, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
-            #     etp))/(ep*tmp8) -> r5
-            numpy.maximum(1.0, etp, out=r5)
-            numpy.divide(tmp5, r5, out=r5)
-            numpy.maximum(1.0, etp, out=r6)
-            numpy.divide(tmp6, r6, out=r6)
-            numpy.add(r6, h, out=r6)
-            numpy.multiply(r6, mlp_bias, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(r5, n_exp, out=r5)
-            numpy.multiply(r4, ep, out=r6)
-            numpy.divide(r5, r6, out=r5)
-            # tmp11 = cp*d -> r6
-            numpy.multiply(cp, d, out=r6)
-            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r7
-            numpy.multiply(r6, t_exp, out=r7)
-            numpy.divide(r7, shard_p_os_exp_partial, out=r7)
-            numpy.maximum(r7, 1.0, out=r7)
-            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3 +
-            #     shard_spans_cp)), 1/m, 1) -> r8
-            numpy.copyto(r8, 1.0)
-            numpy.multiply(inv3, cp, out=r9)
-            numpy.add(r9, shard_spans_cp, out=r9)
-            numpy.multiply(r9, t, out=r9)
-            numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
-            numpy.divide(1.0, m, out=r9)
-            numpy.copyto(r8, r9, where=m0)
-            numpy.multiply(r8, bytes_grad, out=r8)
-            # tmp14 = tmp13/t_exp -> r9
-            numpy.divide(r8, t_exp, out=r9)
-            # tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r10
-            numpy.multiply(cp, d_exp, out=r10)
-            numpy.multiply(r10, t_exp, out=r10)
-            numpy.divide(r10, shard_p_os_exp, out=r10)
-            numpy.maximum(r10, 1.0, out=r10)
-            # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
-            numpy.maximum(r11, 1.0, out=r11)
-            # tmp19 = inv4/(t*tmp17) -> r12
-            numpy.multiply(r11, t, out=r12)
-            numpy.divide(inv4, r12, out=r12)
-            # tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
-            numpy.multiply(r6, t, out=r13)
-            numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
-            numpy.maximum(r13, 1.0, out=r13)
-            # out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 -
-            #     2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 -
-            #     2)/tmp12
-            numpy.subtract(r4, 1.0, out=out)
-            numpy.multiply(out, r5, out=out)
-            numpy.multiply(out, r2, out=out)
-            numpy.subtract(r11, 1.0, out=r6)
-            numpy.multiply(r6, r12, out=r6)
-            numpy.multiply(r6, r1, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.subtract(r0, 1.0, out=r6)
-            numpy.multiply(r6, r2, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r10, 2.0, out=r6)
-            numpy.subtract(r6, 2.0, out=r6)
-            numpy.multiply(r6, r5, out=r6)
-            numpy.multiply(r6, r9, out=r6)
-            numpy.divide(r6, r10, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r13, 2.0, out=r6)
-            numpy.subtract(r6, 2.0, out=r6)
-            numpy.multiply(r6, r8, out=r6)
-            numpy.multiply(r6, r12, out=r6)
-            numpy.divide(r6, r13, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r7, 2.0, out=r6)
-            numpy.subtract(r6, 2.0, out=r6)
-            numpy.multiply(r6, r9, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.divide(r6, r7, out=r6)
-            numpy.add(out, r6, out=out)
+        for block in call.blocks():
+            _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_block(*block)
     return call.out
+
+
+def _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_invariants(a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate):
+    """What stage_dp_unconverted_mla_q_latent_moe_fsdp_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        tmp5 = h*hff_exp*n_ffMM
+        tmp6 = hff_exp*(n_ffMM - 1)
+        inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        inv3 = 1 - shard_spans_cp
+        tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_mla_q_latent_moe_fsdp_layer", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate))
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        tmp5 = h*hff_exp*n_ffMM
+        tmp6 = hff_exp*(n_ffMM - 1)
+        inv2 = n_shared_exp*(mlp_bias*(h + tmp6) + tmp5) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        inv3 = 1 - shard_spans_cp
+        tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv4 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+    return (inv0, inv1, tmp5, tmp6, inv2, inv3, inv4)
+
+
+def _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4):
+    """stage_dp_unconverted_mla_q_latent_moe_fsdp_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
+    numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp3 = bytes_grad + bytes_p*(inv0/m + inv1) -> r1
+    numpy.divide(inv0, m, out=r1)
+    numpy.add(r1, inv1, out=r1)
+    numpy.multiply(r1, bytes_p, out=r1)
+    numpy.add(r1, bytes_grad, out=r1)
+    # tmp4 = tmp3/t_exp -> r2
+    numpy.divide(r1, t_exp, out=r2)
+    # tmp7 = inv2/tmp1 -> r3
+    numpy.divide(inv2, r0, out=r3)
+    # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
+    numpy.divide(shard_p_os_exp, t_exp, out=r4)
+    numpy.maximum(r4, 1.0, out=r4)
+    # tmp10 = n_exp*(mlp_bias*(h + tmp6/numpy.maximum(1, etp)) + tmp5/numpy.maximum(1,
+    #     etp))/(ep*tmp8) -> r5
+    numpy.maximum(1.0, etp, out=r5)
+    numpy.divide(tmp5, r5, out=r5)
+    numpy.maximum(1.0, etp, out=r6)
+    numpy.divide(tmp6, r6, out=r6)
+    numpy.add(r6, h, out=r6)
+    numpy.multiply(r6, mlp_bias, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.multiply(r5, n_exp, out=r5)
+    numpy.multiply(r4, ep, out=r6)
+    numpy.divide(r5, r6, out=r5)
+    # tmp11 = cp*d -> r6
+    numpy.multiply(cp, d, out=r6)
+    # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r7
+    numpy.multiply(r6, t_exp, out=r7)
+    numpy.divide(r7, shard_p_os_exp_partial, out=r7)
+    numpy.maximum(r7, 1.0, out=r7)
+    # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3 +
+    #     shard_spans_cp)), 1/m, 1) -> r8
+    numpy.copyto(r8, 1.0)
+    numpy.multiply(inv3, cp, out=r9)
+    numpy.add(r9, shard_spans_cp, out=r9)
+    numpy.multiply(r9, t, out=r9)
+    numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
+    numpy.divide(1.0, m, out=r9)
+    numpy.copyto(r8, r9, where=m0)
+    numpy.multiply(r8, bytes_grad, out=r8)
+    # tmp14 = tmp13/t_exp -> r9
+    numpy.divide(r8, t_exp, out=r9)
+    # tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r10
+    numpy.multiply(cp, d_exp, out=r10)
+    numpy.multiply(r10, t_exp, out=r10)
+    numpy.divide(r10, shard_p_os_exp, out=r10)
+    numpy.maximum(r10, 1.0, out=r10)
+    # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
+    numpy.maximum(r11, 1.0, out=r11)
+    # tmp19 = inv4/(t*tmp17) -> r12
+    numpy.multiply(r11, t, out=r12)
+    numpy.divide(inv4, r12, out=r12)
+    # tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
+    numpy.multiply(r6, t, out=r13)
+    numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
+    numpy.maximum(r13, 1.0, out=r13)
+    # out = tmp10*tmp14*(2*tmp15 - 2)/tmp15 + tmp10*tmp4*(tmp8 - 1) + tmp13*tmp19*(2*tmp20 -
+    #     2)/tmp20 + tmp19*tmp3*(tmp17 - 1) + tmp4*tmp7*(tmp1 - 1) + tmp14*tmp7*(2*tmp12 - 2)/tmp12
+    numpy.subtract(r4, 1.0, out=out)
+    numpy.multiply(out, r5, out=out)
+    numpy.multiply(out, r2, out=out)
+    numpy.subtract(r11, 1.0, out=r6)
+    numpy.multiply(r6, r12, out=r6)
+    numpy.multiply(r6, r1, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.subtract(r0, 1.0, out=r6)
+    numpy.multiply(r6, r2, out=r6)
+    numpy.multiply(r6, r3, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r10, 2.0, out=r6)
+    numpy.subtract(r6, 2.0, out=r6)
+    numpy.multiply(r6, r5, out=r6)
+    numpy.multiply(r6, r9, out=r6)
+    numpy.divide(r6, r10, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r13, 2.0, out=r6)
+    numpy.subtract(r6, 2.0, out=r6)
+    numpy.multiply(r6, r8, out=r6)
+    numpy.multiply(r6, r12, out=r6)
+    numpy.divide(r6, r13, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r7, 2.0, out=r6)
+    numpy.subtract(r6, 2.0, out=r6)
+    numpy.multiply(r6, r9, out=r6)
+    numpy.multiply(r6, r3, out=r6)
+    numpy.divide(r6, r7, out=r6)
+    numpy.add(out, r6, out=out)
+
+
+stage_dp_unconverted_mla_q_latent_moe_fsdp_layer.kernel = _runtime.Kernel(
+    _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_block,
+    reals=14,
+    masks=1,
+    arguments=("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
+    passed=("inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
+    invariants=_stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate"),
+    quiet=True,
+)
 
 
 def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
@@ -572,26 +615,7 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp3 = h*hff_exp*n_ffMM
-            tmp4 = hff_exp*(n_ffMM - 1)
-            tmp9 = 4*h
-            tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate) = _runtime.reals("stage_dp_reduced_mla_q_latent_moe_fsdp_layer", ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp", "shared_expert_gate"), (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate))
-            tmp3 = h*hff_exp*n_ffMM
-            tmp4 = hff_exp*(n_ffMM - 1)
-            tmp9 = 4*h
-            tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
+        (tmp3, tmp4, inv0, inv1, inv2, inv3) = _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_invariants(a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate)
         call = _runtime.Call(
             "stage_dp_reduced_mla_q_latent_moe_fsdp_layer",
             ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
@@ -599,68 +623,108 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
             reals=6,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp1 = cp*d -> r0
-            numpy.multiply(cp, d, out=r0)
-            # tmp2 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial) -> r1
-            numpy.multiply(r0, t_exp, out=r1)
-            numpy.divide(r1, shard_p_os_exp_partial, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            # tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r2
-            numpy.multiply(cp, d_exp, out=r2)
-            numpy.multiply(r2, t_exp, out=r2)
-            numpy.divide(r2, shard_p_os_exp, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            # tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial) -> r3
-            numpy.multiply(r0, t, out=r3)
-            numpy.divide(r3, shard_p_os_non_exp_partial, out=r3)
-            numpy.maximum(r3, 1.0, out=r3)
-            # out = inv3*(inv0*(tmp2 - 1)/(t_exp*tmp2*numpy.maximum(1,
-            #     shard_p_os_exp_partial/t_exp)) + inv1*(tmp8 - 1)/(t*tmp8*numpy.maximum(1,
-            #     shard_p_os_non_exp_partial/t)) + n_exp*(tmp5 - 1)*(mlp_bias*(h +
-            #     tmp4/numpy.maximum(1, etp)) + tmp3/numpy.maximum(1,
-            #     etp))/(ep*t_exp*tmp5*numpy.maximum(1,
-            #     shard_p_os_exp/t_exp)))*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*inv2 + shard_spans_cp)), 1/m, 1)
-            numpy.subtract(r1, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(r0, t_exp, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.subtract(r3, 1.0, out=r0)
-            numpy.multiply(r0, inv1, out=r0)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            numpy.multiply(r4, t, out=r4)
-            numpy.divide(r0, r4, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.subtract(r2, 1.0, out=r0)
-            numpy.maximum(1.0, etp, out=r4)
-            numpy.divide(tmp3, r4, out=r4)
-            numpy.maximum(1.0, etp, out=r5)
-            numpy.divide(tmp4, r5, out=r5)
-            numpy.add(r5, h, out=r5)
-            numpy.multiply(r5, mlp_bias, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r0, r4, out=r0)
-            numpy.multiply(r0, n_exp, out=r0)
-            numpy.divide(shard_p_os_exp, t_exp, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            numpy.multiply(r4, r2, out=r4)
-            numpy.multiply(r4, ep, out=r4)
-            numpy.multiply(r4, t_exp, out=r4)
-            numpy.divide(r0, r4, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.multiply(inv2, cp, out=r4)
-            numpy.add(r4, shard_spans_cp, out=r4)
-            numpy.multiply(r4, t, out=r4)
-            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
-            numpy.divide(1.0, m, out=r4)
-            numpy.copyto(r0, r4, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv3, out=out)
+        for block in call.blocks():
+            _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_block(*block)
     return call.out
+
+
+def _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_invariants(a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate):
+    """What stage_dp_reduced_mla_q_latent_moe_fsdp_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp3 = h*hff_exp*n_ffMM
+        tmp4 = hff_exp*(n_ffMM - 1)
+        tmp9 = 4*h
+        tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate) = _runtime.reals("stage_dp_reduced_mla_q_latent_moe_fsdp_layer", ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp", "shared_expert_gate"), (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate))
+        tmp3 = h*hff_exp*n_ffMM
+        tmp4 = hff_exp*(n_ffMM - 1)
+        tmp9 = 4*h
+        tmp10 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = n_shared_exp*(mlp_bias*(h + tmp4) + tmp3) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        inv1 = 0.25*(layer_norms*tmp9*(norm_bias + 1)) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp10) + a*dh*h + dc_kv*n_kv*(dh + tmp10) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 0.25*(n_exp*tmp9) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+    return (tmp3, tmp4, inv0, inv1, inv2, inv3)
+
+
+def _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_block(out, r0, r1, r2, r3, r4, r5, m0, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3):
+    """stage_dp_reduced_mla_q_latent_moe_fsdp_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = cp*d -> r0
+    numpy.multiply(cp, d, out=r0)
+    # tmp2 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial) -> r1
+    numpy.multiply(r0, t_exp, out=r1)
+    numpy.divide(r1, shard_p_os_exp_partial, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r2
+    numpy.multiply(cp, d_exp, out=r2)
+    numpy.multiply(r2, t_exp, out=r2)
+    numpy.divide(r2, shard_p_os_exp, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # tmp8 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial) -> r3
+    numpy.multiply(r0, t, out=r3)
+    numpy.divide(r3, shard_p_os_non_exp_partial, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    # out = inv3*(inv0*(tmp2 - 1)/(t_exp*tmp2*numpy.maximum(1, shard_p_os_exp_partial/t_exp)) +
+    #     inv1*(tmp8 - 1)/(t*tmp8*numpy.maximum(1, shard_p_os_non_exp_partial/t)) + n_exp*(tmp5 -
+    #     1)*(mlp_bias*(h + tmp4/numpy.maximum(1, etp)) + tmp3/numpy.maximum(1,
+    #     etp))/(ep*t_exp*tmp5*numpy.maximum(1,
+    #     shard_p_os_exp/t_exp)))*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
+    #     shard_spans_cp)), 1/m, 1)
+    numpy.subtract(r1, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    numpy.multiply(r0, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+    numpy.subtract(r3, 1.0, out=r0)
+    numpy.multiply(r0, inv1, out=r0)
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r4)
+    numpy.maximum(r4, 1.0, out=r4)
+    numpy.multiply(r4, r3, out=r4)
+    numpy.multiply(r4, t, out=r4)
+    numpy.divide(r0, r4, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.subtract(r2, 1.0, out=r0)
+    numpy.maximum(1.0, etp, out=r4)
+    numpy.divide(tmp3, r4, out=r4)
+    numpy.maximum(1.0, etp, out=r5)
+    numpy.divide(tmp4, r5, out=r5)
+    numpy.add(r5, h, out=r5)
+    numpy.multiply(r5, mlp_bias, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r0, r4, out=r0)
+    numpy.multiply(r0, n_exp, out=r0)
+    numpy.divide(shard_p_os_exp, t_exp, out=r4)
+    numpy.maximum(r4, 1.0, out=r4)
+    numpy.multiply(r4, r2, out=r4)
+    numpy.multiply(r4, ep, out=r4)
+    numpy.multiply(r4, t_exp, out=r4)
+    numpy.divide(r0, r4, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.multiply(inv2, cp, out=r4)
+    numpy.add(r4, shard_spans_cp, out=r4)
+    numpy.multiply(r4, t, out=r4)
+    numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+    numpy.divide(1.0, m, out=r4)
+    numpy.copyto(r0, r4, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv3, out=out)
+
+
+stage_dp_reduced_mla_q_latent_moe_fsdp_layer.kernel = _runtime.Kernel(
+    _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_block,
+    reals=6,
+    masks=1,
+    arguments=("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
+    passed=("tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_dp_reduced_mla_q_latent_moe_fsdp_layer_invariants,
+    widened=("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp", "shared_expert_gate"),
+    quiet=True,
+)

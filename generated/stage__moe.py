@@ -70,7 +70,21 @@ def stage_tp_moe_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2, inv3) = _stage_tp_moe_layer_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale)
+    call = _runtime.Call(
+        "stage_tp_moe_layer",
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
+        masks=0,
+    )
+    for block in call.blocks():
+        _stage_tp_moe_layer_block(*block)
+    return call.out
+
+
+def _stage_tp_moe_layer_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_layer computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
@@ -82,29 +96,37 @@ def stage_tp_moe_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff
         inv1 = h*n_attMM
         inv2 = 1/level_bound_0
         inv3 = 0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
-    call = _runtime.Call(
-        "stage_tp_moe_layer",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
-    )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
-        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
-        #     numpy.floor(inv2*t))/cp
-        numpy.divide(n_exp, ep, out=out)
-        numpy.add(out, n_shared_exp, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(inv2, t, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, inv3, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.divide(out, cp, out=out)
-    return call.out
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_tp_moe_layer_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3):
+    """stage_tp_moe_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+    #     numpy.floor(inv2*t))/cp
+    numpy.divide(n_exp, ep, out=out)
+    numpy.add(out, n_shared_exp, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(inv2, t, out=r0)
+    numpy.floor(r0, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_moe_layer.kernel = _runtime.Kernel(
+    _stage_tp_moe_layer_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_tp_moe_layer_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_moe_selective_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -153,7 +175,21 @@ def stage_tp_moe_selective_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(bytes_compute*comm_t*gather*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2, inv3) = _stage_tp_moe_selective_layer_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale)
+    call = _runtime.Call(
+        "stage_tp_moe_selective_layer",
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
+        masks=0,
+    )
+    for block in call.blocks():
+        _stage_tp_moe_selective_layer_block(*block)
+    return call.out
+
+
+def _stage_tp_moe_selective_layer_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_selective_layer computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
@@ -165,29 +201,37 @@ def stage_tp_moe_selective_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
         inv1 = h*n_attMM
         inv2 = 1/level_bound_0
         inv3 = 0.25*(bytes_compute*gather*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
-    call = _runtime.Call(
-        "stage_tp_moe_selective_layer",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
-    )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
-        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
-        #     numpy.floor(inv2*t))/cp
-        numpy.divide(n_exp, ep, out=out)
-        numpy.add(out, n_shared_exp, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(inv2, t, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, inv3, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.divide(out, cp, out=out)
-    return call.out
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_tp_moe_selective_layer_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3):
+    """stage_tp_moe_selective_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+    #     numpy.floor(inv2*t))/cp
+    numpy.divide(n_exp, ep, out=out)
+    numpy.add(out, n_shared_exp, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(inv2, t, out=r0)
+    numpy.floor(r0, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_moe_selective_layer.kernel = _runtime.Kernel(
+    _stage_tp_moe_selective_layer_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_tp_moe_selective_layer_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -236,7 +280,21 @@ def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2, inv3) = _stage_tp_moe_full_again_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale)
+    call = _runtime.Call(
+        "stage_tp_moe_full_again",
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
+        masks=0,
+    )
+    for block in call.blocks():
+        _stage_tp_moe_full_again_block(*block)
+    return call.out
+
+
+def _stage_tp_moe_full_again_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_full_again computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
@@ -248,29 +306,37 @@ def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h
         inv1 = h*n_attMM
         inv2 = 1/level_bound_0
         inv3 = 0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
-    call = _runtime.Call(
-        "stage_tp_moe_full_again",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
-    )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
-        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
-        #     numpy.floor(inv2*t))/cp
-        numpy.divide(n_exp, ep, out=out)
-        numpy.add(out, n_shared_exp, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(inv2, t, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, inv3, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.divide(out, cp, out=out)
-    return call.out
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_tp_moe_full_again_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3):
+    """stage_tp_moe_full_again on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+    #     numpy.floor(inv2*t))/cp
+    numpy.divide(n_exp, ep, out=out)
+    numpy.add(out, n_shared_exp, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(inv2, t, out=r0)
+    numpy.floor(r0, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_moe_full_again.kernel = _runtime.Kernel(
+    _stage_tp_moe_full_again_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_tp_moe_full_again_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -320,7 +386,21 @@ def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2, inv3) = _stage_tp_moe_selective_again_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale)
+    call = _runtime.Call(
+        "stage_tp_moe_selective_again",
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
+        masks=0,
+    )
+    for block in call.blocks():
+        _stage_tp_moe_selective_again_block(*block)
+    return call.out
+
+
+def _stage_tp_moe_selective_again_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_selective_again computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
@@ -332,26 +412,34 @@ def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
         inv1 = h*n_attMM
         inv2 = 1/level_bound_0
         inv3 = 0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather))
-    call = _runtime.Call(
-        "stage_tp_moe_selective_again",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
-    )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
-        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
-        #     numpy.floor(inv2*t))/cp
-        numpy.divide(n_exp, ep, out=out)
-        numpy.add(out, n_shared_exp, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(inv2, t, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, inv3, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.divide(out, cp, out=out)
-    return call.out
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_tp_moe_selective_again_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3):
+    """stage_tp_moe_selective_again on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+    #     numpy.floor(inv2*t))/cp
+    numpy.divide(n_exp, ep, out=out)
+    numpy.add(out, n_shared_exp, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(inv2, t, out=r0)
+    numpy.floor(r0, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_moe_selective_again.kernel = _runtime.Kernel(
+    _stage_tp_moe_selective_again_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_tp_moe_selective_again_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)

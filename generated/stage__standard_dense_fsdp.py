@@ -104,26 +104,7 @@ def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp5 = a*tmp4
-            tmp6 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
-            inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale))
-            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp5 = a*tmp4
-            tmp6 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
-            inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+        (inv0, inv1, inv2, inv3, inv4) = _stage_dp_standard_dense_fsdp_layer_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_dense_fsdp_layer",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
@@ -131,42 +112,82 @@ def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, byt
             reals=5,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
-            numpy.multiply(cp, d, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            # out = inv4*score_factor_dp*(inv3*(tmp3 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
-            #     shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m + inv1))*(tmp1 -
-            #     1))/(t*tmp1)
-            numpy.subtract(r0, 1.0, out=out)
-            numpy.divide(inv0, m, out=r2)
-            numpy.add(r2, inv1, out=r2)
-            numpy.multiply(r2, bytes_p, out=r2)
-            numpy.add(r2, bytes_grad, out=r2)
-            numpy.multiply(out, r2, out=out)
-            numpy.subtract(r1, 1.0, out=r2)
-            numpy.copyto(r3, 1.0)
-            numpy.multiply(inv2, cp, out=r4)
-            numpy.add(r4, shard_spans_cp, out=r4)
-            numpy.multiply(r4, t, out=r4)
-            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
-            numpy.divide(1.0, m, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r2, inv3, out=r2)
-            numpy.divide(r2, r1, out=r2)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv4, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(r0, t, out=r2)
-            numpy.divide(out, r2, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_dense_fsdp_layer_block(*block)
     return call.out
+
+
+def _stage_dp_standard_dense_fsdp_layer_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale):
+    """What stage_dp_standard_dense_fsdp_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+        inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale))
+        tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+        inv4 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+    return (inv0, inv1, inv2, inv3, inv4)
+
+
+def _stage_dp_standard_dense_fsdp_layer_block(out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4):
+    """stage_dp_standard_dense_fsdp_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
+    numpy.multiply(cp, d, out=r1)
+    numpy.multiply(r1, t, out=r1)
+    numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # out = inv4*score_factor_dp*(inv3*(tmp3 -
+    #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 + shard_spans_cp)),
+    #     1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m + inv1))*(tmp1 - 1))/(t*tmp1)
+    numpy.subtract(r0, 1.0, out=out)
+    numpy.divide(inv0, m, out=r2)
+    numpy.add(r2, inv1, out=r2)
+    numpy.multiply(r2, bytes_p, out=r2)
+    numpy.add(r2, bytes_grad, out=r2)
+    numpy.multiply(out, r2, out=out)
+    numpy.subtract(r1, 1.0, out=r2)
+    numpy.copyto(r3, 1.0)
+    numpy.multiply(inv2, cp, out=r4)
+    numpy.add(r4, shard_spans_cp, out=r4)
+    numpy.multiply(r4, t, out=r4)
+    numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+    numpy.divide(1.0, m, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.multiply(r2, inv3, out=r2)
+    numpy.divide(r2, r1, out=r2)
+    numpy.add(out, r2, out=out)
+    numpy.multiply(out, inv4, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.multiply(r0, t, out=r2)
+    numpy.divide(out, r2, out=out)
+
+
+stage_dp_standard_dense_fsdp_layer.kernel = _runtime.Kernel(
+    _stage_dp_standard_dense_fsdp_layer_block,
+    reals=5,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4"),
+    invariants=_stage_dp_standard_dense_fsdp_layer_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -245,26 +266,7 @@ def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_outp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp5 = a*tmp4
-            tmp6 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
-            inv4 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp5)) + 0.5*(n_kv*tmp4*tmp6) + 2*n_qknorm*tmp4 + 0.25*(tmp5*tmp6*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp) = _runtime.reals("stage_dp_unconverted_standard_dense_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp"), (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp))
-            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp5 = a*tmp4
-            tmp6 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
-            inv4 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp5)) + 0.5*(n_kv*tmp4*tmp6) + 2*n_qknorm*tmp4 + 0.25*(tmp5*tmp6*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        (inv0, inv1, inv2, inv3, inv4) = _stage_dp_unconverted_standard_dense_fsdp_layer_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp)
         call = _runtime.Call(
             "stage_dp_unconverted_standard_dense_fsdp_layer",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
@@ -272,40 +274,81 @@ def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_outp
             reals=5,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
-            numpy.multiply(cp, d, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            # out = inv4*(inv3*(tmp3 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*inv2 + shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m +
-            #     inv1))*(tmp1 - 1))/(t*tmp1)
-            numpy.subtract(r0, 1.0, out=out)
-            numpy.divide(inv0, m, out=r2)
-            numpy.add(r2, inv1, out=r2)
-            numpy.multiply(r2, bytes_p, out=r2)
-            numpy.add(r2, bytes_grad, out=r2)
-            numpy.multiply(out, r2, out=out)
-            numpy.subtract(r1, 1.0, out=r2)
-            numpy.copyto(r3, 1.0)
-            numpy.multiply(inv2, cp, out=r4)
-            numpy.add(r4, shard_spans_cp, out=r4)
-            numpy.multiply(r4, t, out=r4)
-            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
-            numpy.divide(1.0, m, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r2, inv3, out=r2)
-            numpy.divide(r2, r1, out=r2)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv4, out=out)
-            numpy.multiply(r0, t, out=r2)
-            numpy.divide(out, r2, out=out)
+        for block in call.blocks():
+            _stage_dp_unconverted_standard_dense_fsdp_layer_block(*block)
     return call.out
+
+
+def _stage_dp_unconverted_standard_dense_fsdp_layer_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp):
+    """What stage_dp_unconverted_standard_dense_fsdp_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+        inv4 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp5)) + 0.5*(n_kv*tmp4*tmp6) + 2*n_qknorm*tmp4 + 0.25*(tmp5*tmp6*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp) = _runtime.reals("stage_dp_unconverted_standard_dense_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp"), (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp))
+        tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+        inv4 = attn_extra_p + h*layer_norms*(norm_bias + 1) + 0.25*(h*n_attMM*(o_bias + tmp5)) + 0.5*(n_kv*tmp4*tmp6) + 2*n_qknorm*tmp4 + 0.25*(tmp5*tmp6*(attn_output_gate + 1)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    return (inv0, inv1, inv2, inv3, inv4)
+
+
+def _stage_dp_unconverted_standard_dense_fsdp_layer_block(out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4):
+    """stage_dp_unconverted_standard_dense_fsdp_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
+    numpy.multiply(cp, d, out=r1)
+    numpy.multiply(r1, t, out=r1)
+    numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # out = inv4*(inv3*(tmp3 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
+    #     shard_spans_cp)), 1/m, 1)/tmp3 + (bytes_grad + bytes_p*(inv0/m + inv1))*(tmp1 -
+    #     1))/(t*tmp1)
+    numpy.subtract(r0, 1.0, out=out)
+    numpy.divide(inv0, m, out=r2)
+    numpy.add(r2, inv1, out=r2)
+    numpy.multiply(r2, bytes_p, out=r2)
+    numpy.add(r2, bytes_grad, out=r2)
+    numpy.multiply(out, r2, out=out)
+    numpy.subtract(r1, 1.0, out=r2)
+    numpy.copyto(r3, 1.0)
+    numpy.multiply(inv2, cp, out=r4)
+    numpy.add(r4, shard_spans_cp, out=r4)
+    numpy.multiply(r4, t, out=r4)
+    numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+    numpy.divide(1.0, m, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.multiply(r2, inv3, out=r2)
+    numpy.divide(r2, r1, out=r2)
+    numpy.add(out, r2, out=out)
+    numpy.multiply(out, inv4, out=out)
+    numpy.multiply(r0, t, out=r2)
+    numpy.divide(out, r2, out=out)
+
+
+stage_dp_unconverted_standard_dense_fsdp_layer.kernel = _runtime.Kernel(
+    _stage_dp_unconverted_standard_dense_fsdp_layer_block,
+    reals=5,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4"),
+    invariants=_stage_dp_unconverted_standard_dense_fsdp_layer_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp"),
+    quiet=True,
+)
 
 
 def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t):
@@ -375,22 +418,7 @@ def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_g
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp2 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp3 = h + qkv_bias
-            tmp4 = a*tmp2
-            tmp5 = 0.25*n_attMM
-            inv0 = 1 - shard_spans_cp
-            inv1 = 2*bytes_grad*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp) = _runtime.reals("stage_dp_reduced_standard_dense_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp"), (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp))
-            tmp2 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp3 = h + qkv_bias
-            tmp4 = a*tmp2
-            tmp5 = 0.25*n_attMM
-            inv0 = 1 - shard_spans_cp
-            inv1 = 2*bytes_grad*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
+        (inv0, inv1) = _stage_dp_reduced_standard_dense_fsdp_layer_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp)
         call = _runtime.Call(
             "stage_dp_reduced_standard_dense_fsdp_layer",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
@@ -398,28 +426,64 @@ def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_g
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1 in call.blocks():
-            # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
-            numpy.multiply(cp, d, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # out = inv1*(tmp1 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0
-            #     + shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1,
-            #     shard_p_os_non_exp_partial/t))
-            numpy.subtract(r0, 1.0, out=out)
-            numpy.copyto(r1, 1.0)
-            numpy.multiply(inv0, cp, out=r2)
-            numpy.add(r2, shard_spans_cp, out=r2)
-            numpy.multiply(r2, t, out=r2)
-            numpy.greater(shard_p_os_non_exp_partial, r2, out=m0)
-            numpy.divide(1.0, m, out=r2)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, inv1, out=out)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, t, out=r1)
-            numpy.divide(out, r1, out=out)
+        for block in call.blocks():
+            _stage_dp_reduced_standard_dense_fsdp_layer_block(*block)
     return call.out
+
+
+def _stage_dp_reduced_standard_dense_fsdp_layer_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp):
+    """What stage_dp_reduced_standard_dense_fsdp_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp2 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp3 = h + qkv_bias
+        tmp4 = a*tmp2
+        tmp5 = 0.25*n_attMM
+        inv0 = 1 - shard_spans_cp
+        inv1 = 2*bytes_grad*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp) = _runtime.reals("stage_dp_reduced_standard_dense_fsdp_layer", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp"), (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp))
+        tmp2 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp3 = h + qkv_bias
+        tmp4 = a*tmp2
+        tmp5 = 0.25*n_attMM
+        inv0 = 1 - shard_spans_cp
+        inv1 = 2*bytes_grad*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp5*(o_bias + tmp4) + 0.5*(n_attMM*n_kv*tmp2*tmp3) + 2*n_qknorm*tmp2 + tmp3*tmp4*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))
+    return (inv0, inv1)
+
+
+def _stage_dp_reduced_standard_dense_fsdp_layer_block(out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1):
+    """stage_dp_reduced_standard_dense_fsdp_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
+    numpy.multiply(cp, d, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # out = inv1*(tmp1 - 1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0 +
+    #     shard_spans_cp)), 1/m, 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
+    numpy.subtract(r0, 1.0, out=out)
+    numpy.copyto(r1, 1.0)
+    numpy.multiply(inv0, cp, out=r2)
+    numpy.add(r2, shard_spans_cp, out=r2)
+    numpy.multiply(r2, t, out=r2)
+    numpy.greater(shard_p_os_non_exp_partial, r2, out=m0)
+    numpy.divide(1.0, m, out=r2)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.multiply(r1, t, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+stage_dp_reduced_standard_dense_fsdp_layer.kernel = _runtime.Kernel(
+    _stage_dp_reduced_standard_dense_fsdp_layer_block,
+    reals=3,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_dp_reduced_standard_dense_fsdp_layer_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp"),
+    quiet=True,
+)

@@ -148,42 +148,7 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp8 = h/a
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
-            tmp12 = numpy.not_equal(n_shared_exp, 0)
-            tmp13 = h*hff_exp*n_ffMM
-            tmp14 = hff_exp*(n_ffMM - 1)
-            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
-            inv2 = h*shared_expert_gate
-            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale))
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp8 = h/a
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
-            tmp12 = numpy.not_equal(n_shared_exp, 0)
-            tmp13 = h*hff_exp*n_ffMM
-            tmp14 = hff_exp*(n_ffMM - 1)
-            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
-            inv2 = h*shared_expert_gate
-            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+        (inv0, tmp13, tmp14, inv1, inv2, inv3) = _stage_dp_standard_moe_zero_layer_invariants(a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_moe_zero_layer",
             ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp13", "tmp14", "inv1", "inv2", "inv3"),
@@ -191,76 +156,132 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
             reals=8,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2, inv3 in call.blocks():
-            # tmp12_mask = numpy.not_equal(n_shared_exp, 0) -> m0
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            # tmp9 = inv0/t -> r0
-            numpy.divide(inv0, t, out=r0)
-            # tmp10 = 1/cp -> r1
-            numpy.divide(1.0, cp, out=r1)
-            # tmp11 = numpy.equal(zero3_exp, 1) -> m1
-            numpy.equal(zero3_exp, 1.0, out=m1)
-            # tmp15 = 1/numpy.maximum(1, etp) -> r2
-            numpy.maximum(1.0, etp, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp16 = inv1 + n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) -> r3
-            numpy.multiply(tmp13, r2, out=r3)
-            numpy.multiply(tmp14, r2, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.add(r3, inv1, out=r3)
-            # tmp17 = inv2 + tmp16 -> r2
-            numpy.add(inv2, r3, out=r2)
-            # tmp18 = numpy.where(tmp12_mask, numpy.equal(tmp17, 0), numpy.equal(tmp16, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
-            # tmp19 = tmp10/(ep*t_exp) -> r4
-            numpy.multiply(ep, t_exp, out=r4)
-            numpy.divide(r1, r4, out=r4)
-            # tmp20 = numpy.equal(zero2_exp, 1) -> m3
-            numpy.equal(zero2_exp, 1.0, out=m3)
-            # tmp21 = tmp19 + 1/numpy.maximum(ep, t_exp) -> r5
-            numpy.maximum(ep, t_exp, out=r5)
-            numpy.divide(1.0, r5, out=r5)
-            numpy.add(r5, r4, out=r5)
-            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
-            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) +
-            #     numpy.where(numpy.logical_and(tmp11, tmp18), 0,
-            #     numpy.where(numpy.logical_and(tmp11, tmp12_mask), tmp17*tmp19, numpy.where(tmp11,
-            #     tmp16*tmp19, 0))) + numpy.where(numpy.logical_and(tmp18, tmp20), 0,
-            #     numpy.where(numpy.logical_and(tmp12_mask, tmp20), tmp17*tmp21, numpy.where(tmp20,
-            #     tmp16*tmp21, 0))))
-            numpy.copyto(out, 0.0)
-            numpy.equal(zero3_non_exp, 1.0, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r6, 0.0)
-            numpy.equal(zero2_non_exp, 1.0, out=m4)
-            numpy.add(1.0, r1, out=r7)
-            numpy.multiply(r7, r0, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.add(out, r6, out=out)
-            numpy.copyto(r6, 0.0)
-            numpy.multiply(r3, r4, out=r7)
-            numpy.copyto(r6, r7, where=m1)
-            numpy.logical_and(m1, m0, out=m4)
-            numpy.multiply(r2, r4, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.copyto(r6, 0.0, where=m4)
-            numpy.add(out, r6, out=out)
-            numpy.copyto(r6, 0.0)
-            numpy.multiply(r3, r5, out=r7)
-            numpy.copyto(r6, r7, where=m3)
-            numpy.logical_and(m0, m3, out=m4)
-            numpy.multiply(r2, r5, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.copyto(r6, 0.0, where=m4)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(out, inv3, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_moe_zero_layer_block(*block)
     return call.out
+
+
+def _stage_dp_standard_moe_zero_layer_invariants(a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale):
+    """What stage_dp_standard_moe_zero_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = h/a
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+        tmp12 = numpy.not_equal(n_shared_exp, 0)
+        tmp13 = h*hff_exp*n_ffMM
+        tmp14 = hff_exp*(n_ffMM - 1)
+        inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+        inv2 = h*shared_expert_gate
+        inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, stage_cost_scale))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = h/a
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+        tmp12 = numpy.not_equal(n_shared_exp, 0)
+        tmp13 = h*hff_exp*n_ffMM
+        tmp14 = hff_exp*(n_ffMM - 1)
+        inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+        inv2 = h*shared_expert_gate
+        inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (inv0, tmp13, tmp14, inv1, inv2, inv3)
+
+
+def _stage_dp_standard_moe_zero_layer_block(out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2, inv3):
+    """stage_dp_standard_moe_zero_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp12_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+    numpy.not_equal(n_shared_exp, 0.0, out=m0)
+    # tmp9 = inv0/t -> r0
+    numpy.divide(inv0, t, out=r0)
+    # tmp10 = 1/cp -> r1
+    numpy.divide(1.0, cp, out=r1)
+    # tmp11 = numpy.equal(zero3_exp, 1) -> m1
+    numpy.equal(zero3_exp, 1.0, out=m1)
+    # tmp15 = 1/numpy.maximum(1, etp) -> r2
+    numpy.maximum(1.0, etp, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    # tmp16 = inv1 + n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) -> r3
+    numpy.multiply(tmp13, r2, out=r3)
+    numpy.multiply(tmp14, r2, out=r4)
+    numpy.add(r4, h, out=r4)
+    numpy.multiply(r4, mlp_bias, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(r3, n_exp, out=r3)
+    numpy.add(r3, inv1, out=r3)
+    # tmp17 = inv2 + tmp16 -> r2
+    numpy.add(inv2, r3, out=r2)
+    # tmp18 = numpy.where(tmp12_mask, numpy.equal(tmp17, 0), numpy.equal(tmp16, 0)) -> m2
+    numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+    # tmp19 = tmp10/(ep*t_exp) -> r4
+    numpy.multiply(ep, t_exp, out=r4)
+    numpy.divide(r1, r4, out=r4)
+    # tmp20 = numpy.equal(zero2_exp, 1) -> m3
+    numpy.equal(zero2_exp, 1.0, out=m3)
+    # tmp21 = tmp19 + 1/numpy.maximum(ep, t_exp) -> r5
+    numpy.maximum(ep, t_exp, out=r5)
+    numpy.divide(1.0, r5, out=r5)
+    numpy.add(r5, r4, out=r5)
+    # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+    #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) +
+    #     numpy.where(numpy.logical_and(tmp11, tmp18), 0, numpy.where(numpy.logical_and(tmp11,
+    #     tmp12_mask), tmp17*tmp19, numpy.where(tmp11, tmp16*tmp19, 0))) +
+    #     numpy.where(numpy.logical_and(tmp18, tmp20), 0, numpy.where(numpy.logical_and(tmp12_mask,
+    #     tmp20), tmp17*tmp21, numpy.where(tmp20, tmp16*tmp21, 0))))
+    numpy.copyto(out, 0.0)
+    numpy.equal(zero3_non_exp, 1.0, out=m4)
+    numpy.copyto(out, r0, where=m4)
+    numpy.copyto(r6, 0.0)
+    numpy.equal(zero2_non_exp, 1.0, out=m4)
+    numpy.add(1.0, r1, out=r7)
+    numpy.multiply(r7, r0, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.add(out, r6, out=out)
+    numpy.copyto(r6, 0.0)
+    numpy.multiply(r3, r4, out=r7)
+    numpy.copyto(r6, r7, where=m1)
+    numpy.logical_and(m1, m0, out=m4)
+    numpy.multiply(r2, r4, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.logical_and(m1, m2, out=m4)
+    numpy.copyto(r6, 0.0, where=m4)
+    numpy.add(out, r6, out=out)
+    numpy.copyto(r6, 0.0)
+    numpy.multiply(r3, r5, out=r7)
+    numpy.copyto(r6, r7, where=m3)
+    numpy.logical_and(m0, m3, out=m4)
+    numpy.multiply(r2, r5, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.logical_and(m2, m3, out=m4)
+    numpy.copyto(r6, 0.0, where=m4)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_standard_moe_zero_layer.kernel = _runtime.Kernel(
+    _stage_dp_standard_moe_zero_layer_block,
+    reals=8,
+    masks=5,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
+    passed=("inv0", "tmp13", "tmp14", "inv1", "inv2", "inv3"),
+    invariants=_stage_dp_standard_moe_zero_layer_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
@@ -384,40 +405,7 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp8 = h/a
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
-            tmp12 = numpy.not_equal(n_shared_exp, 0)
-            tmp13 = h*hff_exp*n_ffMM
-            tmp14 = hff_exp*(n_ffMM - 1)
-            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
-            inv2 = h*shared_expert_gate
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_standard_moe_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate))
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp8 = h/a
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
-            tmp12 = numpy.not_equal(n_shared_exp, 0)
-            tmp13 = h*hff_exp*n_ffMM
-            tmp14 = hff_exp*(n_ffMM - 1)
-            inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
-            inv2 = h*shared_expert_gate
+        (inv0, tmp13, tmp14, inv1, inv2) = _stage_dp_unconverted_standard_moe_zero_layer_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate)
         call = _runtime.Call(
             "stage_dp_unconverted_standard_moe_zero_layer",
             ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp13", "tmp14", "inv1", "inv2"),
@@ -425,71 +413,125 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
             reals=8,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2 in call.blocks():
-            # tmp12_mask = numpy.not_equal(n_shared_exp, 0) -> m0
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            # tmp9 = inv0/t -> r0
-            numpy.divide(inv0, t, out=r0)
-            # tmp10 = 1/cp -> r1
-            numpy.divide(1.0, cp, out=r1)
-            # tmp11 = numpy.equal(zero3_exp, 1) -> m1
-            numpy.equal(zero3_exp, 1.0, out=m1)
-            # tmp15 = 1/numpy.maximum(1, etp) -> r2
-            numpy.maximum(1.0, etp, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp16 = inv1 + n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) -> r3
-            numpy.multiply(tmp13, r2, out=r3)
-            numpy.multiply(tmp14, r2, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.add(r3, inv1, out=r3)
-            # tmp17 = inv2 + tmp16 -> r2
-            numpy.add(inv2, r3, out=r2)
-            # tmp18 = numpy.where(tmp12_mask, numpy.equal(tmp17, 0), numpy.equal(tmp16, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
-            # tmp19 = tmp10/(ep*t_exp) -> r4
-            numpy.multiply(ep, t_exp, out=r4)
-            numpy.divide(r1, r4, out=r4)
-            # tmp20 = numpy.equal(zero2_exp, 1) -> m3
-            numpy.equal(zero2_exp, 1.0, out=m3)
-            # tmp21 = tmp19 + 1/numpy.maximum(ep, t_exp) -> r5
-            numpy.maximum(ep, t_exp, out=r5)
-            numpy.divide(1.0, r5, out=r5)
-            numpy.add(r5, r4, out=r5)
-            # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
-            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) +
-            #     numpy.where(numpy.logical_and(tmp11, tmp18), 0,
-            #     numpy.where(numpy.logical_and(tmp11, tmp12_mask), tmp17*tmp19, numpy.where(tmp11,
-            #     tmp16*tmp19, 0))) + numpy.where(numpy.logical_and(tmp18, tmp20), 0,
-            #     numpy.where(numpy.logical_and(tmp12_mask, tmp20), tmp17*tmp21, numpy.where(tmp20,
-            #     tmp16*tmp21, 0)))
-            numpy.copyto(out, 0.0)
-            numpy.equal(zero3_non_exp, 1.0, out=m4)
-            numpy.copyto(out, r0, where=m4)
-            numpy.copyto(r6, 0.0)
-            numpy.equal(zero2_non_exp, 1.0, out=m4)
-            numpy.add(1.0, r1, out=r7)
-            numpy.multiply(r7, r0, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.add(out, r6, out=out)
-            numpy.copyto(r6, 0.0)
-            numpy.multiply(r3, r4, out=r7)
-            numpy.copyto(r6, r7, where=m1)
-            numpy.logical_and(m1, m0, out=m4)
-            numpy.multiply(r2, r4, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.copyto(r6, 0.0, where=m4)
-            numpy.add(out, r6, out=out)
-            numpy.copyto(r6, 0.0)
-            numpy.multiply(r3, r5, out=r7)
-            numpy.copyto(r6, r7, where=m3)
-            numpy.logical_and(m0, m3, out=m4)
-            numpy.multiply(r2, r5, out=r7)
-            numpy.copyto(r6, r7, where=m4)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.copyto(r6, 0.0, where=m4)
-            numpy.add(out, r6, out=out)
+        for block in call.blocks():
+            _stage_dp_unconverted_standard_moe_zero_layer_block(*block)
     return call.out
+
+
+def _stage_dp_unconverted_standard_moe_zero_layer_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate):
+    """What stage_dp_unconverted_standard_moe_zero_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = h/a
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+        tmp12 = numpy.not_equal(n_shared_exp, 0)
+        tmp13 = h*hff_exp*n_ffMM
+        tmp14 = hff_exp*(n_ffMM - 1)
+        inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+        inv2 = h*shared_expert_gate
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate) = _runtime.reals("stage_dp_unconverted_standard_moe_zero_layer", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = h/a
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh*tmp0 + dh*tmp5 + tmp1*tmp2*tmp6 + tmp3*(o_bias + tmp1) + tmp7, tmp0*tmp8 + tmp3*tmp6 + tmp3*(h + o_bias) + tmp5*tmp8 + tmp7)
+        tmp12 = numpy.not_equal(n_shared_exp, 0)
+        tmp13 = h*hff_exp*n_ffMM
+        tmp14 = hff_exp*(n_ffMM - 1)
+        inv1 = n_shared_exp*(mlp_bias*(h + tmp14) + tmp13)
+        inv2 = h*shared_expert_gate
+    return (inv0, tmp13, tmp14, inv1, inv2)
+
+
+def _stage_dp_unconverted_standard_moe_zero_layer_block(out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, m4, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2):
+    """stage_dp_unconverted_standard_moe_zero_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp12_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+    numpy.not_equal(n_shared_exp, 0.0, out=m0)
+    # tmp9 = inv0/t -> r0
+    numpy.divide(inv0, t, out=r0)
+    # tmp10 = 1/cp -> r1
+    numpy.divide(1.0, cp, out=r1)
+    # tmp11 = numpy.equal(zero3_exp, 1) -> m1
+    numpy.equal(zero3_exp, 1.0, out=m1)
+    # tmp15 = 1/numpy.maximum(1, etp) -> r2
+    numpy.maximum(1.0, etp, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    # tmp16 = inv1 + n_exp*(mlp_bias*(h + tmp14*tmp15) + tmp13*tmp15) -> r3
+    numpy.multiply(tmp13, r2, out=r3)
+    numpy.multiply(tmp14, r2, out=r4)
+    numpy.add(r4, h, out=r4)
+    numpy.multiply(r4, mlp_bias, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(r3, n_exp, out=r3)
+    numpy.add(r3, inv1, out=r3)
+    # tmp17 = inv2 + tmp16 -> r2
+    numpy.add(inv2, r3, out=r2)
+    # tmp18 = numpy.where(tmp12_mask, numpy.equal(tmp17, 0), numpy.equal(tmp16, 0)) -> m2
+    numpy.copyto(m2, numpy.where(m0, numpy.equal(r2, 0), numpy.equal(r3, 0)))
+    # tmp19 = tmp10/(ep*t_exp) -> r4
+    numpy.multiply(ep, t_exp, out=r4)
+    numpy.divide(r1, r4, out=r4)
+    # tmp20 = numpy.equal(zero2_exp, 1) -> m3
+    numpy.equal(zero2_exp, 1.0, out=m3)
+    # tmp21 = tmp19 + 1/numpy.maximum(ep, t_exp) -> r5
+    numpy.maximum(ep, t_exp, out=r5)
+    numpy.divide(1.0, r5, out=r5)
+    numpy.add(r5, r4, out=r5)
+    # out = numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+    #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(tmp10 + 1), 0) +
+    #     numpy.where(numpy.logical_and(tmp11, tmp18), 0, numpy.where(numpy.logical_and(tmp11,
+    #     tmp12_mask), tmp17*tmp19, numpy.where(tmp11, tmp16*tmp19, 0))) +
+    #     numpy.where(numpy.logical_and(tmp18, tmp20), 0, numpy.where(numpy.logical_and(tmp12_mask,
+    #     tmp20), tmp17*tmp21, numpy.where(tmp20, tmp16*tmp21, 0)))
+    numpy.copyto(out, 0.0)
+    numpy.equal(zero3_non_exp, 1.0, out=m4)
+    numpy.copyto(out, r0, where=m4)
+    numpy.copyto(r6, 0.0)
+    numpy.equal(zero2_non_exp, 1.0, out=m4)
+    numpy.add(1.0, r1, out=r7)
+    numpy.multiply(r7, r0, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.add(out, r6, out=out)
+    numpy.copyto(r6, 0.0)
+    numpy.multiply(r3, r4, out=r7)
+    numpy.copyto(r6, r7, where=m1)
+    numpy.logical_and(m1, m0, out=m4)
+    numpy.multiply(r2, r4, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.logical_and(m1, m2, out=m4)
+    numpy.copyto(r6, 0.0, where=m4)
+    numpy.add(out, r6, out=out)
+    numpy.copyto(r6, 0.0)
+    numpy.multiply(r3, r5, out=r7)
+    numpy.copyto(r6, r7, where=m3)
+    numpy.logical_and(m0, m3, out=m4)
+    numpy.multiply(r2, r5, out=r7)
+    numpy.copyto(r6, r7, where=m4)
+    numpy.logical_and(m2, m3, out=m4)
+    numpy.copyto(r6, 0.0, where=m4)
+    numpy.add(out, r6, out=out)
+
+
+stage_dp_unconverted_standard_moe_zero_layer.kernel = _runtime.Kernel(
+    _stage_dp_unconverted_standard_moe_zero_layer_block,
+    reals=8,
+    masks=5,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
+    passed=("inv0", "tmp13", "tmp14", "inv1", "inv2"),
+    invariants=_stage_dp_unconverted_standard_moe_zero_layer_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate"),
+    quiet=True,
+)

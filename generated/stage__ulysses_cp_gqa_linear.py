@@ -66,14 +66,7 @@ def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        (inv0, inv1) = _stage_cp_ulysses_cp_gqa_linear_layer_invariants(a, bytes_compute, dh, h, level_bound_0, n_kv, s)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_gqa_linear_layer",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -81,25 +74,54 @@ def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, leve
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_gqa_linear_layer_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_gqa_linear_layer_invariants(a, bytes_compute, dh, h, level_bound_0, n_kv, s):
+    """What stage_cp_ulysses_cp_gqa_linear_layer computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_layer", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    return (inv0, inv1)
+
+
+def _stage_cp_ulysses_cp_gqa_linear_layer_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_ulysses_cp_gqa_linear_layer on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_gqa_linear_layer.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_gqa_linear_layer_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_ulysses_cp_gqa_linear_layer_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -145,16 +167,7 @@ def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_full_again", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_gqa_linear_full_again_invariants(a, bytes_compute, dh, h, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_gqa_linear_full_again",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -162,25 +175,56 @@ def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_gqa_linear_full_again_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_gqa_linear_full_again_invariants(a, bytes_compute, dh, h, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_gqa_linear_full_again computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_full_again", ("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_gqa_linear_full_again_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_gqa_linear_full_again on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_gqa_linear_full_again.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_gqa_linear_full_again_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_gqa_linear_full_again_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -228,16 +272,7 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, d
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_selective_again", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_gqa_linear_selective_again_invariants(a, bytes_compute, dh, gather, h, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_gqa_linear_selective_again",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -245,22 +280,53 @@ def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, d
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_gqa_linear_selective_again_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_gqa_linear_selective_again_invariants(a, bytes_compute, dh, gather, h, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_gqa_linear_selective_again computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_gqa_linear_selective_again", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_gqa_linear_selective_again_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_gqa_linear_selective_again on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_gqa_linear_selective_again.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_gqa_linear_selective_again_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_gqa_linear_selective_again_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)

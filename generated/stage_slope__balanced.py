@@ -70,14 +70,7 @@ def stage_ep_balanced_layer__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, level
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_cp", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*h*n_chosen_exp*s
+        (inv0, inv1) = _stage_ep_balanced_layer__d_cp_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s)
         call = _runtime.Call(
             "stage_ep_balanced_layer__d_cp",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
@@ -85,28 +78,57 @@ def stage_ep_balanced_layer__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, level
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep -
-            #     1)/((cp*cp)*ep))*numpy.maximum(1, numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, ep, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_balanced_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_ep_balanced_layer__d_cp_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s):
+    """What stage_ep_balanced_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_cp", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*h*n_chosen_exp*s
+    return (inv0, inv1)
+
+
+def _stage_ep_balanced_layer__d_cp_block(out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1):
+    """stage_ep_balanced_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/((cp*cp)*ep))*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, ep, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_balanced_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_ep_balanced_layer__d_cp_block,
+    reals=2,
+    masks=2,
+    arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_balanced_layer__d_cp_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def stage_ep_balanced_layer__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
@@ -152,14 +174,7 @@ def stage_ep_balanced_layer__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_ep", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
+        (inv0, inv1) = _stage_ep_balanced_layer__d_ep_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s)
         call = _runtime.Call(
             "stage_ep_balanced_layer__d_ep",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
@@ -167,29 +182,58 @@ def stage_ep_balanced_layer__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(1 - (ep -
-            #     1)/ep)/(cp*ep))*numpy.maximum(1, numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.divide(r0, ep, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, ep, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_balanced_layer__d_ep_block(*block)
     return call.out
+
+
+def _stage_ep_balanced_layer__d_ep_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s):
+    """What stage_ep_balanced_layer__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_ep", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    return (inv0, inv1)
+
+
+def _stage_ep_balanced_layer__d_ep_block(out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1):
+    """stage_ep_balanced_layer__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(1 - (ep - 1)/ep)/(cp*ep))*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.divide(r0, ep, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, ep, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_balanced_layer__d_ep.kernel = _runtime.Kernel(
+    _stage_ep_balanced_layer__d_ep_block,
+    reals=2,
+    masks=2,
+    arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_balanced_layer__d_ep_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def stage_ep_balanced_layer__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
@@ -233,14 +277,7 @@ def stage_ep_balanced_layer__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bou
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_b", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
+        (inv0, inv1) = _stage_ep_balanced_layer__d_b_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s)
         call = _runtime.Call(
             "stage_ep_balanced_layer__d_b",
             ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
@@ -248,26 +285,55 @@ def stage_ep_balanced_layer__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bou
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
-            #     numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(cp, ep, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_balanced_layer__d_b_block(*block)
     return call.out
+
+
+def _stage_ep_balanced_layer__d_b_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s):
+    """What stage_ep_balanced_layer__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_layer__d_b", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    return (inv0, inv1)
+
+
+def _stage_ep_balanced_layer__d_b_block(out, r0, r1, m0, m1, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1):
+    """stage_ep_balanced_layer__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(cp, ep, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_balanced_layer__d_b.kernel = _runtime.Kernel(
+    _stage_ep_balanced_layer__d_b_block,
+    reals=2,
+    masks=2,
+    arguments=("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_balanced_layer__d_b_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def stage_ep_balanced_layer__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale):
@@ -311,14 +377,7 @@ def stage_ep_balanced_layer__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0, n_chosen_exp) = _runtime.reals("stage_ep_balanced_layer__d_s", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp"), (bytes_compute, h, level_bound_0, n_chosen_exp))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp
+        (inv0, inv1) = _stage_ep_balanced_layer__d_s_invariants(bytes_compute, h, level_bound_0, n_chosen_exp)
         call = _runtime.Call(
             "stage_ep_balanced_layer__d_s",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
@@ -326,27 +385,56 @@ def stage_ep_balanced_layer__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
-            #     numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, ep, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_balanced_layer__d_s_block(*block)
     return call.out
+
+
+def _stage_ep_balanced_layer__d_s_invariants(bytes_compute, h, level_bound_0, n_chosen_exp):
+    """What stage_ep_balanced_layer__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0, n_chosen_exp) = _runtime.reals("stage_ep_balanced_layer__d_s", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp"), (bytes_compute, h, level_bound_0, n_chosen_exp))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp
+    return (inv0, inv1)
+
+
+def _stage_ep_balanced_layer__d_s_block(out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1):
+    """stage_ep_balanced_layer__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, ep, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_balanced_layer__d_s.kernel = _runtime.Kernel(
+    _stage_ep_balanced_layer__d_s_block,
+    reals=2,
+    masks=2,
+    arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_balanced_layer__d_s_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp"),
+    quiet=True,
+)
 
 
 def stage_ep_balanced_full_again__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
@@ -391,14 +479,7 @@ def stage_ep_balanced_full_again__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_cp", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*h*n_chosen_exp*s
+        (inv0, inv1) = _stage_ep_balanced_full_again__d_cp_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s)
         call = _runtime.Call(
             "stage_ep_balanced_full_again__d_cp",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
@@ -406,28 +487,57 @@ def stage_ep_balanced_full_again__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, 
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep -
-            #     1)/((cp*cp)*ep))*numpy.maximum(1, numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, ep, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_balanced_full_again__d_cp_block(*block)
     return call.out
+
+
+def _stage_ep_balanced_full_again__d_cp_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s):
+    """What stage_ep_balanced_full_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_cp", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*h*n_chosen_exp*s
+    return (inv0, inv1)
+
+
+def _stage_ep_balanced_full_again__d_cp_block(out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1):
+    """stage_ep_balanced_full_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/((cp*cp)*ep))*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, ep, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_balanced_full_again__d_cp.kernel = _runtime.Kernel(
+    _stage_ep_balanced_full_again__d_cp_block,
+    reals=2,
+    masks=2,
+    arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_balanced_full_again__d_cp_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def stage_ep_balanced_full_again__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
@@ -473,14 +583,7 @@ def stage_ep_balanced_full_again__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_ep", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
+        (inv0, inv1) = _stage_ep_balanced_full_again__d_ep_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s)
         call = _runtime.Call(
             "stage_ep_balanced_full_again__d_ep",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
@@ -488,29 +591,58 @@ def stage_ep_balanced_full_again__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, 
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(1 - (ep -
-            #     1)/ep)/(cp*ep))*numpy.maximum(1, numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.divide(r0, ep, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, ep, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_balanced_full_again__d_ep_block(*block)
     return call.out
+
+
+def _stage_ep_balanced_full_again__d_ep_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s):
+    """What stage_ep_balanced_full_again__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_ep", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    return (inv0, inv1)
+
+
+def _stage_ep_balanced_full_again__d_ep_block(out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1):
+    """stage_ep_balanced_full_again__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(1 - (ep - 1)/ep)/(cp*ep))*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.divide(r0, ep, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, ep, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_balanced_full_again__d_ep.kernel = _runtime.Kernel(
+    _stage_ep_balanced_full_again__d_ep_block,
+    reals=2,
+    masks=2,
+    arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_balanced_full_again__d_ep_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def stage_ep_balanced_full_again__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
@@ -554,14 +686,7 @@ def stage_ep_balanced_full_again__d_b(*, bytes_compute, comm_ep, cp, ep, h, leve
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_b", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp*s
+        (inv0, inv1) = _stage_ep_balanced_full_again__d_b_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s)
         call = _runtime.Call(
             "stage_ep_balanced_full_again__d_b",
             ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
@@ -569,26 +694,55 @@ def stage_ep_balanced_full_again__d_b(*, bytes_compute, comm_ep, cp, ep, h, leve
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
-            #     numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(cp, ep, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_balanced_full_again__d_b_block(*block)
     return call.out
+
+
+def _stage_ep_balanced_full_again__d_b_invariants(bytes_compute, h, level_bound_0, n_chosen_exp, s):
+    """What stage_ep_balanced_full_again__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0, n_chosen_exp, s) = _runtime.reals("stage_ep_balanced_full_again__d_b", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), (bytes_compute, h, level_bound_0, n_chosen_exp, s))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp*s
+    return (inv0, inv1)
+
+
+def _stage_ep_balanced_full_again__d_b_block(out, r0, r1, m0, m1, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1):
+    """stage_ep_balanced_full_again__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(cp, ep, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_balanced_full_again__d_b.kernel = _runtime.Kernel(
+    _stage_ep_balanced_full_again__d_b_block,
+    reals=2,
+    masks=2,
+    arguments=("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_balanced_full_again__d_b_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def stage_ep_balanced_full_again__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale):
@@ -632,14 +786,7 @@ def stage_ep_balanced_full_again__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, l
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, level_bound_0, n_chosen_exp) = _runtime.reals("stage_ep_balanced_full_again__d_s", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp"), (bytes_compute, h, level_bound_0, n_chosen_exp))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*h*n_chosen_exp
+        (inv0, inv1) = _stage_ep_balanced_full_again__d_s_invariants(bytes_compute, h, level_bound_0, n_chosen_exp)
         call = _runtime.Call(
             "stage_ep_balanced_full_again__d_s",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
@@ -647,24 +794,53 @@ def stage_ep_balanced_full_again__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, l
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1 in call.blocks():
-            # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
-            #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
-            #     numpy.floor(ep*inv0))
-            numpy.multiply(inv0, ep, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, comm_ep, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, ep, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
+        for block in call.blocks():
+            _stage_ep_balanced_full_again__d_s_block(*block)
     return call.out
+
+
+def _stage_ep_balanced_full_again__d_s_invariants(bytes_compute, h, level_bound_0, n_chosen_exp):
+    """What stage_ep_balanced_full_again__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, level_bound_0, n_chosen_exp) = _runtime.reals("stage_ep_balanced_full_again__d_s", ("bytes_compute", "h", "level_bound_0", "n_chosen_exp"), (bytes_compute, h, level_bound_0, n_chosen_exp))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*h*n_chosen_exp
+    return (inv0, inv1)
+
+
+def _stage_ep_balanced_full_again__d_s_block(out, r0, r1, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1):
+    """stage_ep_balanced_full_again__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = stage_cost_scale*numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0),
+    #     numpy.less_equal(ep, 1)), 0, b*comm_ep*inv1*(ep - 1)/(cp*ep))*numpy.maximum(1,
+    #     numpy.floor(ep*inv0))
+    numpy.multiply(inv0, ep, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, comm_ep, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, ep, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+
+
+stage_ep_balanced_full_again__d_s.kernel = _runtime.Kernel(
+    _stage_ep_balanced_full_again__d_s_block,
+    reals=2,
+    masks=2,
+    arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_ep_balanced_full_again__d_s_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp"),
+    quiet=True,
+)

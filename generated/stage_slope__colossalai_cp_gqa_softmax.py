@@ -75,14 +75,7 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_t", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0, inv1) = _stage_cp_colossalai_cp_gqa_softmax_layer__d_t_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_layer__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -90,25 +83,54 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(t, t, out=r1)
-                numpy.multiply(r1, cp, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_layer__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_layer__d_t_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s):
+    """What stage_cp_colossalai_cp_gqa_softmax_layer__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_t", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0, inv1)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_layer__d_t_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_colossalai_cp_gqa_softmax_layer__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(t, t, out=r1)
+        numpy.multiply(r1, cp, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_layer__d_t.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_layer__d_t_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -155,14 +177,7 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, d
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0, inv1) = _stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_layer__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -170,26 +185,55 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, d
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s):
+    """What stage_cp_colossalai_cp_gqa_softmax_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0, inv1)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_colossalai_cp_gqa_softmax_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp
+    #     - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -234,14 +278,7 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, l
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_b", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0, inv1) = _stage_cp_colossalai_cp_gqa_softmax_layer__d_b_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_layer__d_b",
             ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -249,23 +286,52 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, l
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_layer__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_layer__d_b_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s):
+    """What stage_cp_colossalai_cp_gqa_softmax_layer__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_b", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, level_bound_0, n_kv, s))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0, inv1)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_layer__d_b_block(out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_colossalai_cp_gqa_softmax_layer__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_layer__d_b.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_layer__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t):
@@ -310,14 +376,7 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, level_bound_0, n_kv) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_s", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv"), (a, bytes_compute, dh, level_bound_0, n_kv))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0, inv1) = _stage_cp_colossalai_cp_gqa_softmax_layer__d_s_invariants(a, bytes_compute, dh, level_bound_0, n_kv)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_layer__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -325,24 +384,53 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_layer__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_layer__d_s_invariants(a, bytes_compute, dh, level_bound_0, n_kv):
+    """What stage_cp_colossalai_cp_gqa_softmax_layer__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, level_bound_0, n_kv) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_layer__d_s", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv"), (a, bytes_compute, dh, level_bound_0, n_kv))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0, inv1)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_layer__d_s_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_colossalai_cp_gqa_softmax_layer__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_layer__d_s.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_layer__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -388,16 +476,7 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, c
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_full_again__d_t", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_colossalai_cp_gqa_softmax_full_again__d_t_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_full_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -405,25 +484,56 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, c
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(t, t, out=r1)
-                numpy.multiply(r1, cp, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_full_again__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_t_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_colossalai_cp_gqa_softmax_full_again__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_full_again__d_t", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_t_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_colossalai_cp_gqa_softmax_full_again__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(t, t, out=r1)
+        numpy.multiply(r1, cp, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_full_again__d_t.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_t_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_full_again__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -470,16 +580,7 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -487,26 +588,57 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
-            #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
+    #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -551,16 +683,7 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_full_again__d_b", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_colossalai_cp_gqa_softmax_full_again__d_b_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_full_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -568,23 +691,54 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_full_again__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_b_invariants(a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_colossalai_cp_gqa_softmax_full_again__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_full_again__d_b", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_b_block(out, r0, r1, m0, a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_colossalai_cp_gqa_softmax_full_again__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_full_again__d_b.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_full_again__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t):
@@ -629,16 +783,7 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, c
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_full_again__d_s", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "stage_cost_scale"), (a, bytes_compute, dh, level_bound_0, n_kv, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_colossalai_cp_gqa_softmax_full_again__d_s_invariants(a, bytes_compute, dh, level_bound_0, n_kv, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_full_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -646,24 +791,55 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, c
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_full_again__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_s_invariants(a, bytes_compute, dh, level_bound_0, n_kv, stage_cost_scale):
+    """What stage_cp_colossalai_cp_gqa_softmax_full_again__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_full_again__d_s", ("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "stage_cost_scale"), (a, bytes_compute, dh, level_bound_0, n_kv, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_s_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_colossalai_cp_gqa_softmax_full_again__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_full_again__d_s.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_full_again__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -710,16 +886,7 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compu
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t", ("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t_invariants(a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -727,25 +894,56 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compu
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(t, t, out=r1)
-                numpy.multiply(r1, cp, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t_invariants(a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t", ("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(t, t, out=r1)
+        numpy.multiply(r1, cp, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -793,16 +991,7 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_comp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp", ("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp_invariants(a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -810,26 +999,57 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_comp
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
-            #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp_invariants(a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp", ("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
+    #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -875,16 +1095,7 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b", ("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b_invariants(a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -892,23 +1103,54 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b_invariants(a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b", ("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b_block(out, r0, r1, m0, a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t):
@@ -954,16 +1196,7 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compu
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s", ("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "stage_cost_scale"), (a, bytes_compute, dh, gather, level_bound_0, n_kv, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s_invariants(a, bytes_compute, dh, gather, level_bound_0, n_kv, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -971,21 +1204,52 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compu
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s_invariants(a, bytes_compute, dh, gather, level_bound_0, n_kv, stage_cost_scale):
+    """What stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s", ("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "stage_cost_scale"), (a, bytes_compute, dh, gather, level_bound_0, n_kv, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "level_bound_0", "n_kv", "stage_cost_scale"),
+    quiet=True,
+)

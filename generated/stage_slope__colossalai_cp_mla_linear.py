@@ -62,14 +62,7 @@ def stage_cp_colossalai_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
-            inv0 = 1/level_bound_0
-            inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        (inv0, inv1) = _stage_cp_colossalai_cp_mla_linear_layer__d_t_invariants(a, dh, h, level_bound_0)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_mla_linear_layer__d_t",
             ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -77,20 +70,49 @@ def stage_cp_colossalai_cp_mla_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.multiply(t, t, out=r0)
-            numpy.divide(inv1, r0, out=r0)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_mla_linear_layer__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_mla_linear_layer__d_t_invariants(a, dh, h, level_bound_0):
+    """What stage_cp_colossalai_cp_mla_linear_layer__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, h, level_bound_0) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_layer__d_t", ("a", "dh", "h", "level_bound_0"), (a, dh, h, level_bound_0))
+        inv0 = 1/level_bound_0
+        inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    return (inv0, inv1)
+
+
+def _stage_cp_colossalai_cp_mla_linear_layer__d_t_block(out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_colossalai_cp_mla_linear_layer__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
+    #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(inv1, r0, out=r0)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_mla_linear_layer__d_t.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_mla_linear_layer__d_t_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_colossalai_cp_mla_linear_layer__d_t_invariants,
+    widened=("a", "dh", "h", "level_bound_0"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -132,16 +154,7 @@ def stage_cp_colossalai_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bou
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_full_again__d_t", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_colossalai_cp_mla_linear_full_again__d_t_invariants(a, dh, h, level_bound_0, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_mla_linear_full_again__d_t",
             ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -149,20 +162,51 @@ def stage_cp_colossalai_cp_mla_linear_full_again__d_t(*, a, cp, dh, h, level_bou
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.multiply(t, t, out=r0)
-            numpy.divide(inv1, r0, out=r0)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_mla_linear_full_again__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_mla_linear_full_again__d_t_invariants(a, dh, h, level_bound_0, stage_cost_scale):
+    """What stage_cp_colossalai_cp_mla_linear_full_again__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_full_again__d_t", ("a", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, dh, h, level_bound_0, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_colossalai_cp_mla_linear_full_again__d_t_block(out, r0, m0, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_colossalai_cp_mla_linear_full_again__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+    #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(inv1, r0, out=r0)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_mla_linear_full_again__d_t.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_mla_linear_full_again__d_t_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_colossalai_cp_mla_linear_full_again__d_t_invariants,
+    widened=("a", "dh", "h", "level_bound_0", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_colossalai_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -206,16 +250,7 @@ def stage_cp_colossalai_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_selective_again__d_t", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_colossalai_cp_mla_linear_selective_again__d_t_invariants(a, dh, gather, h, level_bound_0, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_colossalai_cp_mla_linear_selective_again__d_t",
             ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -223,17 +258,48 @@ def stage_cp_colossalai_cp_mla_linear_selective_again__d_t(*, a, cp, dh, gather,
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.multiply(t, t, out=r0)
-            numpy.divide(inv1, r0, out=r0)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_colossalai_cp_mla_linear_selective_again__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_colossalai_cp_mla_linear_selective_again__d_t_invariants(a, dh, gather, h, level_bound_0, stage_cost_scale):
+    """What stage_cp_colossalai_cp_mla_linear_selective_again__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_colossalai_cp_mla_linear_selective_again__d_t", ("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, dh, gather, h, level_bound_0, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_colossalai_cp_mla_linear_selective_again__d_t_block(out, r0, m0, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_colossalai_cp_mla_linear_selective_again__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0,
+    #     inv1/(t*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(inv1, r0, out=r0)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_colossalai_cp_mla_linear_selective_again__d_t.kernel = _runtime.Kernel(
+    _stage_cp_colossalai_cp_mla_linear_selective_again__d_t_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_colossalai_cp_mla_linear_selective_again__d_t_invariants,
+    widened=("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"),
+    quiet=True,
+)

@@ -72,14 +72,7 @@ def stage_tp_dense_layer__d_cp(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_layer__d_cp", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_layer__d_cp_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_layer__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -87,18 +80,47 @@ def stage_tp_dense_layer__d_cp(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*cp)
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_tp_dense_layer__d_cp_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_layer__d_cp", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_layer__d_cp_block(out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*cp)
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_dense_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_tp_dense_layer__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_layer__d_cp_invariants,
+    widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_layer__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -140,14 +162,7 @@ def stage_tp_dense_layer__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level_boun
         (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_layer__d_b", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_layer__d_b_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_layer__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -155,16 +170,45 @@ def stage_tp_dense_layer__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level_boun
         reals=1,
         masks=0,
     )
-    for out, r0, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_layer__d_b_block(*block)
     return call.out
+
+
+def _stage_tp_dense_layer__d_b_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_layer__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_layer__d_b", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_layer__d_b_block(out, r0, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_layer__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_layer__d_b.kernel = _runtime.Kernel(
+    _stage_tp_dense_layer__d_b_block,
+    reals=1,
+    masks=0,
+    arguments=("comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_layer__d_b_invariants,
+    widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t):
@@ -206,14 +250,7 @@ def stage_tp_dense_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_dense_layer__d_s", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_layer__d_s_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_layer__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -221,17 +258,46 @@ def stage_tp_dense_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_layer__d_s_block(*block)
     return call.out
+
+
+def _stage_tp_dense_layer__d_s_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale):
+    """What stage_tp_dense_layer__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_dense_layer__d_s", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_layer__d_s_block(out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_layer__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_layer__d_s.kernel = _runtime.Kernel(
+    _stage_tp_dense_layer__d_s_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_layer__d_s_invariants,
+    widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_selective_layer__d_cp(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -275,14 +341,7 @@ def stage_tp_dense_selective_layer__d_cp(*, b, comm_t, comm_tp_overlap, cp, gath
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(b*comm_t*gather*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_layer__d_cp", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_selective_layer__d_cp_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_selective_layer__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -290,18 +349,47 @@ def stage_tp_dense_selective_layer__d_cp(*, b, comm_t, comm_tp_overlap, cp, gath
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*cp)
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_selective_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_tp_dense_selective_layer__d_cp_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_selective_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_layer__d_cp", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_selective_layer__d_cp_block(out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_selective_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*cp)
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_dense_selective_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_tp_dense_selective_layer__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_selective_layer__d_cp_invariants,
+    widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_selective_layer__d_b(*, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -344,14 +432,7 @@ def stage_tp_dense_selective_layer__d_b(*, comm_t, comm_tp_overlap, cp, gather, 
         (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(comm_t*gather*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_layer__d_b", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_selective_layer__d_b_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_selective_layer__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -359,16 +440,45 @@ def stage_tp_dense_selective_layer__d_b(*, comm_t, comm_tp_overlap, cp, gather, 
         reals=1,
         masks=0,
     )
-    for out, r0, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_selective_layer__d_b_block(*block)
     return call.out
+
+
+def _stage_tp_dense_selective_layer__d_b_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_selective_layer__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_layer__d_b", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(gather*n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_selective_layer__d_b_block(out, r0, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_selective_layer__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_selective_layer__d_b.kernel = _runtime.Kernel(
+    _stage_tp_dense_selective_layer__d_b_block,
+    reals=1,
+    masks=0,
+    arguments=("comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_selective_layer__d_b_invariants,
+    widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_selective_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t):
@@ -411,14 +521,7 @@ def stage_tp_dense_selective_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, gathe
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*gather*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(gather*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_layer__d_s", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(gather*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_selective_layer__d_s_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_selective_layer__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -426,17 +529,46 @@ def stage_tp_dense_selective_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, gathe
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_selective_layer__d_s_block(*block)
     return call.out
+
+
+def _stage_tp_dense_selective_layer__d_s_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale):
+    """What stage_tp_dense_selective_layer__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(gather*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_layer__d_s", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(gather*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_selective_layer__d_s_block(out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_selective_layer__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_selective_layer__d_s.kernel = _runtime.Kernel(
+    _stage_tp_dense_selective_layer__d_s_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_selective_layer__d_s_invariants,
+    widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_full_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -479,14 +611,7 @@ def stage_tp_dense_full_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, h, hff, l
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_full_again__d_cp", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_full_again__d_cp_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_full_again__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -494,18 +619,47 @@ def stage_tp_dense_full_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, h, hff, l
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*cp)
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_full_again__d_cp_block(*block)
     return call.out
+
+
+def _stage_tp_dense_full_again__d_cp_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_full_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_full_again__d_cp", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_full_again__d_cp_block(out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_full_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*cp)
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_dense_full_again__d_cp.kernel = _runtime.Kernel(
+    _stage_tp_dense_full_again__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_full_again__d_cp_invariants,
+    widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_full_again__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -547,14 +701,7 @@ def stage_tp_dense_full_again__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level
         (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_full_again__d_b", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_full_again__d_b_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_full_again__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -562,16 +709,45 @@ def stage_tp_dense_full_again__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level
         reals=1,
         masks=0,
     )
-    for out, r0, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_full_again__d_b_block(*block)
     return call.out
+
+
+def _stage_tp_dense_full_again__d_b_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_full_again__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_full_again__d_b", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_full_again__d_b_block(out, r0, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_full_again__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_full_again__d_b.kernel = _runtime.Kernel(
+    _stage_tp_dense_full_again__d_b_block,
+    reals=1,
+    masks=0,
+    arguments=("comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_full_again__d_b_invariants,
+    widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_full_again__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t):
@@ -613,14 +789,7 @@ def stage_tp_dense_full_again__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, le
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_dense_full_again__d_s", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_full_again__d_s_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_full_again__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -628,17 +797,46 @@ def stage_tp_dense_full_again__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, le
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_full_again__d_s_block(*block)
     return call.out
+
+
+def _stage_tp_dense_full_again__d_s_invariants(comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale):
+    """What stage_tp_dense_full_again__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_dense_full_again__d_s", ("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"), (comm_tp_overlap, h, hff, level_bound_0, n_gather, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_full_again__d_s_block(out, r0, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_full_again__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_full_again__d_s.kernel = _runtime.Kernel(
+    _stage_tp_dense_full_again__d_s_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_full_again__d_s_invariants,
+    widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_selective_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -683,14 +881,7 @@ def stage_tp_dense_selective_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, gath
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(b*comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_again__d_cp", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_selective_again__d_cp_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_selective_again__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -698,18 +889,47 @@ def stage_tp_dense_selective_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, gath
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*cp)
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_selective_again__d_cp_block(*block)
     return call.out
+
+
+def _stage_tp_dense_selective_again__d_cp_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_selective_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_again__d_cp", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_selective_again__d_cp_block(out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_selective_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*cp)
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_dense_selective_again__d_cp.kernel = _runtime.Kernel(
+    _stage_tp_dense_selective_again__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_selective_again__d_cp_invariants,
+    widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_selective_again__d_b(*, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
@@ -753,14 +973,7 @@ def stage_tp_dense_selective_again__d_b(*, comm_t, comm_tp_overlap, cp, gather, 
         (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(comm_t*n_gather*s*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_again__d_b", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_selective_again__d_b_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_selective_again__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -768,16 +981,45 @@ def stage_tp_dense_selective_again__d_b(*, comm_t, comm_tp_overlap, cp, gather, 
         reals=1,
         masks=0,
     )
-    for out, r0, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_selective_again__d_b_block(*block)
     return call.out
+
+
+def _stage_tp_dense_selective_again__d_b_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale):
+    """What stage_tp_dense_selective_again__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_again__d_b", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*s*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_selective_again__d_b_block(out, r0, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_selective_again__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_selective_again__d_b.kernel = _runtime.Kernel(
+    _stage_tp_dense_selective_again__d_b_block,
+    reals=1,
+    masks=0,
+    arguments=("comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_selective_again__d_b_invariants,
+    widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_dense_selective_again__d_s(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t):
@@ -821,14 +1063,7 @@ def stage_tp_dense_selective_again__d_s(*, b, comm_t, comm_tp_overlap, cp, gathe
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
         out = 0.25*(b*comm_t*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff)*xp.maximum(1, xp.floor(t/level_bound_0))/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_again__d_s", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    (inv0, inv1) = _stage_tp_dense_selective_again__d_s_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_dense_selective_again__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -836,14 +1071,43 @@ def stage_tp_dense_selective_again__d_s(*, b, comm_t, comm_tp_overlap, cp, gathe
         reals=1,
         masks=0,
     )
-    for out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _stage_tp_dense_selective_again__d_s_block(*block)
     return call.out
+
+
+def _stage_tp_dense_selective_again__d_s_invariants(comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale):
+    """What stage_tp_dense_selective_again__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_dense_selective_again__d_s", ("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"), (comm_tp_overlap, gather, h, hff, level_bound_0, n_gather, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 0.25*(n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h + hff))
+    return (inv0, inv1)
+
+
+def _stage_tp_dense_selective_again__d_s_block(out, r0, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_dense_selective_again__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/cp
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+stage_tp_dense_selective_again__d_s.kernel = _runtime.Kernel(
+    _stage_tp_dense_selective_again__d_s_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_dense_selective_again__d_s_invariants,
+    widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)

@@ -103,22 +103,7 @@ def stage_dp_fsdp_output__d_t(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1 - reshards
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = 2*bytes_grad
-            inv4 = -2*bytes_grad
-            inv5 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_t", ("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
-            inv0 = 1 - reshards
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = 2*bytes_grad
-            inv4 = -2*bytes_grad
-            inv5 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+        (inv0, inv1, inv2, inv3, inv4, inv5) = _stage_dp_fsdp_output__d_t_invariants(bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v)
         call = _runtime.Call(
             "stage_dp_fsdp_output__d_t",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
@@ -126,81 +111,117 @@ def stage_dp_fsdp_output__d_t(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
             reals=11,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
-            # tmp1 = shard_p_os_non_exp_partial/t -> r0
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-            # tmp2 = numpy.maximum(1, tmp1) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            # tmp4 = tmp2 - 1 -> r2
-            numpy.subtract(r1, 1.0, out=r2)
-            # tmp6 = bytes_grad + bytes_p*(inv0/m + reshards) -> r3
-            numpy.divide(inv0, m, out=r3)
-            numpy.add(r3, reshards, out=r3)
-            numpy.multiply(r3, bytes_p, out=r3)
-            numpy.add(r3, bytes_grad, out=r3)
-            # tmp7 = numpy.where(numpy.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t)) -> r4
-            numpy.multiply(t, t, out=r4)
-            numpy.divide(shard_p_os_non_exp_partial, r4, out=r4)
-            numpy.negative(r4, out=r4)
-            numpy.less(r0, 1.0, out=m0)
-            numpy.copyto(r4, 0.0, where=m0)
-            # tmp8 = cp*d/shard_p_os_non_exp_partial -> r0
-            numpy.multiply(cp, d, out=r0)
-            numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
-            # tmp9 = t*tmp8 -> r5
-            numpy.multiply(r0, t, out=r5)
-            # tmp10 = numpy.maximum(1, tmp9) -> r6
-            numpy.maximum(1.0, r5, out=r6)
-            # tmp11 = tmp10 - 1 -> r7
-            numpy.subtract(r6, 1.0, out=r7)
-            # tmp13 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
-            #     shard_spans_cp)), 1/m, 1) -> r8
-            numpy.copyto(r8, 1.0)
-            numpy.multiply(inv1, cp, out=r9)
-            numpy.add(r9, shard_spans_cp, out=r9)
-            numpy.multiply(r9, t, out=r9)
-            numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
-            numpy.divide(1.0, m, out=r9)
-            numpy.copyto(r8, r9, where=m0)
-            # tmp14 = inv2*tmp11*tmp13/tmp10 -> r9
-            numpy.multiply(inv2, r7, out=r9)
-            numpy.multiply(r9, r8, out=r9)
-            numpy.divide(r9, r6, out=r9)
-            # tmp15 = numpy.where(numpy.less(tmp9, 1), 0, tmp8) -> r10
-            numpy.copyto(r10, r0)
-            numpy.less(r5, 1.0, out=m0)
-            numpy.copyto(r10, 0.0, where=m0)
-            # out = inv5*score_factor_dp*(inv3*tmp13*tmp15/tmp10 +
-            #     inv4*tmp11*tmp13*tmp15/(tmp10*tmp10) - tmp14*tmp7/tmp2 + tmp6*tmp7 -
-            #     tmp4*tmp6*tmp7/tmp2 - tmp14/t - tmp4*tmp6/t)/(t*tmp2)
-            numpy.multiply(r3, r4, out=out)
-            numpy.multiply(inv3, r8, out=r0)
-            numpy.multiply(r0, r10, out=r0)
-            numpy.divide(r0, r6, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv4, r7, out=r0)
-            numpy.multiply(r0, r8, out=r0)
-            numpy.multiply(r0, r10, out=r0)
-            numpy.multiply(r6, r6, out=r5)
-            numpy.divide(r0, r5, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.divide(r9, t, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r9, r4, out=r0)
-            numpy.divide(r0, r1, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r2, r3, out=r0)
-            numpy.divide(r0, t, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r2, r3, out=r0)
-            numpy.multiply(r0, r4, out=r0)
-            numpy.divide(r0, r1, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(out, inv5, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(r1, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _stage_dp_fsdp_output__d_t_block(*block)
     return call.out
+
+
+def _stage_dp_fsdp_output__d_t_invariants(bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v):
+    """What stage_dp_fsdp_output__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1 - reshards
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = 2*bytes_grad
+        inv4 = -2*bytes_grad
+        inv5 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_t", ("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
+        inv0 = 1 - reshards
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = 2*bytes_grad
+        inv4 = -2*bytes_grad
+        inv5 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+    return (inv0, inv1, inv2, inv3, inv4, inv5)
+
+
+def _stage_dp_fsdp_output__d_t_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4, inv5):
+    """stage_dp_fsdp_output__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = shard_p_os_non_exp_partial/t -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    # tmp2 = numpy.maximum(1, tmp1) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    # tmp4 = tmp2 - 1 -> r2
+    numpy.subtract(r1, 1.0, out=r2)
+    # tmp6 = bytes_grad + bytes_p*(inv0/m + reshards) -> r3
+    numpy.divide(inv0, m, out=r3)
+    numpy.add(r3, reshards, out=r3)
+    numpy.multiply(r3, bytes_p, out=r3)
+    numpy.add(r3, bytes_grad, out=r3)
+    # tmp7 = numpy.where(numpy.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t)) -> r4
+    numpy.multiply(t, t, out=r4)
+    numpy.divide(shard_p_os_non_exp_partial, r4, out=r4)
+    numpy.negative(r4, out=r4)
+    numpy.less(r0, 1.0, out=m0)
+    numpy.copyto(r4, 0.0, where=m0)
+    # tmp8 = cp*d/shard_p_os_non_exp_partial -> r0
+    numpy.multiply(cp, d, out=r0)
+    numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
+    # tmp9 = t*tmp8 -> r5
+    numpy.multiply(r0, t, out=r5)
+    # tmp10 = numpy.maximum(1, tmp9) -> r6
+    numpy.maximum(1.0, r5, out=r6)
+    # tmp11 = tmp10 - 1 -> r7
+    numpy.subtract(r6, 1.0, out=r7)
+    # tmp13 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 + shard_spans_cp)),
+    #     1/m, 1) -> r8
+    numpy.copyto(r8, 1.0)
+    numpy.multiply(inv1, cp, out=r9)
+    numpy.add(r9, shard_spans_cp, out=r9)
+    numpy.multiply(r9, t, out=r9)
+    numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
+    numpy.divide(1.0, m, out=r9)
+    numpy.copyto(r8, r9, where=m0)
+    # tmp14 = inv2*tmp11*tmp13/tmp10 -> r9
+    numpy.multiply(inv2, r7, out=r9)
+    numpy.multiply(r9, r8, out=r9)
+    numpy.divide(r9, r6, out=r9)
+    # tmp15 = numpy.where(numpy.less(tmp9, 1), 0, tmp8) -> r10
+    numpy.copyto(r10, r0)
+    numpy.less(r5, 1.0, out=m0)
+    numpy.copyto(r10, 0.0, where=m0)
+    # out = inv5*score_factor_dp*(inv3*tmp13*tmp15/tmp10 + inv4*tmp11*tmp13*tmp15/(tmp10*tmp10) -
+    #     tmp14*tmp7/tmp2 + tmp6*tmp7 - tmp4*tmp6*tmp7/tmp2 - tmp14/t - tmp4*tmp6/t)/(t*tmp2)
+    numpy.multiply(r3, r4, out=out)
+    numpy.multiply(inv3, r8, out=r0)
+    numpy.multiply(r0, r10, out=r0)
+    numpy.divide(r0, r6, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv4, r7, out=r0)
+    numpy.multiply(r0, r8, out=r0)
+    numpy.multiply(r0, r10, out=r0)
+    numpy.multiply(r6, r6, out=r5)
+    numpy.divide(r0, r5, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.divide(r9, t, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r9, r4, out=r0)
+    numpy.divide(r0, r1, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r2, r3, out=r0)
+    numpy.divide(r0, t, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r2, r3, out=r0)
+    numpy.multiply(r0, r4, out=r0)
+    numpy.divide(r0, r1, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(out, inv5, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.multiply(r1, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_dp_fsdp_output__d_t.kernel = _runtime.Kernel(
+    _stage_dp_fsdp_output__d_t_block,
+    reals=11,
+    masks=1,
+    arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+    invariants=_stage_dp_fsdp_output__d_t_invariants,
+    widened=("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"),
+    quiet=True,
+)
 
 
 def stage_dp_fsdp_output__d_cp(*, bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
@@ -256,14 +277,7 @@ def stage_dp_fsdp_output__d_cp(*, bytes_grad, comm_dp_overlap, cp, d, h, m, scor
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1 - shard_spans_cp
-            inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_cp", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
-            inv0 = 1 - shard_spans_cp
-            inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+        (inv0, inv1) = _stage_dp_fsdp_output__d_cp_invariants(bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v)
         call = _runtime.Call(
             "stage_dp_fsdp_output__d_cp",
             ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
@@ -271,40 +285,69 @@ def stage_dp_fsdp_output__d_cp(*, bytes_grad, comm_dp_overlap, cp, d, h, m, scor
             reals=5,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, m0, bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1 in call.blocks():
-            # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
-            numpy.multiply(d, t, out=r0)
-            numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
-            # tmp2 = cp*tmp1 -> r1
-            numpy.multiply(r0, cp, out=r1)
-            # tmp3 = numpy.maximum(1, tmp2) -> r2
-            numpy.maximum(1.0, r1, out=r2)
-            # out = inv1*score_factor_dp*(1 - (tmp3 - 1)/tmp3)*numpy.where(numpy.less(tmp2, 1), 0,
-            #     tmp1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0 +
-            #     shard_spans_cp)), 1/m, 1)/(t*tmp3*numpy.maximum(1, shard_p_os_non_exp_partial/t))
-            numpy.subtract(r2, 1.0, out=r3)
-            numpy.divide(r3, r2, out=r3)
-            numpy.subtract(1.0, r3, out=out)
-            numpy.copyto(r3, r0)
-            numpy.less(r1, 1.0, out=m0)
-            numpy.copyto(r3, 0.0, where=m0)
-            numpy.multiply(out, r3, out=out)
-            numpy.copyto(r3, 1.0)
-            numpy.multiply(inv0, cp, out=r4)
-            numpy.add(r4, shard_spans_cp, out=r4)
-            numpy.multiply(r4, t, out=r4)
-            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
-            numpy.divide(1.0, m, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv1, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r3)
-            numpy.maximum(r3, 1.0, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.multiply(r3, t, out=r3)
-            numpy.divide(out, r3, out=out)
+        for block in call.blocks():
+            _stage_dp_fsdp_output__d_cp_block(*block)
     return call.out
+
+
+def _stage_dp_fsdp_output__d_cp_invariants(bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v):
+    """What stage_dp_fsdp_output__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1 - shard_spans_cp
+        inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_cp", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
+        inv0 = 1 - shard_spans_cp
+        inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+    return (inv0, inv1)
+
+
+def _stage_dp_fsdp_output__d_cp_block(out, r0, r1, r2, r3, r4, m0, bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1):
+    """stage_dp_fsdp_output__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
+    numpy.multiply(d, t, out=r0)
+    numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
+    # tmp2 = cp*tmp1 -> r1
+    numpy.multiply(r0, cp, out=r1)
+    # tmp3 = numpy.maximum(1, tmp2) -> r2
+    numpy.maximum(1.0, r1, out=r2)
+    # out = inv1*score_factor_dp*(1 - (tmp3 - 1)/tmp3)*numpy.where(numpy.less(tmp2, 1), 0,
+    #     tmp1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0 + shard_spans_cp)),
+    #     1/m, 1)/(t*tmp3*numpy.maximum(1, shard_p_os_non_exp_partial/t))
+    numpy.subtract(r2, 1.0, out=r3)
+    numpy.divide(r3, r2, out=r3)
+    numpy.subtract(1.0, r3, out=out)
+    numpy.copyto(r3, r0)
+    numpy.less(r1, 1.0, out=m0)
+    numpy.copyto(r3, 0.0, where=m0)
+    numpy.multiply(out, r3, out=out)
+    numpy.copyto(r3, 1.0)
+    numpy.multiply(inv0, cp, out=r4)
+    numpy.add(r4, shard_spans_cp, out=r4)
+    numpy.multiply(r4, t, out=r4)
+    numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+    numpy.divide(1.0, m, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    numpy.multiply(r3, r2, out=r3)
+    numpy.multiply(r3, t, out=r3)
+    numpy.divide(out, r3, out=out)
+
+
+stage_dp_fsdp_output__d_cp.kernel = _runtime.Kernel(
+    _stage_dp_fsdp_output__d_cp_block,
+    reals=5,
+    masks=1,
+    arguments=("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_dp_fsdp_output__d_cp_invariants,
+    widened=("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"),
+    quiet=True,
+)
 
 
 def stage_dp_fsdp_output__d_d(*, bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
@@ -360,14 +403,7 @@ def stage_dp_fsdp_output__d_d(*, bytes_grad, comm_dp_overlap, cp, d, h, m, score
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1 - shard_spans_cp
-            inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_d", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
-            inv0 = 1 - shard_spans_cp
-            inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+        (inv0, inv1) = _stage_dp_fsdp_output__d_d_invariants(bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v)
         call = _runtime.Call(
             "stage_dp_fsdp_output__d_d",
             ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
@@ -375,40 +411,69 @@ def stage_dp_fsdp_output__d_d(*, bytes_grad, comm_dp_overlap, cp, d, h, m, score
             reals=5,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, m0, bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1 in call.blocks():
-            # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
-            # tmp2 = d*tmp1 -> r1
-            numpy.multiply(r0, d, out=r1)
-            # tmp3 = numpy.maximum(1, tmp2) -> r2
-            numpy.maximum(1.0, r1, out=r2)
-            # out = inv1*score_factor_dp*(1 - (tmp3 - 1)/tmp3)*numpy.where(numpy.less(tmp2, 1), 0,
-            #     tmp1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0 +
-            #     shard_spans_cp)), 1/m, 1)/(t*tmp3*numpy.maximum(1, shard_p_os_non_exp_partial/t))
-            numpy.subtract(r2, 1.0, out=r3)
-            numpy.divide(r3, r2, out=r3)
-            numpy.subtract(1.0, r3, out=out)
-            numpy.copyto(r3, r0)
-            numpy.less(r1, 1.0, out=m0)
-            numpy.copyto(r3, 0.0, where=m0)
-            numpy.multiply(out, r3, out=out)
-            numpy.copyto(r3, 1.0)
-            numpy.multiply(inv0, cp, out=r4)
-            numpy.add(r4, shard_spans_cp, out=r4)
-            numpy.multiply(r4, t, out=r4)
-            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
-            numpy.divide(1.0, m, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv1, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r3)
-            numpy.maximum(r3, 1.0, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.multiply(r3, t, out=r3)
-            numpy.divide(out, r3, out=out)
+        for block in call.blocks():
+            _stage_dp_fsdp_output__d_d_block(*block)
     return call.out
+
+
+def _stage_dp_fsdp_output__d_d_invariants(bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v):
+    """What stage_dp_fsdp_output__d_d computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1 - shard_spans_cp
+        inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_d", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
+        inv0 = 1 - shard_spans_cp
+        inv1 = 2*bytes_grad*stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+    return (inv0, inv1)
+
+
+def _stage_dp_fsdp_output__d_d_block(out, r0, r1, r2, r3, r4, m0, bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1):
+    """stage_dp_fsdp_output__d_d on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
+    # tmp2 = d*tmp1 -> r1
+    numpy.multiply(r0, d, out=r1)
+    # tmp3 = numpy.maximum(1, tmp2) -> r2
+    numpy.maximum(1.0, r1, out=r2)
+    # out = inv1*score_factor_dp*(1 - (tmp3 - 1)/tmp3)*numpy.where(numpy.less(tmp2, 1), 0,
+    #     tmp1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0 + shard_spans_cp)),
+    #     1/m, 1)/(t*tmp3*numpy.maximum(1, shard_p_os_non_exp_partial/t))
+    numpy.subtract(r2, 1.0, out=r3)
+    numpy.divide(r3, r2, out=r3)
+    numpy.subtract(1.0, r3, out=out)
+    numpy.copyto(r3, r0)
+    numpy.less(r1, 1.0, out=m0)
+    numpy.copyto(r3, 0.0, where=m0)
+    numpy.multiply(out, r3, out=out)
+    numpy.copyto(r3, 1.0)
+    numpy.multiply(inv0, cp, out=r4)
+    numpy.add(r4, shard_spans_cp, out=r4)
+    numpy.multiply(r4, t, out=r4)
+    numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+    numpy.divide(1.0, m, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    numpy.multiply(r3, r2, out=r3)
+    numpy.multiply(r3, t, out=r3)
+    numpy.divide(out, r3, out=out)
+
+
+stage_dp_fsdp_output__d_d.kernel = _runtime.Kernel(
+    _stage_dp_fsdp_output__d_d_block,
+    reals=5,
+    masks=1,
+    arguments=("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_dp_fsdp_output__d_d_invariants,
+    widened=("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"),
+    quiet=True,
+)
 
 
 def stage_dp_fsdp_output__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
@@ -463,18 +528,7 @@ def stage_dp_fsdp_output__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -bytes_p*(1 - reshards)
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_m", ("bytes_grad", "bytes_p", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
-            inv0 = -bytes_p*(1 - reshards)
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+        (inv0, inv1, inv2, inv3) = _stage_dp_fsdp_output__d_m_invariants(bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v)
         call = _runtime.Call(
             "stage_dp_fsdp_output__d_m",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
@@ -482,38 +536,71 @@ def stage_dp_fsdp_output__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
             reals=6,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp2 = 1/(m*m) -> r1
-            numpy.multiply(m, m, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r2
-            numpy.multiply(cp, d, out=r2)
-            numpy.multiply(r2, t, out=r2)
-            numpy.divide(r2, shard_p_os_non_exp_partial, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            # out = inv3*score_factor_dp*(inv0*tmp2*(tmp1 - 1) + inv2*(tmp3 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
-            #     shard_spans_cp)), -tmp2, 0)/tmp3)/(t*tmp1)
-            numpy.subtract(r0, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.subtract(r2, 1.0, out=r3)
-            numpy.copyto(r4, 0.0)
-            numpy.multiply(inv1, cp, out=r5)
-            numpy.add(r5, shard_spans_cp, out=r5)
-            numpy.multiply(r5, t, out=r5)
-            numpy.greater(shard_p_os_non_exp_partial, r5, out=m0)
-            numpy.negative(r1, out=r5)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.multiply(r3, inv2, out=r3)
-            numpy.divide(r3, r2, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(out, inv3, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(r0, t, out=r3)
-            numpy.divide(out, r3, out=out)
+        for block in call.blocks():
+            _stage_dp_fsdp_output__d_m_block(*block)
     return call.out
+
+
+def _stage_dp_fsdp_output__d_m_invariants(bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v):
+    """What stage_dp_fsdp_output__d_m computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_p*(1 - reshards)
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_output__d_m", ("bytes_grad", "bytes_p", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
+        inv0 = -bytes_p*(1 - reshards)
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = stage_cost_scale*v*(1 - comm_dp_overlap)*(h + 1)
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_dp_fsdp_output__d_m_block(out, r0, r1, r2, r3, r4, r5, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3):
+    """stage_dp_fsdp_output__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp2 = 1/(m*m) -> r1
+    numpy.multiply(m, m, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r2
+    numpy.multiply(cp, d, out=r2)
+    numpy.multiply(r2, t, out=r2)
+    numpy.divide(r2, shard_p_os_non_exp_partial, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # out = inv3*score_factor_dp*(inv0*tmp2*(tmp1 - 1) + inv2*(tmp3 -
+    #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 + shard_spans_cp)),
+    #     -tmp2, 0)/tmp3)/(t*tmp1)
+    numpy.subtract(r0, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.subtract(r2, 1.0, out=r3)
+    numpy.copyto(r4, 0.0)
+    numpy.multiply(inv1, cp, out=r5)
+    numpy.add(r5, shard_spans_cp, out=r5)
+    numpy.multiply(r5, t, out=r5)
+    numpy.greater(shard_p_os_non_exp_partial, r5, out=m0)
+    numpy.negative(r1, out=r5)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(r3, r4, out=r3)
+    numpy.multiply(r3, inv2, out=r3)
+    numpy.divide(r3, r2, out=r3)
+    numpy.add(out, r3, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.multiply(r0, t, out=r3)
+    numpy.divide(out, r3, out=out)
+
+
+stage_dp_fsdp_output__d_m.kernel = _runtime.Kernel(
+    _stage_dp_fsdp_output__d_m_block,
+    reals=6,
+    masks=1,
+    arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_dp_fsdp_output__d_m_invariants,
+    widened=("bytes_grad", "bytes_p", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"),
+    quiet=True,
+)

@@ -81,16 +81,7 @@ def stage_dp_fsdp_tied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, gat
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = h*v
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_tied_embedding__d_d", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
-            inv0 = h*v
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+        (inv0, inv1, inv2) = _stage_dp_fsdp_tied_embedding__d_d_invariants(bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v)
         call = _runtime.Call(
             "stage_dp_fsdp_tied_embedding__d_d",
             ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2"),
@@ -98,51 +89,82 @@ def stage_dp_fsdp_tied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, gat
             reals=7,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2 in call.blocks():
-            # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
-            numpy.maximum(1.0, gather_embed, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp1 = d*tmp0 -> r1
-            numpy.multiply(r0, d, out=r1)
-            # tmp2 = numpy.maximum(1, tmp1) -> r2
-            numpy.maximum(1.0, r1, out=r2)
-            # tmp3 = 1/tmp2 -> r3
-            numpy.divide(1.0, r2, out=r3)
-            # tmp4 = 1/numpy.maximum(1, shard_embed*tmp0) -> r4
-            numpy.multiply(r0, shard_embed, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            numpy.divide(1.0, r4, out=r4)
-            # out = inv2*score_factor_dp*tmp3*tmp4*(-tmp3*(tmp2 - 1) +
-            #     1)*numpy.where(numpy.less_equal(p, 1), 0, inv0)*numpy.where(numpy.less(tmp1, 1),
-            #     0, tmp0)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
-            #     shard_spans_cp)), 1/m, 1)/numpy.maximum(1, shard_embed*tmp4)
-            numpy.subtract(r2, 1.0, out=r5)
-            numpy.multiply(r5, r3, out=r5)
-            numpy.subtract(1.0, r5, out=out)
-            numpy.copyto(r5, r0)
-            numpy.less(r1, 1.0, out=m0)
-            numpy.copyto(r5, 0.0, where=m0)
-            numpy.multiply(out, r5, out=out)
-            numpy.copyto(r5, inv0)
-            numpy.less_equal(p, 1.0, out=m0)
-            numpy.copyto(r5, 0.0, where=m0)
-            numpy.multiply(out, r5, out=out)
-            numpy.copyto(r5, 1.0)
-            numpy.multiply(inv1, cp, out=r6)
-            numpy.add(r6, shard_spans_cp, out=r6)
-            numpy.multiply(r6, t, out=r6)
-            numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
-            numpy.divide(1.0, m, out=r6)
-            numpy.copyto(r5, r6, where=m0)
-            numpy.multiply(out, r5, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(r4, shard_embed, out=r5)
-            numpy.maximum(r5, 1.0, out=r5)
-            numpy.divide(out, r5, out=out)
+        for block in call.blocks():
+            _stage_dp_fsdp_tied_embedding__d_d_block(*block)
     return call.out
+
+
+def _stage_dp_fsdp_tied_embedding__d_d_invariants(bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v):
+    """What stage_dp_fsdp_tied_embedding__d_d computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = h*v
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_tied_embedding__d_d", ("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, comm_dp_overlap, h, shard_spans_cp, stage_cost_scale, v))
+        inv0 = h*v
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+    return (inv0, inv1, inv2)
+
+
+def _stage_dp_fsdp_tied_embedding__d_d_block(out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2):
+    """stage_dp_fsdp_tied_embedding__d_d on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
+    numpy.maximum(1.0, gather_embed, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = d*tmp0 -> r1
+    numpy.multiply(r0, d, out=r1)
+    # tmp2 = numpy.maximum(1, tmp1) -> r2
+    numpy.maximum(1.0, r1, out=r2)
+    # tmp3 = 1/tmp2 -> r3
+    numpy.divide(1.0, r2, out=r3)
+    # tmp4 = 1/numpy.maximum(1, shard_embed*tmp0) -> r4
+    numpy.multiply(r0, shard_embed, out=r4)
+    numpy.maximum(r4, 1.0, out=r4)
+    numpy.divide(1.0, r4, out=r4)
+    # out = inv2*score_factor_dp*tmp3*tmp4*(-tmp3*(tmp2 - 1) + 1)*numpy.where(numpy.less_equal(p,
+    #     1), 0, inv0)*numpy.where(numpy.less(tmp1, 1), 0,
+    #     tmp0)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 + shard_spans_cp)),
+    #     1/m, 1)/numpy.maximum(1, shard_embed*tmp4)
+    numpy.subtract(r2, 1.0, out=r5)
+    numpy.multiply(r5, r3, out=r5)
+    numpy.subtract(1.0, r5, out=out)
+    numpy.copyto(r5, r0)
+    numpy.less(r1, 1.0, out=m0)
+    numpy.copyto(r5, 0.0, where=m0)
+    numpy.multiply(out, r5, out=out)
+    numpy.copyto(r5, inv0)
+    numpy.less_equal(p, 1.0, out=m0)
+    numpy.copyto(r5, 0.0, where=m0)
+    numpy.multiply(out, r5, out=out)
+    numpy.copyto(r5, 1.0)
+    numpy.multiply(inv1, cp, out=r6)
+    numpy.add(r6, shard_spans_cp, out=r6)
+    numpy.multiply(r6, t, out=r6)
+    numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
+    numpy.divide(1.0, m, out=r6)
+    numpy.copyto(r5, r6, where=m0)
+    numpy.multiply(out, r5, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.multiply(r4, shard_embed, out=r5)
+    numpy.maximum(r5, 1.0, out=r5)
+    numpy.divide(out, r5, out=out)
+
+
+stage_dp_fsdp_tied_embedding__d_d.kernel = _runtime.Kernel(
+    _stage_dp_fsdp_tied_embedding__d_d_block,
+    reals=7,
+    masks=1,
+    arguments=("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_dp_fsdp_tied_embedding__d_d_invariants,
+    widened=("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"),
+    quiet=True,
+)
 
 
 def stage_dp_fsdp_tied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
@@ -204,20 +226,7 @@ def stage_dp_fsdp_tied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, c
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -bytes_p*(1 - reshards)
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = h*v
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_tied_embedding__d_m", ("bytes_grad", "bytes_p", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
-            inv0 = -bytes_p*(1 - reshards)
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = h*v
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+        (inv0, inv1, inv2, inv3, inv4) = _stage_dp_fsdp_tied_embedding__d_m_invariants(bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v)
         call = _runtime.Call(
             "stage_dp_fsdp_tied_embedding__d_m",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4"),
@@ -225,48 +234,82 @@ def stage_dp_fsdp_tied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, c
             reals=7,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
-            numpy.maximum(1.0, gather_embed, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp1 = 1/numpy.maximum(1, shard_embed*tmp0) -> r1
-            numpy.multiply(r0, shard_embed, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.maximum(1, shard_embed*tmp1) -> r2
-            numpy.multiply(r1, shard_embed, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            # tmp3 = 1/(m*m) -> r3
-            numpy.multiply(m, m, out=r3)
-            numpy.divide(1.0, r3, out=r3)
-            # tmp4 = numpy.maximum(1, d*tmp0) -> r4
-            numpy.multiply(r0, d, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            # out = inv4*score_factor_dp*tmp1*(inv0*tmp3*(tmp2 - 1) + inv2*(tmp4 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
-            #     shard_spans_cp)), -tmp3, 0)/tmp4)*numpy.where(numpy.less_equal(p, 1), 0,
-            #     inv3)/tmp2
-            numpy.subtract(r2, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, r3, out=out)
-            numpy.subtract(r4, 1.0, out=r0)
-            numpy.copyto(r5, 0.0)
-            numpy.multiply(inv1, cp, out=r6)
-            numpy.add(r6, shard_spans_cp, out=r6)
-            numpy.multiply(r6, t, out=r6)
-            numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
-            numpy.negative(r3, out=r6)
-            numpy.copyto(r5, r6, where=m0)
-            numpy.multiply(r0, r5, out=r0)
-            numpy.multiply(r0, inv2, out=r0)
-            numpy.divide(r0, r4, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.copyto(r0, inv3)
-            numpy.less_equal(p, 1.0, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv4, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.divide(out, r2, out=out)
+        for block in call.blocks():
+            _stage_dp_fsdp_tied_embedding__d_m_block(*block)
     return call.out
+
+
+def _stage_dp_fsdp_tied_embedding__d_m_invariants(bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v):
+    """What stage_dp_fsdp_tied_embedding__d_m computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_p*(1 - reshards)
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = h*v
+        inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v) = _runtime.reals("stage_dp_fsdp_tied_embedding__d_m", ("bytes_grad", "bytes_p", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"), (bytes_grad, bytes_p, comm_dp_overlap, h, reshards, shard_spans_cp, stage_cost_scale, v))
+        inv0 = -bytes_p*(1 - reshards)
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = h*v
+        inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (inv0, inv1, inv2, inv3, inv4)
+
+
+def _stage_dp_fsdp_tied_embedding__d_m_block(out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4):
+    """stage_dp_fsdp_tied_embedding__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
+    numpy.maximum(1.0, gather_embed, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = 1/numpy.maximum(1, shard_embed*tmp0) -> r1
+    numpy.multiply(r0, shard_embed, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = numpy.maximum(1, shard_embed*tmp1) -> r2
+    numpy.multiply(r1, shard_embed, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # tmp3 = 1/(m*m) -> r3
+    numpy.multiply(m, m, out=r3)
+    numpy.divide(1.0, r3, out=r3)
+    # tmp4 = numpy.maximum(1, d*tmp0) -> r4
+    numpy.multiply(r0, d, out=r4)
+    numpy.maximum(r4, 1.0, out=r4)
+    # out = inv4*score_factor_dp*tmp1*(inv0*tmp3*(tmp2 - 1) + inv2*(tmp4 -
+    #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 + shard_spans_cp)),
+    #     -tmp3, 0)/tmp4)*numpy.where(numpy.less_equal(p, 1), 0, inv3)/tmp2
+    numpy.subtract(r2, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, r3, out=out)
+    numpy.subtract(r4, 1.0, out=r0)
+    numpy.copyto(r5, 0.0)
+    numpy.multiply(inv1, cp, out=r6)
+    numpy.add(r6, shard_spans_cp, out=r6)
+    numpy.multiply(r6, t, out=r6)
+    numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
+    numpy.negative(r3, out=r6)
+    numpy.copyto(r5, r6, where=m0)
+    numpy.multiply(r0, r5, out=r0)
+    numpy.multiply(r0, inv2, out=r0)
+    numpy.divide(r0, r4, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.copyto(r0, inv3)
+    numpy.less_equal(p, 1.0, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv4, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.divide(out, r2, out=out)
+
+
+stage_dp_fsdp_tied_embedding__d_m.kernel = _runtime.Kernel(
+    _stage_dp_fsdp_tied_embedding__d_m_block,
+    reals=7,
+    masks=1,
+    arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4"),
+    invariants=_stage_dp_fsdp_tied_embedding__d_m_invariants,
+    widened=("bytes_grad", "bytes_p", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"),
+    quiet=True,
+)

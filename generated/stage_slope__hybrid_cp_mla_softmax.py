@@ -74,14 +74,7 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, dhr, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_t", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
+        (inv0, inv1) = _stage_cp_hybrid_cp_mla_softmax_layer__d_t_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_layer__d_t",
             ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -89,25 +82,54 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_t(*, b, bytes_compute, cp, dh, dhr, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(cp - 1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(t, t, out=r1)
-                numpy.multiply(r1, cp, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_layer__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_layer__d_t_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s):
+    """What stage_cp_hybrid_cp_mla_softmax_layer__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_t", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
+    return (inv0, inv1)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_layer__d_t_block(out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_hybrid_cp_mla_softmax_layer__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(t, t, out=r1)
+        numpy.multiply(r1, cp, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_layer__d_t.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_layer__d_t_block,
+    reals=2,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_layer__d_t_invariants,
+    widened=("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -153,14 +175,7 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, dhr,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_cp", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        (inv0, inv1) = _stage_cp_hybrid_cp_mla_softmax_layer__d_cp_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_layer__d_cp",
             ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -168,26 +183,55 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, dhr,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(1 - (cp - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_layer__d_cp_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s):
+    """What stage_cp_hybrid_cp_mla_softmax_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_cp", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    return (inv0, inv1)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_layer__d_cp_block(out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_hybrid_cp_mla_softmax_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp
+    #     - 1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_layer__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_layer__d_cp_invariants,
+    widened=("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -231,14 +275,7 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr, lev
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_b", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        (inv0, inv1) = _stage_cp_hybrid_cp_mla_softmax_layer__d_b_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_layer__d_b",
             ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -246,23 +283,52 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_b(*, bytes_compute, cp, dh, dhr, lev
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_layer__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_layer__d_b_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s):
+    """What stage_cp_hybrid_cp_mla_softmax_layer__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_b", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    return (inv0, inv1)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_layer__d_b_block(out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_hybrid_cp_mla_softmax_layer__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_layer__d_b.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_layer__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_layer__d_b_invariants,
+    widened=("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t):
@@ -306,14 +372,7 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, dhr, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, level_bound_0, n_kv) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_s", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv"), (bytes_compute, dh, dhr, level_bound_0, n_kv))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
+        (inv0, inv1) = _stage_cp_hybrid_cp_mla_softmax_layer__d_s_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_layer__d_s",
             ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -321,24 +380,53 @@ def stage_cp_hybrid_cp_mla_softmax_layer__d_s(*, b, bytes_compute, cp, dh, dhr, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(cp - 1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_layer__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_layer__d_s_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv):
+    """What stage_cp_hybrid_cp_mla_softmax_layer__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, level_bound_0, n_kv) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_layer__d_s", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv"), (bytes_compute, dh, dhr, level_bound_0, n_kv))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
+    return (inv0, inv1)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_layer__d_s_block(out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_hybrid_cp_mla_softmax_layer__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_layer__d_s.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_layer__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_layer__d_s_invariants,
+    widened=("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -383,16 +471,7 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_full_again__d_t", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_hybrid_cp_mla_softmax_full_again__d_t_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_full_again__d_t",
             ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -400,25 +479,56 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(t, t, out=r1)
-                numpy.multiply(r1, cp, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_full_again__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_full_again__d_t_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_hybrid_cp_mla_softmax_full_again__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_full_again__d_t", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_full_again__d_t_block(out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_hybrid_cp_mla_softmax_full_again__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(t, t, out=r1)
+        numpy.multiply(r1, cp, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_full_again__d_t.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_full_again__d_t_block,
+    reals=2,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_full_again__d_t_invariants,
+    widened=("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -464,16 +574,7 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_full_again__d_cp", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_hybrid_cp_mla_softmax_full_again__d_cp_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_full_again__d_cp",
             ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -481,26 +582,57 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
-            #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_full_again__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_full_again__d_cp_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_hybrid_cp_mla_softmax_full_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_full_again__d_cp", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_full_again__d_cp_block(out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_hybrid_cp_mla_softmax_full_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
+    #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_full_again__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_full_again__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_full_again__d_cp_invariants,
+    widened=("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -544,16 +676,7 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh, dhr
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_full_again__d_b", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_hybrid_cp_mla_softmax_full_again__d_b_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_full_again__d_b",
             ("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -561,23 +684,54 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_b(*, bytes_compute, cp, dh, dhr
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_full_again__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_full_again__d_b_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_hybrid_cp_mla_softmax_full_again__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_full_again__d_b", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_full_again__d_b_block(out, r0, r1, m0, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_hybrid_cp_mla_softmax_full_again__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_full_again__d_b.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_full_again__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_full_again__d_b_invariants,
+    widened=("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t):
@@ -621,16 +775,7 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_full_again__d_s", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "stage_cost_scale"), (bytes_compute, dh, dhr, level_bound_0, n_kv, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_hybrid_cp_mla_softmax_full_again__d_s_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_full_again__d_s",
             ("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -638,24 +783,55 @@ def stage_cp_hybrid_cp_mla_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_full_again__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_full_again__d_s_invariants(bytes_compute, dh, dhr, level_bound_0, n_kv, stage_cost_scale):
+    """What stage_cp_hybrid_cp_mla_softmax_full_again__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_full_again__d_s", ("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "stage_cost_scale"), (bytes_compute, dh, dhr, level_bound_0, n_kv, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_full_again__d_s_block(out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_hybrid_cp_mla_softmax_full_again__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_full_again__d_s.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_full_again__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_full_again__d_s_invariants,
+    widened=("bytes_compute", "dh", "dhr", "level_bound_0", "n_kv", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -702,16 +878,7 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute, cp,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_selective_again__d_t", ("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_hybrid_cp_mla_softmax_selective_again__d_t_invariants(bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_selective_again__d_t",
             ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -719,25 +886,56 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_t(*, b, bytes_compute, cp,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(t, t, out=r1)
-                numpy.multiply(r1, cp, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_selective_again__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_selective_again__d_t_invariants(bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_hybrid_cp_mla_softmax_selective_again__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_selective_again__d_t", ("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_selective_again__d_t_block(out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_hybrid_cp_mla_softmax_selective_again__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(t, t, out=r1)
+        numpy.multiply(r1, cp, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_selective_again__d_t.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_selective_again__d_t_block,
+    reals=2,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_selective_again__d_t_invariants,
+    widened=("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -784,16 +982,7 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute, cp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp", ("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp_invariants(bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp",
             ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -801,26 +990,57 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp(*, b, bytes_compute, cp
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
-            #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp_invariants(bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp", ("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp_block(out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - (cp -
+    #     1)/cp)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_selective_again__d_cp_invariants,
+    widened=("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -866,16 +1086,7 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp, dh
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_selective_again__d_b", ("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_hybrid_cp_mla_softmax_selective_again__d_b_invariants(bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_selective_again__d_b",
             ("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -883,23 +1094,54 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_b(*, bytes_compute, cp, dh
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_selective_again__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_selective_again__d_b_invariants(bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_hybrid_cp_mla_softmax_selective_again__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_selective_again__d_b", ("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_selective_again__d_b_block(out, r0, r1, m0, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_hybrid_cp_mla_softmax_selective_again__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_selective_again__d_b.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_selective_again__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_selective_again__d_b_invariants,
+    widened=("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_hybrid_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t):
@@ -945,16 +1187,7 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute, cp,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_selective_again__d_s", ("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "stage_cost_scale"), (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_hybrid_cp_mla_softmax_selective_again__d_s_invariants(bytes_compute, dh, dhr, gather, level_bound_0, n_kv, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_hybrid_cp_mla_softmax_selective_again__d_s",
             ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -962,21 +1195,52 @@ def stage_cp_hybrid_cp_mla_softmax_selective_again__d_s(*, b, bytes_compute, cp,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_hybrid_cp_mla_softmax_selective_again__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_hybrid_cp_mla_softmax_selective_again__d_s_invariants(bytes_compute, dh, dhr, gather, level_bound_0, n_kv, stage_cost_scale):
+    """What stage_cp_hybrid_cp_mla_softmax_selective_again__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_hybrid_cp_mla_softmax_selective_again__d_s", ("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "stage_cost_scale"), (bytes_compute, dh, dhr, gather, level_bound_0, n_kv, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*n_kv*(2*dh + dhr)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_hybrid_cp_mla_softmax_selective_again__d_s_block(out, r0, r1, m0, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_hybrid_cp_mla_softmax_selective_again__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/(cp*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_hybrid_cp_mla_softmax_selective_again__d_s.kernel = _runtime.Kernel(
+    _stage_cp_hybrid_cp_mla_softmax_selective_again__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_hybrid_cp_mla_softmax_selective_again__d_s_invariants,
+    widened=("bytes_compute", "dh", "dhr", "gather", "level_bound_0", "n_kv", "stage_cost_scale"),
+    quiet=True,
+)

@@ -114,38 +114,7 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = dc_kv*n_kv
-            tmp1 = a*h
-            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
-            tmp3 = 0.25*n_attMM
-            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
-            tmp5 = 2*dh
-            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp7 = n_qknorm*tmp5 + tmp6
-            tmp8 = numpy.not_equal(dh, 0)
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp11 = tmp6 + 2*h*n_qknorm/a
-            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
-            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, comm_dp_overlap, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_t", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale))
-            tmp0 = dc_kv*n_kv
-            tmp1 = a*h
-            tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
-            tmp3 = 0.25*n_attMM
-            tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
-            tmp5 = 2*dh
-            tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp7 = n_qknorm*tmp5 + tmp6
-            tmp8 = numpy.not_equal(dh, 0)
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
-            tmp11 = tmp6 + 2*h*n_qknorm/a
-            inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
-            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        (inv0, inv1) = _stage_dp_mla_q_direct_moe_zero_layer__d_t_invariants(a, comm_dp_overlap, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_mla_q_direct_moe_zero_layer__d_t",
             ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
@@ -153,25 +122,78 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
-            # tmp12 = inv0/(t*t) -> r0
-            numpy.multiply(t, t, out=r0)
-            numpy.divide(inv0, r0, out=r0)
-            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
-            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
-            numpy.copyto(out, 0.0)
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.copyto(r1, 0.0)
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            numpy.divide(1.0, cp, out=r2)
-            numpy.add(r2, 1.0, out=r2)
-            numpy.multiply(r2, r0, out=r2)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.add(out, r1, out=out)
-            numpy.multiply(out, inv1, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_mla_q_direct_moe_zero_layer__d_t_block(*block)
     return call.out
+
+
+def _stage_dp_mla_q_direct_moe_zero_layer__d_t_invariants(a, comm_dp_overlap, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale):
+    """What stage_dp_mla_q_direct_moe_zero_layer__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = numpy.not_equal(dh, 0)
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+        inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, comm_dp_overlap, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_t", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, stage_cost_scale))
+        tmp0 = dc_kv*n_kv
+        tmp1 = a*h
+        tmp2 = dc_kv + dh*tmp1 + h*(dc_kv + dhr)
+        tmp3 = 0.25*n_attMM
+        tmp4 = tmp3*(tmp0*(dh + qk_nope_head_dim) + tmp1*(dhr + qk_nope_head_dim) + tmp2)
+        tmp5 = 2*dh
+        tmp6 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp7 = n_qknorm*tmp5 + tmp6
+        tmp8 = numpy.not_equal(dh, 0)
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = tmp3*(tmp0*tmp5 + tmp1*(dh + dhr) + tmp2)
+        tmp11 = tmp6 + 2*h*n_qknorm/a
+        inv0 = numpy.where(numpy.logical_and(tmp8, tmp9), -tmp4 - tmp7, numpy.where(tmp8, -tmp10 - tmp7, numpy.where(tmp9, -tmp11 - tmp4, -tmp10 - tmp11)))
+        inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (inv0, inv1)
+
+
+def _stage_dp_mla_q_direct_moe_zero_layer__d_t_block(out, r0, r1, r2, m0, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1):
+    """stage_dp_mla_q_direct_moe_zero_layer__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp12 = inv0/(t*t) -> r0
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(inv0, r0, out=r0)
+    # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp12, 0) +
+    #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp12*(1 + 1/cp), 0))
+    numpy.copyto(out, 0.0)
+    numpy.equal(zero3_non_exp, 1.0, out=m0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.copyto(r1, 0.0)
+    numpy.equal(zero2_non_exp, 1.0, out=m0)
+    numpy.divide(1.0, cp, out=r2)
+    numpy.add(r2, 1.0, out=r2)
+    numpy.multiply(r2, r0, out=r2)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.add(out, r1, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_mla_q_direct_moe_zero_layer__d_t.kernel = _runtime.Kernel(
+    _stage_dp_mla_q_direct_moe_zero_layer__d_t_block,
+    reals=3,
+    masks=1,
+    arguments=("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_dp_mla_q_direct_moe_zero_layer__d_t_invariants,
+    widened=("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_mla_q_direct_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp):
@@ -289,48 +311,7 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp8 = n_qknorm*tmp6 + tmp7
-            tmp9 = numpy.not_equal(dh, 0)
-            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            tmp12 = tmp7 + 2*h*n_qknorm/a
-            tmp14 = numpy.not_equal(n_shared_exp, 0)
-            tmp15 = h*hff_exp*n_ffMM
-            tmp16 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
-            inv1 = h*shared_expert_gate
-            inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
-            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_cp", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
-            tmp1 = dc_kv*n_kv
-            tmp2 = a*h
-            tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
-            tmp4 = 0.25*n_attMM
-            tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
-            tmp6 = 2*dh
-            tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
-            tmp8 = n_qknorm*tmp6 + tmp7
-            tmp9 = numpy.not_equal(dh, 0)
-            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
-            tmp12 = tmp7 + 2*h*n_qknorm/a
-            tmp14 = numpy.not_equal(n_shared_exp, 0)
-            tmp15 = h*hff_exp*n_ffMM
-            tmp16 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
-            inv1 = h*shared_expert_gate
-            inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
-            inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+        (tmp15, tmp16, inv0, inv1, inv2, inv3) = _stage_dp_mla_q_direct_moe_zero_layer__d_cp_invariants(a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_mla_q_direct_moe_zero_layer__d_cp",
             ("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp15", "tmp16", "inv0", "inv1", "inv2", "inv3"),
@@ -338,68 +319,130 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
             reals=5,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp15, tmp16, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp14_mask = numpy.not_equal(n_shared_exp, 0) -> m0
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            # tmp0 = 1/(cp*cp) -> r0
-            numpy.multiply(cp, cp, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp13 = numpy.equal(zero2_exp, 1) -> m1
-            numpy.equal(zero2_exp, 1.0, out=m1)
-            # tmp17 = 1/numpy.maximum(1, etp) -> r1
-            numpy.maximum(1.0, etp, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp18 = inv0 + n_exp*(mlp_bias*(h + tmp16*tmp17) + tmp15*tmp17) -> r2
-            numpy.multiply(tmp15, r1, out=r2)
-            numpy.multiply(tmp16, r1, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.add(r2, r3, out=r2)
-            numpy.multiply(r2, n_exp, out=r2)
-            numpy.add(r2, inv0, out=r2)
-            # tmp19 = inv1 + tmp18 -> r1
-            numpy.add(inv1, r2, out=r1)
-            # tmp20 = numpy.where(tmp14_mask, numpy.equal(tmp19, 0), numpy.equal(tmp18, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m0, numpy.equal(r1, 0), numpy.equal(r2, 0)))
-            # tmp21 = tmp0/(ep*t_exp) -> r3
-            numpy.multiply(ep, t_exp, out=r3)
-            numpy.divide(r0, r3, out=r3)
-            # tmp22 = -tmp19*tmp21 -> r4
-            numpy.multiply(r1, r3, out=r4)
-            numpy.negative(r4, out=r4)
-            # tmp23 = -tmp18*tmp21 -> r1
-            numpy.multiply(r2, r3, out=r1)
-            numpy.negative(r1, out=r1)
-            # tmp24 = numpy.equal(zero3_exp, 1) -> m3
-            numpy.equal(zero3_exp, 1.0, out=m3)
-            # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero2_non_exp, 1), inv2*tmp0/t, 0)
-            #     + numpy.where(numpy.logical_and(tmp13, tmp20), 0,
-            #     numpy.where(numpy.logical_and(tmp13, tmp14_mask), tmp22, numpy.where(tmp13, tmp23,
-            #     0))) + numpy.where(numpy.logical_and(tmp20, tmp24), 0,
-            #     numpy.where(numpy.logical_and(tmp14_mask, tmp24), tmp22, numpy.where(tmp24, tmp23,
-            #     0))))
-            numpy.copyto(out, 0.0)
-            numpy.equal(zero2_non_exp, 1.0, out=m4)
-            numpy.multiply(inv2, r0, out=r2)
-            numpy.divide(r2, t, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.copyto(r2, 0.0)
-            numpy.copyto(r2, r1, where=m1)
-            numpy.logical_and(m1, m0, out=m4)
-            numpy.copyto(r2, r4, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.copyto(r2, 0.0, where=m4)
-            numpy.add(out, r2, out=out)
-            numpy.copyto(r2, 0.0)
-            numpy.copyto(r2, r1, where=m3)
-            numpy.logical_and(m0, m3, out=m4)
-            numpy.copyto(r2, r4, where=m4)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.copyto(r2, 0.0, where=m4)
-            numpy.add(out, r2, out=out)
-            numpy.multiply(out, inv3, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_mla_q_direct_moe_zero_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_dp_mla_q_direct_moe_zero_layer__d_cp_invariants(a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale):
+    """What stage_dp_mla_q_direct_moe_zero_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*h
+        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = numpy.not_equal(dh, 0)
+        tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp12 = tmp7 + 2*h*n_qknorm/a
+        tmp14 = numpy.not_equal(n_shared_exp, 0)
+        tmp15 = h*hff_exp*n_ffMM
+        tmp16 = hff_exp*(n_ffMM - 1)
+        inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
+        inv1 = h*shared_expert_gate
+        inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
+        inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_cp", ("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"), (a, comm_dp_overlap, dc_kv, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, stage_cost_scale))
+        tmp1 = dc_kv*n_kv
+        tmp2 = a*h
+        tmp3 = dc_kv + dh*tmp2 + h*(dc_kv + dhr)
+        tmp4 = 0.25*n_attMM
+        tmp5 = tmp4*(tmp1*(dh + qk_nope_head_dim) + tmp2*(dhr + qk_nope_head_dim) + tmp3)
+        tmp6 = 2*dh
+        tmp7 = h*layer_norms*(norm_bias + 1) + h*n_exp
+        tmp8 = n_qknorm*tmp6 + tmp7
+        tmp9 = numpy.not_equal(dh, 0)
+        tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp11 = tmp4*(tmp1*tmp6 + tmp2*(dh + dhr) + tmp3)
+        tmp12 = tmp7 + 2*h*n_qknorm/a
+        tmp14 = numpy.not_equal(n_shared_exp, 0)
+        tmp15 = h*hff_exp*n_ffMM
+        tmp16 = hff_exp*(n_ffMM - 1)
+        inv0 = n_shared_exp*(mlp_bias*(h + tmp16) + tmp15)
+        inv1 = h*shared_expert_gate
+        inv2 = numpy.where(numpy.logical_and(tmp10, tmp9), -tmp5 - tmp8, numpy.where(tmp9, -tmp11 - tmp8, numpy.where(tmp10, -tmp12 - tmp5, -tmp11 - tmp12)))
+        inv3 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (tmp15, tmp16, inv0, inv1, inv2, inv3)
+
+
+def _stage_dp_mla_q_direct_moe_zero_layer__d_cp_block(out, r0, r1, r2, r3, r4, m0, m1, m2, m3, m4, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp15, tmp16, inv0, inv1, inv2, inv3):
+    """stage_dp_mla_q_direct_moe_zero_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp14_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+    numpy.not_equal(n_shared_exp, 0.0, out=m0)
+    # tmp0 = 1/(cp*cp) -> r0
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp13 = numpy.equal(zero2_exp, 1) -> m1
+    numpy.equal(zero2_exp, 1.0, out=m1)
+    # tmp17 = 1/numpy.maximum(1, etp) -> r1
+    numpy.maximum(1.0, etp, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp18 = inv0 + n_exp*(mlp_bias*(h + tmp16*tmp17) + tmp15*tmp17) -> r2
+    numpy.multiply(tmp15, r1, out=r2)
+    numpy.multiply(tmp16, r1, out=r3)
+    numpy.add(r3, h, out=r3)
+    numpy.multiply(r3, mlp_bias, out=r3)
+    numpy.add(r2, r3, out=r2)
+    numpy.multiply(r2, n_exp, out=r2)
+    numpy.add(r2, inv0, out=r2)
+    # tmp19 = inv1 + tmp18 -> r1
+    numpy.add(inv1, r2, out=r1)
+    # tmp20 = numpy.where(tmp14_mask, numpy.equal(tmp19, 0), numpy.equal(tmp18, 0)) -> m2
+    numpy.copyto(m2, numpy.where(m0, numpy.equal(r1, 0), numpy.equal(r2, 0)))
+    # tmp21 = tmp0/(ep*t_exp) -> r3
+    numpy.multiply(ep, t_exp, out=r3)
+    numpy.divide(r0, r3, out=r3)
+    # tmp22 = -tmp19*tmp21 -> r4
+    numpy.multiply(r1, r3, out=r4)
+    numpy.negative(r4, out=r4)
+    # tmp23 = -tmp18*tmp21 -> r1
+    numpy.multiply(r2, r3, out=r1)
+    numpy.negative(r1, out=r1)
+    # tmp24 = numpy.equal(zero3_exp, 1) -> m3
+    numpy.equal(zero3_exp, 1.0, out=m3)
+    # out = inv3*score_factor_dp*(numpy.where(numpy.equal(zero2_non_exp, 1), inv2*tmp0/t, 0) +
+    #     numpy.where(numpy.logical_and(tmp13, tmp20), 0, numpy.where(numpy.logical_and(tmp13,
+    #     tmp14_mask), tmp22, numpy.where(tmp13, tmp23, 0))) + numpy.where(numpy.logical_and(tmp20,
+    #     tmp24), 0, numpy.where(numpy.logical_and(tmp14_mask, tmp24), tmp22, numpy.where(tmp24,
+    #     tmp23, 0))))
+    numpy.copyto(out, 0.0)
+    numpy.equal(zero2_non_exp, 1.0, out=m4)
+    numpy.multiply(inv2, r0, out=r2)
+    numpy.divide(r2, t, out=r2)
+    numpy.copyto(out, r2, where=m4)
+    numpy.copyto(r2, 0.0)
+    numpy.copyto(r2, r1, where=m1)
+    numpy.logical_and(m1, m0, out=m4)
+    numpy.copyto(r2, r4, where=m4)
+    numpy.logical_and(m1, m2, out=m4)
+    numpy.copyto(r2, 0.0, where=m4)
+    numpy.add(out, r2, out=out)
+    numpy.copyto(r2, 0.0)
+    numpy.copyto(r2, r1, where=m3)
+    numpy.logical_and(m0, m3, out=m4)
+    numpy.copyto(r2, r4, where=m4)
+    numpy.logical_and(m2, m3, out=m4)
+    numpy.copyto(r2, 0.0, where=m4)
+    numpy.add(out, r2, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_mla_q_direct_moe_zero_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_dp_mla_q_direct_moe_zero_layer__d_cp_block,
+    reals=5,
+    masks=5,
+    arguments=("a", "comm_dp_overlap", "cp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp"),
+    passed=("tmp15", "tmp16", "inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_dp_mla_q_direct_moe_zero_layer__d_cp_invariants,
+    widened=("a", "comm_dp_overlap", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shared_expert_gate", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp):
@@ -486,22 +529,7 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp1 = numpy.not_equal(n_shared_exp, 0)
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-            inv1 = h*shared_expert_gate
-            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_ep", ("comm_dp_overlap", "h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate", "stage_cost_scale"), (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale))
-            tmp1 = numpy.not_equal(n_shared_exp, 0)
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
-            inv1 = h*shared_expert_gate
-            inv2 = stage_cost_scale*(1 - comm_dp_overlap)
+        (tmp2, tmp3, inv0, inv1, inv2) = _stage_dp_mla_q_direct_moe_zero_layer__d_ep_invariants(comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_mla_q_direct_moe_zero_layer__d_ep",
             ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
@@ -509,68 +537,105 @@ def stage_dp_mla_q_direct_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             reals=6,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2 in call.blocks():
-            # tmp1_mask = numpy.not_equal(n_shared_exp, 0) -> m0
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            # tmp0 = numpy.equal(zero3_exp, 1) -> m1
-            numpy.equal(zero3_exp, 1.0, out=m1)
-            # tmp4 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
-            numpy.multiply(tmp2, r0, out=r1)
-            numpy.multiply(tmp3, r0, out=r2)
-            numpy.add(r2, h, out=r2)
-            numpy.multiply(r2, mlp_bias, out=r2)
-            numpy.add(r1, r2, out=r1)
-            numpy.multiply(r1, n_exp, out=r1)
-            numpy.add(r1, inv0, out=r1)
-            # tmp6 = inv1 + tmp5 -> r0
-            numpy.add(inv1, r1, out=r0)
-            # tmp7 = numpy.where(tmp1_mask, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
-            numpy.copyto(m2, numpy.where(m0, numpy.equal(r0, 0), numpy.equal(r1, 0)))
-            # tmp8 = 1/(cp*(ep*ep)*t_exp) -> r2
-            numpy.multiply(ep, ep, out=r2)
-            numpy.multiply(r2, cp, out=r2)
-            numpy.multiply(r2, t_exp, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp9 = numpy.equal(zero2_exp, 1) -> m3
-            numpy.equal(zero2_exp, 1.0, out=m3)
-            # tmp10 = tmp8 + numpy.where(numpy.greater(ep, t_exp), 1, 0)/(numpy.maximum(ep,
-            #     t_exp)*numpy.maximum(ep, t_exp)) -> r3
-            numpy.copyto(r3, 0.0)
-            numpy.greater(ep, t_exp, out=m4)
-            numpy.copyto(r3, 1.0, where=m4)
-            numpy.maximum(ep, t_exp, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.divide(r3, r5, out=r3)
-            numpy.add(r3, r2, out=r3)
-            # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
-            #     numpy.where(numpy.logical_and(tmp0, tmp1_mask), -tmp6*tmp8, numpy.where(tmp0,
-            #     -tmp5*tmp8, 0))) + numpy.where(numpy.logical_and(tmp7, tmp9), 0,
-            #     numpy.where(numpy.logical_and(tmp1_mask, tmp9), -tmp10*tmp6, numpy.where(tmp9,
-            #     -tmp10*tmp5, 0))))
-            numpy.copyto(out, 0.0)
-            numpy.multiply(r1, r2, out=r4)
-            numpy.negative(r4, out=r4)
-            numpy.copyto(out, r4, where=m1)
-            numpy.logical_and(m1, m0, out=m4)
-            numpy.multiply(r0, r2, out=r4)
-            numpy.negative(r4, out=r4)
-            numpy.copyto(out, r4, where=m4)
-            numpy.logical_and(m1, m2, out=m4)
-            numpy.copyto(out, 0.0, where=m4)
-            numpy.copyto(r4, 0.0)
-            numpy.multiply(r3, r1, out=r5)
-            numpy.negative(r5, out=r5)
-            numpy.copyto(r4, r5, where=m3)
-            numpy.logical_and(m0, m3, out=m4)
-            numpy.multiply(r3, r0, out=r5)
-            numpy.negative(r5, out=r5)
-            numpy.copyto(r4, r5, where=m4)
-            numpy.logical_and(m2, m3, out=m4)
-            numpy.copyto(r4, 0.0, where=m4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_mla_q_direct_moe_zero_layer__d_ep_block(*block)
     return call.out
+
+
+def _stage_dp_mla_q_direct_moe_zero_layer__d_ep_invariants(comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale):
+    """What stage_dp_mla_q_direct_moe_zero_layer__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp1 = numpy.not_equal(n_shared_exp, 0)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+        inv1 = h*shared_expert_gate
+        inv2 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_direct_moe_zero_layer__d_ep", ("comm_dp_overlap", "h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate", "stage_cost_scale"), (comm_dp_overlap, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate, stage_cost_scale))
+        tmp1 = numpy.not_equal(n_shared_exp, 0)
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2)
+        inv1 = h*shared_expert_gate
+        inv2 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (tmp2, tmp3, inv0, inv1, inv2)
+
+
+def _stage_dp_mla_q_direct_moe_zero_layer__d_ep_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2):
+    """stage_dp_mla_q_direct_moe_zero_layer__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1_mask = numpy.not_equal(n_shared_exp, 0) -> m0
+    numpy.not_equal(n_shared_exp, 0.0, out=m0)
+    # tmp0 = numpy.equal(zero3_exp, 1) -> m1
+    numpy.equal(zero3_exp, 1.0, out=m1)
+    # tmp4 = 1/numpy.maximum(1, etp) -> r0
+    numpy.maximum(1.0, etp, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp5 = inv0 + n_exp*(mlp_bias*(h + tmp3*tmp4) + tmp2*tmp4) -> r1
+    numpy.multiply(tmp2, r0, out=r1)
+    numpy.multiply(tmp3, r0, out=r2)
+    numpy.add(r2, h, out=r2)
+    numpy.multiply(r2, mlp_bias, out=r2)
+    numpy.add(r1, r2, out=r1)
+    numpy.multiply(r1, n_exp, out=r1)
+    numpy.add(r1, inv0, out=r1)
+    # tmp6 = inv1 + tmp5 -> r0
+    numpy.add(inv1, r1, out=r0)
+    # tmp7 = numpy.where(tmp1_mask, numpy.equal(tmp6, 0), numpy.equal(tmp5, 0)) -> m2
+    numpy.copyto(m2, numpy.where(m0, numpy.equal(r0, 0), numpy.equal(r1, 0)))
+    # tmp8 = 1/(cp*(ep*ep)*t_exp) -> r2
+    numpy.multiply(ep, ep, out=r2)
+    numpy.multiply(r2, cp, out=r2)
+    numpy.multiply(r2, t_exp, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    # tmp9 = numpy.equal(zero2_exp, 1) -> m3
+    numpy.equal(zero2_exp, 1.0, out=m3)
+    # tmp10 = tmp8 + numpy.where(numpy.greater(ep, t_exp), 1, 0)/(numpy.maximum(ep,
+    #     t_exp)*numpy.maximum(ep, t_exp)) -> r3
+    numpy.copyto(r3, 0.0)
+    numpy.greater(ep, t_exp, out=m4)
+    numpy.copyto(r3, 1.0, where=m4)
+    numpy.maximum(ep, t_exp, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.divide(r3, r5, out=r3)
+    numpy.add(r3, r2, out=r3)
+    # out = inv2*score_factor_dp*(numpy.where(numpy.logical_and(tmp0, tmp7), 0,
+    #     numpy.where(numpy.logical_and(tmp0, tmp1_mask), -tmp6*tmp8, numpy.where(tmp0, -tmp5*tmp8,
+    #     0))) + numpy.where(numpy.logical_and(tmp7, tmp9), 0,
+    #     numpy.where(numpy.logical_and(tmp1_mask, tmp9), -tmp10*tmp6, numpy.where(tmp9,
+    #     -tmp10*tmp5, 0))))
+    numpy.copyto(out, 0.0)
+    numpy.multiply(r1, r2, out=r4)
+    numpy.negative(r4, out=r4)
+    numpy.copyto(out, r4, where=m1)
+    numpy.logical_and(m1, m0, out=m4)
+    numpy.multiply(r0, r2, out=r4)
+    numpy.negative(r4, out=r4)
+    numpy.copyto(out, r4, where=m4)
+    numpy.logical_and(m1, m2, out=m4)
+    numpy.copyto(out, 0.0, where=m4)
+    numpy.copyto(r4, 0.0)
+    numpy.multiply(r3, r1, out=r5)
+    numpy.negative(r5, out=r5)
+    numpy.copyto(r4, r5, where=m3)
+    numpy.logical_and(m0, m3, out=m4)
+    numpy.multiply(r3, r0, out=r5)
+    numpy.negative(r5, out=r5)
+    numpy.copyto(r4, r5, where=m4)
+    numpy.logical_and(m2, m3, out=m4)
+    numpy.copyto(r4, 0.0, where=m4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_mla_q_direct_moe_zero_layer__d_ep.kernel = _runtime.Kernel(
+    _stage_dp_mla_q_direct_moe_zero_layer__d_ep_block,
+    reals=6,
+    masks=5,
+    arguments=("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp"),
+    passed=("tmp2", "tmp3", "inv0", "inv1", "inv2"),
+    invariants=_stage_dp_mla_q_direct_moe_zero_layer__d_ep_invariants,
+    widened=("comm_dp_overlap", "h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate", "stage_cost_scale"),
+    quiet=True,
+)

@@ -144,28 +144,7 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = 4*h
-            tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
-            inv4 = 2*bytes_grad
-            inv5 = -2*bytes_grad
-            inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer__d_t", ("a", "bytes_grad", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, stage_cost_scale))
-            tmp4 = 4*h
-            tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
-            inv4 = 2*bytes_grad
-            inv5 = -2*bytes_grad
-            inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)))
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6) = _stage_dp_mla_q_latent_moe_fsdp_layer__d_t_invariants(a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_moe_fsdp_layer__d_t",
             ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
@@ -173,81 +152,123 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
             reals=11,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
-            # tmp1 = shard_p_os_non_exp_partial/t -> r0
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-            # tmp2 = numpy.maximum(1, tmp1) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            # tmp6 = tmp2 - 1 -> r2
-            numpy.subtract(r1, 1.0, out=r2)
-            # tmp8 = bytes_grad + bytes_p*(inv0/m + inv1) -> r3
-            numpy.divide(inv0, m, out=r3)
-            numpy.add(r3, inv1, out=r3)
-            numpy.multiply(r3, bytes_p, out=r3)
-            numpy.add(r3, bytes_grad, out=r3)
-            # tmp9 = numpy.where(numpy.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t)) -> r4
-            numpy.multiply(t, t, out=r4)
-            numpy.divide(shard_p_os_non_exp_partial, r4, out=r4)
-            numpy.negative(r4, out=r4)
-            numpy.less(r0, 1.0, out=m0)
-            numpy.copyto(r4, 0.0, where=m0)
-            # tmp10 = cp*d/shard_p_os_non_exp_partial -> r0
-            numpy.multiply(cp, d, out=r0)
-            numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
-            # tmp11 = t*tmp10 -> r5
-            numpy.multiply(r0, t, out=r5)
-            # tmp12 = numpy.maximum(1, tmp11) -> r6
-            numpy.maximum(1.0, r5, out=r6)
-            # tmp13 = tmp12 - 1 -> r7
-            numpy.subtract(r6, 1.0, out=r7)
-            # tmp15 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
-            #     shard_spans_cp)), 1/m, 1) -> r8
-            numpy.copyto(r8, 1.0)
-            numpy.multiply(inv2, cp, out=r9)
-            numpy.add(r9, shard_spans_cp, out=r9)
-            numpy.multiply(r9, t, out=r9)
-            numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
-            numpy.divide(1.0, m, out=r9)
-            numpy.copyto(r8, r9, where=m0)
-            # tmp16 = inv3*tmp13*tmp15/tmp12 -> r9
-            numpy.multiply(inv3, r7, out=r9)
-            numpy.multiply(r9, r8, out=r9)
-            numpy.divide(r9, r6, out=r9)
-            # tmp17 = numpy.where(numpy.less(tmp11, 1), 0, tmp10) -> r10
-            numpy.copyto(r10, r0)
-            numpy.less(r5, 1.0, out=m0)
-            numpy.copyto(r10, 0.0, where=m0)
-            # out = inv6*score_factor_dp*(inv4*tmp15*tmp17/tmp12 +
-            #     inv5*tmp13*tmp15*tmp17/(tmp12*tmp12) - tmp16*tmp9/tmp2 + tmp8*tmp9 -
-            #     tmp6*tmp8*tmp9/tmp2 - tmp16/t - tmp6*tmp8/t)/(t*tmp2)
-            numpy.multiply(r3, r4, out=out)
-            numpy.multiply(inv4, r8, out=r0)
-            numpy.multiply(r0, r10, out=r0)
-            numpy.divide(r0, r6, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv5, r7, out=r0)
-            numpy.multiply(r0, r8, out=r0)
-            numpy.multiply(r0, r10, out=r0)
-            numpy.multiply(r6, r6, out=r5)
-            numpy.divide(r0, r5, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.divide(r9, t, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r9, r4, out=r0)
-            numpy.divide(r0, r1, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r2, r3, out=r0)
-            numpy.divide(r0, t, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r2, r3, out=r0)
-            numpy.multiply(r0, r4, out=r0)
-            numpy.divide(r0, r1, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(out, inv6, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(r1, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _stage_dp_mla_q_latent_moe_fsdp_layer__d_t_block(*block)
     return call.out
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer__d_t_invariants(a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, stage_cost_scale):
+    """What stage_dp_mla_q_latent_moe_fsdp_layer__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = 4*h
+        tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+        inv4 = 2*bytes_grad
+        inv5 = -2*bytes_grad
+        inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer__d_t", ("a", "bytes_grad", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, stage_cost_scale))
+        tmp4 = 4*h
+        tmp5 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+        inv4 = 2*bytes_grad
+        inv5 = -2*bytes_grad
+        inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(layer_norms*tmp4*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp5) + a*dh*h + dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)))
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6)
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer__d_t_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6):
+    """stage_dp_mla_q_latent_moe_fsdp_layer__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = shard_p_os_non_exp_partial/t -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    # tmp2 = numpy.maximum(1, tmp1) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    # tmp6 = tmp2 - 1 -> r2
+    numpy.subtract(r1, 1.0, out=r2)
+    # tmp8 = bytes_grad + bytes_p*(inv0/m + inv1) -> r3
+    numpy.divide(inv0, m, out=r3)
+    numpy.add(r3, inv1, out=r3)
+    numpy.multiply(r3, bytes_p, out=r3)
+    numpy.add(r3, bytes_grad, out=r3)
+    # tmp9 = numpy.where(numpy.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t)) -> r4
+    numpy.multiply(t, t, out=r4)
+    numpy.divide(shard_p_os_non_exp_partial, r4, out=r4)
+    numpy.negative(r4, out=r4)
+    numpy.less(r0, 1.0, out=m0)
+    numpy.copyto(r4, 0.0, where=m0)
+    # tmp10 = cp*d/shard_p_os_non_exp_partial -> r0
+    numpy.multiply(cp, d, out=r0)
+    numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
+    # tmp11 = t*tmp10 -> r5
+    numpy.multiply(r0, t, out=r5)
+    # tmp12 = numpy.maximum(1, tmp11) -> r6
+    numpy.maximum(1.0, r5, out=r6)
+    # tmp13 = tmp12 - 1 -> r7
+    numpy.subtract(r6, 1.0, out=r7)
+    # tmp15 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 + shard_spans_cp)),
+    #     1/m, 1) -> r8
+    numpy.copyto(r8, 1.0)
+    numpy.multiply(inv2, cp, out=r9)
+    numpy.add(r9, shard_spans_cp, out=r9)
+    numpy.multiply(r9, t, out=r9)
+    numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
+    numpy.divide(1.0, m, out=r9)
+    numpy.copyto(r8, r9, where=m0)
+    # tmp16 = inv3*tmp13*tmp15/tmp12 -> r9
+    numpy.multiply(inv3, r7, out=r9)
+    numpy.multiply(r9, r8, out=r9)
+    numpy.divide(r9, r6, out=r9)
+    # tmp17 = numpy.where(numpy.less(tmp11, 1), 0, tmp10) -> r10
+    numpy.copyto(r10, r0)
+    numpy.less(r5, 1.0, out=m0)
+    numpy.copyto(r10, 0.0, where=m0)
+    # out = inv6*score_factor_dp*(inv4*tmp15*tmp17/tmp12 + inv5*tmp13*tmp15*tmp17/(tmp12*tmp12) -
+    #     tmp16*tmp9/tmp2 + tmp8*tmp9 - tmp6*tmp8*tmp9/tmp2 - tmp16/t - tmp6*tmp8/t)/(t*tmp2)
+    numpy.multiply(r3, r4, out=out)
+    numpy.multiply(inv4, r8, out=r0)
+    numpy.multiply(r0, r10, out=r0)
+    numpy.divide(r0, r6, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv5, r7, out=r0)
+    numpy.multiply(r0, r8, out=r0)
+    numpy.multiply(r0, r10, out=r0)
+    numpy.multiply(r6, r6, out=r5)
+    numpy.divide(r0, r5, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.divide(r9, t, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r9, r4, out=r0)
+    numpy.divide(r0, r1, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r2, r3, out=r0)
+    numpy.divide(r0, t, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r2, r3, out=r0)
+    numpy.multiply(r0, r4, out=r0)
+    numpy.divide(r0, r1, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(out, inv6, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.multiply(r1, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_dp_mla_q_latent_moe_fsdp_layer__d_t.kernel = _runtime.Kernel(
+    _stage_dp_mla_q_latent_moe_fsdp_layer__d_t_block,
+    reals=11,
+    masks=1,
+    arguments=("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+    invariants=_stage_dp_mla_q_latent_moe_fsdp_layer__d_t_invariants,
+    widened=("a", "bytes_grad", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_mla_q_latent_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
@@ -379,34 +400,7 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = h*hff_exp*n_ffMM
-            tmp7 = hff_exp*(n_ffMM - 1)
-            tmp8 = n_shared_exp*(mlp_bias*(h + tmp7) + tmp6) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp23 = 4*h
-            tmp24 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp25 = layer_norms*tmp23*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp24) + a*dh*h + dc_kv*n_kv*(dh + tmp24) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp23 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 0.25*tmp25
-            inv1 = -tmp8
-            inv2 = -0.25*tmp25
-            inv3 = -n_exp
-            inv4 = 1 - shard_spans_cp
-            inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer__d_cp", ("a", "bytes_grad", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale))
-            tmp6 = h*hff_exp*n_ffMM
-            tmp7 = hff_exp*(n_ffMM - 1)
-            tmp8 = n_shared_exp*(mlp_bias*(h + tmp7) + tmp6) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp23 = 4*h
-            tmp24 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp25 = layer_norms*tmp23*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp24) + a*dh*h + dc_kv*n_kv*(dh + tmp24) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp23 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 0.25*tmp25
-            inv1 = -tmp8
-            inv2 = -0.25*tmp25
-            inv3 = -n_exp
-            inv4 = 1 - shard_spans_cp
-            inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+        (tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5) = _stage_dp_mla_q_latent_moe_fsdp_layer__d_cp_invariants(a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_moe_fsdp_layer__d_cp",
             ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
@@ -414,126 +408,175 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             reals=15,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
-            # tmp0 = 1/t_exp -> r0
-            numpy.divide(1.0, t_exp, out=r0)
-            # tmp1 = 1/numpy.maximum(1, shard_p_os_exp_partial*tmp0) -> r1
-            numpy.multiply(r0, shard_p_os_exp_partial, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp2 = d*t_exp/shard_p_os_exp_partial -> r2
-            numpy.multiply(d, t_exp, out=r2)
-            numpy.divide(r2, shard_p_os_exp_partial, out=r2)
-            # tmp3 = cp*tmp2 -> r3
-            numpy.multiply(r2, cp, out=r3)
-            # tmp4 = numpy.maximum(1, tmp3) -> r4
-            numpy.maximum(1.0, r3, out=r4)
-            # tmp5 = numpy.where(numpy.less(tmp3, 1), 0, tmp2) -> r5
-            numpy.copyto(r5, r2)
-            numpy.less(r3, 1.0, out=m0)
-            numpy.copyto(r5, 0.0, where=m0)
-            # tmp9 = 1/ep -> r2
-            numpy.divide(1.0, ep, out=r2)
-            # tmp10 = 1/numpy.maximum(1, shard_p_os_exp*tmp0) -> r3
-            numpy.multiply(r0, shard_p_os_exp, out=r3)
-            numpy.maximum(r3, 1.0, out=r3)
-            numpy.divide(1.0, r3, out=r3)
-            # tmp11 = d_exp*t_exp/shard_p_os_exp -> r6
-            numpy.multiply(d_exp, t_exp, out=r6)
-            numpy.divide(r6, shard_p_os_exp, out=r6)
-            # tmp12 = cp*tmp11 -> r7
-            numpy.multiply(r6, cp, out=r7)
-            # tmp13 = numpy.maximum(1, tmp12) -> r8
-            numpy.maximum(1.0, r7, out=r8)
-            # tmp14 = numpy.where(numpy.less(tmp12, 1), 0, tmp11) -> r9
-            numpy.copyto(r9, r6)
-            numpy.less(r7, 1.0, out=m0)
-            numpy.copyto(r9, 0.0, where=m0)
-            # tmp15 = 1/numpy.maximum(1, etp) -> r6
-            numpy.maximum(1.0, etp, out=r6)
-            numpy.divide(1.0, r6, out=r6)
-            # tmp16 = mlp_bias*(h + tmp15*tmp7) + tmp15*tmp6 -> r7
-            numpy.multiply(r6, tmp6, out=r7)
-            numpy.multiply(r6, tmp7, out=r10)
-            numpy.add(r10, h, out=r10)
-            numpy.multiply(r10, mlp_bias, out=r10)
-            numpy.add(r7, r10, out=r7)
-            # tmp17 = 1/t -> r6
-            numpy.divide(1.0, t, out=r6)
-            # tmp18 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp17) -> r10
-            numpy.multiply(r6, shard_p_os_non_exp_partial, out=r10)
-            numpy.maximum(r10, 1.0, out=r10)
-            numpy.divide(1.0, r10, out=r10)
-            # tmp19 = d*t/shard_p_os_non_exp_partial -> r11
-            numpy.multiply(d, t, out=r11)
-            numpy.divide(r11, shard_p_os_non_exp_partial, out=r11)
-            # tmp20 = cp*tmp19 -> r12
-            numpy.multiply(r11, cp, out=r12)
-            # tmp21 = numpy.maximum(1, tmp20) -> r13
-            numpy.maximum(1.0, r12, out=r13)
-            # tmp22 = numpy.where(numpy.less(tmp20, 1), 0, tmp19) -> r14
-            numpy.copyto(r14, r11)
-            numpy.less(r12, 1.0, out=m0)
-            numpy.copyto(r14, 0.0, where=m0)
-            # out = inv5*score_factor_dp*(inv0*tmp17*tmp18*tmp22/tmp21 + inv1*tmp0*tmp1*tmp5*(tmp4 -
-            #     1)/(tmp4*tmp4) + inv2*tmp17*tmp18*tmp22*(tmp21 - 1)/(tmp21*tmp21) +
-            #     inv3*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) +
-            #     n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 +
-            #     tmp0*tmp1*tmp5*tmp8/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*inv4 + shard_spans_cp)), 1/m, 1)
-            numpy.multiply(r0, r1, out=out)
-            numpy.multiply(out, r5, out=out)
-            numpy.multiply(out, tmp8, out=out)
-            numpy.divide(out, r4, out=out)
-            numpy.multiply(inv0, r6, out=r11)
-            numpy.multiply(r11, r10, out=r11)
-            numpy.multiply(r11, r14, out=r11)
-            numpy.divide(r11, r13, out=r11)
-            numpy.add(out, r11, out=out)
-            numpy.subtract(r4, 1.0, out=r11)
-            numpy.multiply(r11, inv1, out=r11)
-            numpy.multiply(r11, r0, out=r11)
-            numpy.multiply(r11, r1, out=r11)
-            numpy.multiply(r11, r5, out=r11)
-            numpy.multiply(r4, r4, out=r12)
-            numpy.divide(r11, r12, out=r11)
-            numpy.add(out, r11, out=out)
-            numpy.subtract(r13, 1.0, out=r11)
-            numpy.multiply(r11, inv2, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.multiply(r11, r10, out=r11)
-            numpy.multiply(r11, r14, out=r11)
-            numpy.multiply(r13, r13, out=r12)
-            numpy.divide(r11, r12, out=r11)
-            numpy.add(out, r11, out=out)
-            numpy.multiply(r0, r3, out=r11)
-            numpy.multiply(r11, r9, out=r11)
-            numpy.multiply(r11, r7, out=r11)
-            numpy.multiply(r11, r2, out=r11)
-            numpy.multiply(r11, n_exp, out=r11)
-            numpy.divide(r11, r8, out=r11)
-            numpy.add(out, r11, out=out)
-            numpy.subtract(r8, 1.0, out=r11)
-            numpy.multiply(r11, inv3, out=r11)
-            numpy.multiply(r11, r0, out=r11)
-            numpy.multiply(r11, r3, out=r11)
-            numpy.multiply(r11, r9, out=r11)
-            numpy.multiply(r11, r7, out=r11)
-            numpy.multiply(r11, r2, out=r11)
-            numpy.multiply(r8, r8, out=r12)
-            numpy.divide(r11, r12, out=r11)
-            numpy.add(out, r11, out=out)
-            numpy.copyto(r11, 1.0)
-            numpy.multiply(inv4, cp, out=r12)
-            numpy.add(r12, shard_spans_cp, out=r12)
-            numpy.multiply(r12, t, out=r12)
-            numpy.greater(shard_p_os_non_exp_partial, r12, out=m0)
-            numpy.divide(1.0, m, out=r12)
-            numpy.copyto(r11, r12, where=m0)
-            numpy.multiply(out, r11, out=out)
-            numpy.multiply(out, inv5, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_mla_q_latent_moe_fsdp_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer__d_cp_invariants(a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale):
+    """What stage_dp_mla_q_latent_moe_fsdp_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = h*hff_exp*n_ffMM
+        tmp7 = hff_exp*(n_ffMM - 1)
+        tmp8 = n_shared_exp*(mlp_bias*(h + tmp7) + tmp6) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp23 = 4*h
+        tmp24 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp25 = layer_norms*tmp23*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp24) + a*dh*h + dc_kv*n_kv*(dh + tmp24) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp23 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 0.25*tmp25
+        inv1 = -tmp8
+        inv2 = -0.25*tmp25
+        inv3 = -n_exp
+        inv4 = 1 - shard_spans_cp
+        inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer__d_cp", ("a", "bytes_grad", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale))
+        tmp6 = h*hff_exp*n_ffMM
+        tmp7 = hff_exp*(n_ffMM - 1)
+        tmp8 = n_shared_exp*(mlp_bias*(h + tmp7) + tmp6) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp23 = 4*h
+        tmp24 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp25 = layer_norms*tmp23*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp24) + a*dh*h + dc_kv*n_kv*(dh + tmp24) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp23 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 0.25*tmp25
+        inv1 = -tmp8
+        inv2 = -0.25*tmp25
+        inv3 = -n_exp
+        inv4 = 1 - shard_spans_cp
+        inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+    return (tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5)
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer__d_cp_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5):
+    """stage_dp_mla_q_latent_moe_fsdp_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/t_exp -> r0
+    numpy.divide(1.0, t_exp, out=r0)
+    # tmp1 = 1/numpy.maximum(1, shard_p_os_exp_partial*tmp0) -> r1
+    numpy.multiply(r0, shard_p_os_exp_partial, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = d*t_exp/shard_p_os_exp_partial -> r2
+    numpy.multiply(d, t_exp, out=r2)
+    numpy.divide(r2, shard_p_os_exp_partial, out=r2)
+    # tmp3 = cp*tmp2 -> r3
+    numpy.multiply(r2, cp, out=r3)
+    # tmp4 = numpy.maximum(1, tmp3) -> r4
+    numpy.maximum(1.0, r3, out=r4)
+    # tmp5 = numpy.where(numpy.less(tmp3, 1), 0, tmp2) -> r5
+    numpy.copyto(r5, r2)
+    numpy.less(r3, 1.0, out=m0)
+    numpy.copyto(r5, 0.0, where=m0)
+    # tmp9 = 1/ep -> r2
+    numpy.divide(1.0, ep, out=r2)
+    # tmp10 = 1/numpy.maximum(1, shard_p_os_exp*tmp0) -> r3
+    numpy.multiply(r0, shard_p_os_exp, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    numpy.divide(1.0, r3, out=r3)
+    # tmp11 = d_exp*t_exp/shard_p_os_exp -> r6
+    numpy.multiply(d_exp, t_exp, out=r6)
+    numpy.divide(r6, shard_p_os_exp, out=r6)
+    # tmp12 = cp*tmp11 -> r7
+    numpy.multiply(r6, cp, out=r7)
+    # tmp13 = numpy.maximum(1, tmp12) -> r8
+    numpy.maximum(1.0, r7, out=r8)
+    # tmp14 = numpy.where(numpy.less(tmp12, 1), 0, tmp11) -> r9
+    numpy.copyto(r9, r6)
+    numpy.less(r7, 1.0, out=m0)
+    numpy.copyto(r9, 0.0, where=m0)
+    # tmp15 = 1/numpy.maximum(1, etp) -> r6
+    numpy.maximum(1.0, etp, out=r6)
+    numpy.divide(1.0, r6, out=r6)
+    # tmp16 = mlp_bias*(h + tmp15*tmp7) + tmp15*tmp6 -> r7
+    numpy.multiply(r6, tmp6, out=r7)
+    numpy.multiply(r6, tmp7, out=r10)
+    numpy.add(r10, h, out=r10)
+    numpy.multiply(r10, mlp_bias, out=r10)
+    numpy.add(r7, r10, out=r7)
+    # tmp17 = 1/t -> r6
+    numpy.divide(1.0, t, out=r6)
+    # tmp18 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp17) -> r10
+    numpy.multiply(r6, shard_p_os_non_exp_partial, out=r10)
+    numpy.maximum(r10, 1.0, out=r10)
+    numpy.divide(1.0, r10, out=r10)
+    # tmp19 = d*t/shard_p_os_non_exp_partial -> r11
+    numpy.multiply(d, t, out=r11)
+    numpy.divide(r11, shard_p_os_non_exp_partial, out=r11)
+    # tmp20 = cp*tmp19 -> r12
+    numpy.multiply(r11, cp, out=r12)
+    # tmp21 = numpy.maximum(1, tmp20) -> r13
+    numpy.maximum(1.0, r12, out=r13)
+    # tmp22 = numpy.where(numpy.less(tmp20, 1), 0, tmp19) -> r14
+    numpy.copyto(r14, r11)
+    numpy.less(r12, 1.0, out=m0)
+    numpy.copyto(r14, 0.0, where=m0)
+    # out = inv5*score_factor_dp*(inv0*tmp17*tmp18*tmp22/tmp21 + inv1*tmp0*tmp1*tmp5*(tmp4 -
+    #     1)/(tmp4*tmp4) + inv2*tmp17*tmp18*tmp22*(tmp21 - 1)/(tmp21*tmp21) +
+    #     inv3*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) +
+    #     n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 +
+    #     tmp0*tmp1*tmp5*tmp8/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv4
+    #     + shard_spans_cp)), 1/m, 1)
+    numpy.multiply(r0, r1, out=out)
+    numpy.multiply(out, r5, out=out)
+    numpy.multiply(out, tmp8, out=out)
+    numpy.divide(out, r4, out=out)
+    numpy.multiply(inv0, r6, out=r11)
+    numpy.multiply(r11, r10, out=r11)
+    numpy.multiply(r11, r14, out=r11)
+    numpy.divide(r11, r13, out=r11)
+    numpy.add(out, r11, out=out)
+    numpy.subtract(r4, 1.0, out=r11)
+    numpy.multiply(r11, inv1, out=r11)
+    numpy.multiply(r11, r0, out=r11)
+    numpy.multiply(r11, r1, out=r11)
+    numpy.multiply(r11, r5, out=r11)
+    numpy.multiply(r4, r4, out=r12)
+    numpy.divide(r11, r12, out=r11)
+    numpy.add(out, r11, out=out)
+    numpy.subtract(r13, 1.0, out=r11)
+    numpy.multiply(r11, inv2, out=r11)
+    numpy.multiply(r11, r6, out=r11)
+    numpy.multiply(r11, r10, out=r11)
+    numpy.multiply(r11, r14, out=r11)
+    numpy.multiply(r13, r13, out=r12)
+    numpy.divide(r11, r12, out=r11)
+    numpy.add(out, r11, out=out)
+    numpy.multiply(r0, r3, out=r11)
+    numpy.multiply(r11, r9, out=r11)
+    numpy.multiply(r11, r7, out=r11)
+    numpy.multiply(r11, r2, out=r11)
+    numpy.multiply(r11, n_exp, out=r11)
+    numpy.divide(r11, r8, out=r11)
+    numpy.add(out, r11, out=out)
+    numpy.subtract(r8, 1.0, out=r11)
+    numpy.multiply(r11, inv3, out=r11)
+    numpy.multiply(r11, r0, out=r11)
+    numpy.multiply(r11, r3, out=r11)
+    numpy.multiply(r11, r9, out=r11)
+    numpy.multiply(r11, r7, out=r11)
+    numpy.multiply(r11, r2, out=r11)
+    numpy.multiply(r8, r8, out=r12)
+    numpy.divide(r11, r12, out=r11)
+    numpy.add(out, r11, out=out)
+    numpy.copyto(r11, 1.0)
+    numpy.multiply(inv4, cp, out=r12)
+    numpy.add(r12, shard_spans_cp, out=r12)
+    numpy.multiply(r12, t, out=r12)
+    numpy.greater(shard_p_os_non_exp_partial, r12, out=m0)
+    numpy.divide(1.0, m, out=r12)
+    numpy.copyto(r11, r12, where=m0)
+    numpy.multiply(out, r11, out=out)
+    numpy.multiply(out, inv5, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_mla_q_latent_moe_fsdp_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_dp_mla_q_latent_moe_fsdp_layer__d_cp_block,
+    reals=15,
+    masks=1,
+    arguments=("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
+    passed=("tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+    invariants=_stage_dp_mla_q_latent_moe_fsdp_layer__d_cp_invariants,
+    widened=("a", "bytes_grad", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_mla_q_latent_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp):
@@ -598,24 +641,7 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = n_ffMM - 1
-            inv1 = h*n_ffMM
-            inv2 = 1 - reshards
-            inv3 = 2*reshards
-            inv4 = 1 - shard_spans_cp
-            inv5 = 2*bytes_grad
-            inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer__d_ep", ("bytes_grad", "comm_dp_overlap", "h", "n_exp", "n_ffMM", "reshards", "shard_spans_cp", "stage_cost_scale"), (bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale))
-            inv0 = n_ffMM - 1
-            inv1 = h*n_ffMM
-            inv2 = 1 - reshards
-            inv3 = 2*reshards
-            inv4 = 1 - shard_spans_cp
-            inv5 = 2*bytes_grad
-            inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6) = _stage_dp_mla_q_latent_moe_fsdp_layer__d_ep_invariants(bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_moe_fsdp_layer__d_ep",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
@@ -623,53 +649,91 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
             reals=7,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r0
-            numpy.divide(shard_p_os_exp, t_exp, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp2 = hff_exp/numpy.maximum(1, etp) -> r1
-            numpy.maximum(1.0, etp, out=r1)
-            numpy.divide(hff_exp, r1, out=r1)
-            # tmp4 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r2
-            numpy.multiply(cp, d_exp, out=r2)
-            numpy.multiply(r2, t_exp, out=r2)
-            numpy.divide(r2, shard_p_os_exp, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            # out = inv6*score_factor_dp*(inv1*tmp2 + mlp_bias*(h + inv0*tmp2))*(inv5*(tmp4 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv4 +
-            #     shard_spans_cp)), 1/m, 1)/tmp4 + (bytes_grad + bytes_p*(inv2/m + inv3))*(tmp1 -
-            #     1))/((ep*ep)*t_exp*tmp1)
-            numpy.multiply(inv0, r1, out=out)
-            numpy.add(out, h, out=out)
-            numpy.multiply(out, mlp_bias, out=out)
-            numpy.multiply(inv1, r1, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.subtract(r0, 1.0, out=r3)
-            numpy.divide(inv2, m, out=r4)
-            numpy.add(r4, inv3, out=r4)
-            numpy.multiply(r4, bytes_p, out=r4)
-            numpy.add(r4, bytes_grad, out=r4)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.subtract(r2, 1.0, out=r4)
-            numpy.copyto(r5, 1.0)
-            numpy.multiply(inv4, cp, out=r6)
-            numpy.add(r6, shard_spans_cp, out=r6)
-            numpy.multiply(r6, t, out=r6)
-            numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
-            numpy.divide(1.0, m, out=r6)
-            numpy.copyto(r5, r6, where=m0)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.multiply(r4, inv5, out=r4)
-            numpy.divide(r4, r2, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv6, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(ep, ep, out=r3)
-            numpy.multiply(r3, r0, out=r3)
-            numpy.multiply(r3, t_exp, out=r3)
-            numpy.divide(out, r3, out=out)
+        for block in call.blocks():
+            _stage_dp_mla_q_latent_moe_fsdp_layer__d_ep_block(*block)
     return call.out
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer__d_ep_invariants(bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale):
+    """What stage_dp_mla_q_latent_moe_fsdp_layer__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+        inv2 = 1 - reshards
+        inv3 = 2*reshards
+        inv4 = 1 - shard_spans_cp
+        inv5 = 2*bytes_grad
+        inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer__d_ep", ("bytes_grad", "comm_dp_overlap", "h", "n_exp", "n_ffMM", "reshards", "shard_spans_cp", "stage_cost_scale"), (bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale))
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+        inv2 = 1 - reshards
+        inv3 = 2*reshards
+        inv4 = 1 - shard_spans_cp
+        inv5 = 2*bytes_grad
+        inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6)
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer__d_ep_block(out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6):
+    """stage_dp_mla_q_latent_moe_fsdp_layer__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r0
+    numpy.divide(shard_p_os_exp, t_exp, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp2 = hff_exp/numpy.maximum(1, etp) -> r1
+    numpy.maximum(1.0, etp, out=r1)
+    numpy.divide(hff_exp, r1, out=r1)
+    # tmp4 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r2
+    numpy.multiply(cp, d_exp, out=r2)
+    numpy.multiply(r2, t_exp, out=r2)
+    numpy.divide(r2, shard_p_os_exp, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # out = inv6*score_factor_dp*(inv1*tmp2 + mlp_bias*(h + inv0*tmp2))*(inv5*(tmp4 -
+    #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv4 + shard_spans_cp)),
+    #     1/m, 1)/tmp4 + (bytes_grad + bytes_p*(inv2/m + inv3))*(tmp1 - 1))/((ep*ep)*t_exp*tmp1)
+    numpy.multiply(inv0, r1, out=out)
+    numpy.add(out, h, out=out)
+    numpy.multiply(out, mlp_bias, out=out)
+    numpy.multiply(inv1, r1, out=r3)
+    numpy.add(out, r3, out=out)
+    numpy.subtract(r0, 1.0, out=r3)
+    numpy.divide(inv2, m, out=r4)
+    numpy.add(r4, inv3, out=r4)
+    numpy.multiply(r4, bytes_p, out=r4)
+    numpy.add(r4, bytes_grad, out=r4)
+    numpy.multiply(r3, r4, out=r3)
+    numpy.subtract(r2, 1.0, out=r4)
+    numpy.copyto(r5, 1.0)
+    numpy.multiply(inv4, cp, out=r6)
+    numpy.add(r6, shard_spans_cp, out=r6)
+    numpy.multiply(r6, t, out=r6)
+    numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
+    numpy.divide(1.0, m, out=r6)
+    numpy.copyto(r5, r6, where=m0)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.multiply(r4, inv5, out=r4)
+    numpy.divide(r4, r2, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv6, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.multiply(ep, ep, out=r3)
+    numpy.multiply(r3, r0, out=r3)
+    numpy.multiply(r3, t_exp, out=r3)
+    numpy.divide(out, r3, out=out)
+
+
+stage_dp_mla_q_latent_moe_fsdp_layer__d_ep.kernel = _runtime.Kernel(
+    _stage_dp_mla_q_latent_moe_fsdp_layer__d_ep_block,
+    reals=7,
+    masks=1,
+    arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+    invariants=_stage_dp_mla_q_latent_moe_fsdp_layer__d_ep_invariants,
+    widened=("bytes_grad", "comm_dp_overlap", "h", "n_exp", "n_ffMM", "reshards", "shard_spans_cp", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_mla_q_latent_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
@@ -777,28 +841,7 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp13 = 4*h
-            tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp15 = layer_norms*tmp13*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp14) + a*dh*h + dc_kv*n_kv*(dh + tmp14) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp13 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 0.25*tmp15
-            inv1 = -tmp6
-            inv2 = -0.25*tmp15
-            inv3 = 1 - shard_spans_cp
-            inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer__d_d", ("a", "bytes_grad", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale))
-            tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp13 = 4*h
-            tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp15 = layer_norms*tmp13*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp14) + a*dh*h + dc_kv*n_kv*(dh + tmp14) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp13 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 0.25*tmp15
-            inv1 = -tmp6
-            inv2 = -0.25*tmp15
-            inv3 = 1 - shard_spans_cp
-            inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+        (tmp6, inv0, inv1, inv2, inv3, inv4) = _stage_dp_mla_q_latent_moe_fsdp_layer__d_d_invariants(a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_moe_fsdp_layer__d_d",
             ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
@@ -806,81 +849,124 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
             reals=10,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp0 = 1/t_exp -> r0
-            numpy.divide(1.0, t_exp, out=r0)
-            # tmp1 = 1/numpy.maximum(1, shard_p_os_exp_partial*tmp0) -> r1
-            numpy.multiply(r0, shard_p_os_exp_partial, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp2 = cp*t_exp/shard_p_os_exp_partial -> r2
-            numpy.multiply(cp, t_exp, out=r2)
-            numpy.divide(r2, shard_p_os_exp_partial, out=r2)
-            # tmp3 = d*tmp2 -> r3
-            numpy.multiply(r2, d, out=r3)
-            # tmp4 = numpy.maximum(1, tmp3) -> r4
-            numpy.maximum(1.0, r3, out=r4)
-            # tmp5 = numpy.where(numpy.less(tmp3, 1), 0, tmp2) -> r5
-            numpy.copyto(r5, r2)
-            numpy.less(r3, 1.0, out=m0)
-            numpy.copyto(r5, 0.0, where=m0)
-            # tmp7 = 1/t -> r2
-            numpy.divide(1.0, t, out=r2)
-            # tmp8 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp7) -> r3
-            numpy.multiply(r2, shard_p_os_non_exp_partial, out=r3)
-            numpy.maximum(r3, 1.0, out=r3)
-            numpy.divide(1.0, r3, out=r3)
-            # tmp9 = cp*t/shard_p_os_non_exp_partial -> r6
-            numpy.multiply(cp, t, out=r6)
-            numpy.divide(r6, shard_p_os_non_exp_partial, out=r6)
-            # tmp10 = d*tmp9 -> r7
-            numpy.multiply(r6, d, out=r7)
-            # tmp11 = numpy.maximum(1, tmp10) -> r8
-            numpy.maximum(1.0, r7, out=r8)
-            # tmp12 = numpy.where(numpy.less(tmp10, 1), 0, tmp9) -> r9
-            numpy.copyto(r9, r6)
-            numpy.less(r7, 1.0, out=m0)
-            numpy.copyto(r9, 0.0, where=m0)
-            # out = inv4*score_factor_dp*(inv0*tmp12*tmp7*tmp8/tmp11 + inv1*tmp0*tmp1*tmp5*(tmp4 -
-            #     1)/(tmp4*tmp4) + inv2*tmp12*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11) +
-            #     tmp0*tmp1*tmp5*tmp6/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*inv3 + shard_spans_cp)), 1/m, 1)
-            numpy.multiply(r0, r1, out=out)
-            numpy.multiply(out, r5, out=out)
-            numpy.multiply(out, tmp6, out=out)
-            numpy.divide(out, r4, out=out)
-            numpy.multiply(inv0, r9, out=r6)
-            numpy.multiply(r6, r2, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.divide(r6, r8, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.subtract(r4, 1.0, out=r6)
-            numpy.multiply(r6, inv1, out=r6)
-            numpy.multiply(r6, r0, out=r6)
-            numpy.multiply(r6, r1, out=r6)
-            numpy.multiply(r6, r5, out=r6)
-            numpy.multiply(r4, r4, out=r7)
-            numpy.divide(r6, r7, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.subtract(r8, 1.0, out=r6)
-            numpy.multiply(r6, inv2, out=r6)
-            numpy.multiply(r6, r9, out=r6)
-            numpy.multiply(r6, r2, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.multiply(r8, r8, out=r7)
-            numpy.divide(r6, r7, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.copyto(r6, 1.0)
-            numpy.multiply(inv3, cp, out=r7)
-            numpy.add(r7, shard_spans_cp, out=r7)
-            numpy.multiply(r7, t, out=r7)
-            numpy.greater(shard_p_os_non_exp_partial, r7, out=m0)
-            numpy.divide(1.0, m, out=r7)
-            numpy.copyto(r6, r7, where=m0)
-            numpy.multiply(out, r6, out=out)
-            numpy.multiply(out, inv4, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_mla_q_latent_moe_fsdp_layer__d_d_block(*block)
     return call.out
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer__d_d_invariants(a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale):
+    """What stage_dp_mla_q_latent_moe_fsdp_layer__d_d computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp13 = 4*h
+        tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp15 = layer_norms*tmp13*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp14) + a*dh*h + dc_kv*n_kv*(dh + tmp14) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp13 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 0.25*tmp15
+        inv1 = -tmp6
+        inv2 = -0.25*tmp15
+        inv3 = 1 - shard_spans_cp
+        inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer__d_d", ("a", "bytes_grad", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, bytes_grad, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_spans_cp, shared_expert_gate, stage_cost_scale))
+        tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp13 = 4*h
+        tmp14 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp15 = layer_norms*tmp13*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + tmp14) + a*dh*h + dc_kv*n_kv*(dh + tmp14) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)) + n_exp*tmp13 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 0.25*tmp15
+        inv1 = -tmp6
+        inv2 = -0.25*tmp15
+        inv3 = 1 - shard_spans_cp
+        inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+    return (tmp6, inv0, inv1, inv2, inv3, inv4)
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer__d_d_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4):
+    """stage_dp_mla_q_latent_moe_fsdp_layer__d_d on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/t_exp -> r0
+    numpy.divide(1.0, t_exp, out=r0)
+    # tmp1 = 1/numpy.maximum(1, shard_p_os_exp_partial*tmp0) -> r1
+    numpy.multiply(r0, shard_p_os_exp_partial, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = cp*t_exp/shard_p_os_exp_partial -> r2
+    numpy.multiply(cp, t_exp, out=r2)
+    numpy.divide(r2, shard_p_os_exp_partial, out=r2)
+    # tmp3 = d*tmp2 -> r3
+    numpy.multiply(r2, d, out=r3)
+    # tmp4 = numpy.maximum(1, tmp3) -> r4
+    numpy.maximum(1.0, r3, out=r4)
+    # tmp5 = numpy.where(numpy.less(tmp3, 1), 0, tmp2) -> r5
+    numpy.copyto(r5, r2)
+    numpy.less(r3, 1.0, out=m0)
+    numpy.copyto(r5, 0.0, where=m0)
+    # tmp7 = 1/t -> r2
+    numpy.divide(1.0, t, out=r2)
+    # tmp8 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp7) -> r3
+    numpy.multiply(r2, shard_p_os_non_exp_partial, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    numpy.divide(1.0, r3, out=r3)
+    # tmp9 = cp*t/shard_p_os_non_exp_partial -> r6
+    numpy.multiply(cp, t, out=r6)
+    numpy.divide(r6, shard_p_os_non_exp_partial, out=r6)
+    # tmp10 = d*tmp9 -> r7
+    numpy.multiply(r6, d, out=r7)
+    # tmp11 = numpy.maximum(1, tmp10) -> r8
+    numpy.maximum(1.0, r7, out=r8)
+    # tmp12 = numpy.where(numpy.less(tmp10, 1), 0, tmp9) -> r9
+    numpy.copyto(r9, r6)
+    numpy.less(r7, 1.0, out=m0)
+    numpy.copyto(r9, 0.0, where=m0)
+    # out = inv4*score_factor_dp*(inv0*tmp12*tmp7*tmp8/tmp11 + inv1*tmp0*tmp1*tmp5*(tmp4 -
+    #     1)/(tmp4*tmp4) + inv2*tmp12*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11) +
+    #     tmp0*tmp1*tmp5*tmp6/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3
+    #     + shard_spans_cp)), 1/m, 1)
+    numpy.multiply(r0, r1, out=out)
+    numpy.multiply(out, r5, out=out)
+    numpy.multiply(out, tmp6, out=out)
+    numpy.divide(out, r4, out=out)
+    numpy.multiply(inv0, r9, out=r6)
+    numpy.multiply(r6, r2, out=r6)
+    numpy.multiply(r6, r3, out=r6)
+    numpy.divide(r6, r8, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.subtract(r4, 1.0, out=r6)
+    numpy.multiply(r6, inv1, out=r6)
+    numpy.multiply(r6, r0, out=r6)
+    numpy.multiply(r6, r1, out=r6)
+    numpy.multiply(r6, r5, out=r6)
+    numpy.multiply(r4, r4, out=r7)
+    numpy.divide(r6, r7, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.subtract(r8, 1.0, out=r6)
+    numpy.multiply(r6, inv2, out=r6)
+    numpy.multiply(r6, r9, out=r6)
+    numpy.multiply(r6, r2, out=r6)
+    numpy.multiply(r6, r3, out=r6)
+    numpy.multiply(r8, r8, out=r7)
+    numpy.divide(r6, r7, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.copyto(r6, 1.0)
+    numpy.multiply(inv3, cp, out=r7)
+    numpy.add(r7, shard_spans_cp, out=r7)
+    numpy.multiply(r7, t, out=r7)
+    numpy.greater(shard_p_os_non_exp_partial, r7, out=m0)
+    numpy.divide(1.0, m, out=r7)
+    numpy.copyto(r6, r7, where=m0)
+    numpy.multiply(out, r6, out=out)
+    numpy.multiply(out, inv4, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_mla_q_latent_moe_fsdp_layer__d_d.kernel = _runtime.Kernel(
+    _stage_dp_mla_q_latent_moe_fsdp_layer__d_d_block,
+    reals=10,
+    masks=1,
+    arguments=("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
+    passed=("tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
+    invariants=_stage_dp_mla_q_latent_moe_fsdp_layer__d_d_invariants,
+    widened=("a", "bytes_grad", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_mla_q_latent_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
@@ -995,26 +1081,7 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            inv1 = bytes_p*(1 - reshards)
-            inv2 = 1 - shard_spans_cp
-            tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_p, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer__d_m", ("a", "bytes_p", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, bytes_p, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale))
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            inv1 = bytes_p*(1 - reshards)
-            inv2 = 1 - shard_spans_cp
-            tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+        (tmp2, tmp3, inv0, inv1, inv2, inv3, inv4) = _stage_dp_mla_q_latent_moe_fsdp_layer__d_m_invariants(a, bytes_p, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_mla_q_latent_moe_fsdp_layer__d_m",
             ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
@@ -1022,99 +1089,140 @@ def stage_dp_mla_q_latent_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
             reals=14,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
-            numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp4 = inv0/tmp1 -> r1
-            numpy.divide(inv0, r0, out=r1)
-            # tmp5 = 1/(m*m) -> r2
-            numpy.multiply(m, m, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp6 = inv1*tmp5 -> r3
-            numpy.multiply(inv1, r2, out=r3)
-            # tmp7 = tmp6/t_exp -> r4
-            numpy.divide(r3, t_exp, out=r4)
-            # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r5
-            numpy.divide(shard_p_os_exp, t_exp, out=r5)
-            numpy.maximum(r5, 1.0, out=r5)
-            # tmp10 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1,
-            #     etp))/(ep*tmp8) -> r6
-            numpy.maximum(1.0, etp, out=r6)
-            numpy.divide(tmp2, r6, out=r6)
-            numpy.maximum(1.0, etp, out=r7)
-            numpy.divide(tmp3, r7, out=r7)
-            numpy.add(r7, h, out=r7)
-            numpy.multiply(r7, mlp_bias, out=r7)
-            numpy.add(r6, r7, out=r6)
-            numpy.multiply(r6, n_exp, out=r6)
-            numpy.multiply(r5, ep, out=r7)
-            numpy.divide(r6, r7, out=r6)
-            # tmp11 = cp*d -> r7
-            numpy.multiply(cp, d, out=r7)
-            # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r8
-            numpy.multiply(r7, t_exp, out=r8)
-            numpy.divide(r8, shard_p_os_exp_partial, out=r8)
-            numpy.maximum(r8, 1.0, out=r8)
-            # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
-            #     shard_spans_cp)), -tmp5, 0) -> r9
-            numpy.copyto(r9, 0.0)
-            numpy.multiply(inv2, cp, out=r10)
-            numpy.add(r10, shard_spans_cp, out=r10)
-            numpy.multiply(r10, t, out=r10)
-            numpy.greater(shard_p_os_non_exp_partial, r10, out=m0)
-            numpy.negative(r2, out=r10)
-            numpy.copyto(r9, r10, where=m0)
-            numpy.multiply(r9, bytes_grad, out=r9)
-            # tmp14 = tmp13/t_exp -> r2
-            numpy.divide(r9, t_exp, out=r2)
-            # tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r10
-            numpy.multiply(cp, d_exp, out=r10)
-            numpy.multiply(r10, t_exp, out=r10)
-            numpy.divide(r10, shard_p_os_exp, out=r10)
-            numpy.maximum(r10, 1.0, out=r10)
-            # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
-            numpy.maximum(r11, 1.0, out=r11)
-            # tmp19 = inv3/(t*tmp17) -> r12
-            numpy.multiply(r11, t, out=r12)
-            numpy.divide(inv3, r12, out=r12)
-            # tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
-            numpy.multiply(r7, t, out=r13)
-            numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
-            numpy.maximum(r13, 1.0, out=r13)
-            # out = inv4*score_factor_dp*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 - tmp10*tmp7*(tmp8 - 1) +
-            #     tmp13*tmp19*(2*tmp20 - 2)/tmp20 - tmp19*tmp6*(tmp17 - 1) - tmp4*tmp7*(tmp1 - 1) +
-            #     tmp14*tmp4*(2*tmp12 - 2)/tmp12)
-            numpy.multiply(r10, 2.0, out=out)
-            numpy.subtract(out, 2.0, out=out)
-            numpy.multiply(out, r6, out=out)
-            numpy.multiply(out, r2, out=out)
-            numpy.divide(out, r10, out=out)
-            numpy.multiply(r13, 2.0, out=r7)
-            numpy.subtract(r7, 2.0, out=r7)
-            numpy.multiply(r7, r9, out=r7)
-            numpy.multiply(r7, r12, out=r7)
-            numpy.divide(r7, r13, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.multiply(r8, 2.0, out=r7)
-            numpy.subtract(r7, 2.0, out=r7)
-            numpy.multiply(r7, r2, out=r7)
-            numpy.multiply(r7, r1, out=r7)
-            numpy.divide(r7, r8, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.subtract(r5, 1.0, out=r7)
-            numpy.multiply(r7, r6, out=r7)
-            numpy.multiply(r7, r4, out=r7)
-            numpy.subtract(out, r7, out=out)
-            numpy.subtract(r11, 1.0, out=r7)
-            numpy.multiply(r7, r12, out=r7)
-            numpy.multiply(r7, r3, out=r7)
-            numpy.subtract(out, r7, out=out)
-            numpy.subtract(r0, 1.0, out=r7)
-            numpy.multiply(r7, r1, out=r7)
-            numpy.multiply(r7, r4, out=r7)
-            numpy.subtract(out, r7, out=out)
-            numpy.multiply(out, inv4, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_mla_q_latent_moe_fsdp_layer__d_m_block(*block)
     return call.out
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer__d_m_invariants(a, bytes_p, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale):
+    """What stage_dp_mla_q_latent_moe_fsdp_layer__d_m computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        inv1 = bytes_p*(1 - reshards)
+        inv2 = 1 - shard_spans_cp
+        tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_p, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_mla_q_latent_moe_fsdp_layer__d_m", ("a", "bytes_p", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, bytes_p, comm_dp_overlap, dc_kv, dc_q, dh, dhr, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale))
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        inv1 = bytes_p*(1 - reshards)
+        inv2 = 1 - shard_spans_cp
+        tmp18 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv3 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp18) + a*dh*h + dc_kv*n_kv*(dh + tmp18) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (tmp2, tmp3, inv0, inv1, inv2, inv3, inv4)
+
+
+def _stage_dp_mla_q_latent_moe_fsdp_layer__d_m_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4):
+    """stage_dp_mla_q_latent_moe_fsdp_layer__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
+    numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp4 = inv0/tmp1 -> r1
+    numpy.divide(inv0, r0, out=r1)
+    # tmp5 = 1/(m*m) -> r2
+    numpy.multiply(m, m, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    # tmp6 = inv1*tmp5 -> r3
+    numpy.multiply(inv1, r2, out=r3)
+    # tmp7 = tmp6/t_exp -> r4
+    numpy.divide(r3, t_exp, out=r4)
+    # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r5
+    numpy.divide(shard_p_os_exp, t_exp, out=r5)
+    numpy.maximum(r5, 1.0, out=r5)
+    # tmp10 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1,
+    #     etp))/(ep*tmp8) -> r6
+    numpy.maximum(1.0, etp, out=r6)
+    numpy.divide(tmp2, r6, out=r6)
+    numpy.maximum(1.0, etp, out=r7)
+    numpy.divide(tmp3, r7, out=r7)
+    numpy.add(r7, h, out=r7)
+    numpy.multiply(r7, mlp_bias, out=r7)
+    numpy.add(r6, r7, out=r6)
+    numpy.multiply(r6, n_exp, out=r6)
+    numpy.multiply(r5, ep, out=r7)
+    numpy.divide(r6, r7, out=r6)
+    # tmp11 = cp*d -> r7
+    numpy.multiply(cp, d, out=r7)
+    # tmp12 = numpy.maximum(1, t_exp*tmp11/shard_p_os_exp_partial) -> r8
+    numpy.multiply(r7, t_exp, out=r8)
+    numpy.divide(r8, shard_p_os_exp_partial, out=r8)
+    numpy.maximum(r8, 1.0, out=r8)
+    # tmp13 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
+    #     shard_spans_cp)), -tmp5, 0) -> r9
+    numpy.copyto(r9, 0.0)
+    numpy.multiply(inv2, cp, out=r10)
+    numpy.add(r10, shard_spans_cp, out=r10)
+    numpy.multiply(r10, t, out=r10)
+    numpy.greater(shard_p_os_non_exp_partial, r10, out=m0)
+    numpy.negative(r2, out=r10)
+    numpy.copyto(r9, r10, where=m0)
+    numpy.multiply(r9, bytes_grad, out=r9)
+    # tmp14 = tmp13/t_exp -> r2
+    numpy.divide(r9, t_exp, out=r2)
+    # tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r10
+    numpy.multiply(cp, d_exp, out=r10)
+    numpy.multiply(r10, t_exp, out=r10)
+    numpy.divide(r10, shard_p_os_exp, out=r10)
+    numpy.maximum(r10, 1.0, out=r10)
+    # tmp17 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r11
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r11)
+    numpy.maximum(r11, 1.0, out=r11)
+    # tmp19 = inv3/(t*tmp17) -> r12
+    numpy.multiply(r11, t, out=r12)
+    numpy.divide(inv3, r12, out=r12)
+    # tmp20 = numpy.maximum(1, t*tmp11/shard_p_os_non_exp_partial) -> r13
+    numpy.multiply(r7, t, out=r13)
+    numpy.divide(r13, shard_p_os_non_exp_partial, out=r13)
+    numpy.maximum(r13, 1.0, out=r13)
+    # out = inv4*score_factor_dp*(tmp10*tmp14*(2*tmp15 - 2)/tmp15 - tmp10*tmp7*(tmp8 - 1) +
+    #     tmp13*tmp19*(2*tmp20 - 2)/tmp20 - tmp19*tmp6*(tmp17 - 1) - tmp4*tmp7*(tmp1 - 1) +
+    #     tmp14*tmp4*(2*tmp12 - 2)/tmp12)
+    numpy.multiply(r10, 2.0, out=out)
+    numpy.subtract(out, 2.0, out=out)
+    numpy.multiply(out, r6, out=out)
+    numpy.multiply(out, r2, out=out)
+    numpy.divide(out, r10, out=out)
+    numpy.multiply(r13, 2.0, out=r7)
+    numpy.subtract(r7, 2.0, out=r7)
+    numpy.multiply(r7, r9, out=r7)
+    numpy.multiply(r7, r12, out=r7)
+    numpy.divide(r7, r13, out=r7)
+    numpy.add(out, r7, out=out)
+    numpy.multiply(r8, 2.0, out=r7)
+    numpy.subtract(r7, 2.0, out=r7)
+    numpy.multiply(r7, r2, out=r7)
+    numpy.multiply(r7, r1, out=r7)
+    numpy.divide(r7, r8, out=r7)
+    numpy.add(out, r7, out=out)
+    numpy.subtract(r5, 1.0, out=r7)
+    numpy.multiply(r7, r6, out=r7)
+    numpy.multiply(r7, r4, out=r7)
+    numpy.subtract(out, r7, out=out)
+    numpy.subtract(r11, 1.0, out=r7)
+    numpy.multiply(r7, r12, out=r7)
+    numpy.multiply(r7, r3, out=r7)
+    numpy.subtract(out, r7, out=out)
+    numpy.subtract(r0, 1.0, out=r7)
+    numpy.multiply(r7, r1, out=r7)
+    numpy.multiply(r7, r4, out=r7)
+    numpy.subtract(out, r7, out=out)
+    numpy.multiply(out, inv4, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_mla_q_latent_moe_fsdp_layer__d_m.kernel = _runtime.Kernel(
+    _stage_dp_mla_q_latent_moe_fsdp_layer__d_m_block,
+    reals=14,
+    masks=1,
+    arguments=("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
+    passed=("tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
+    invariants=_stage_dp_mla_q_latent_moe_fsdp_layer__d_m_invariants,
+    widened=("a", "bytes_p", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"),
+    quiet=True,
+)

@@ -74,7 +74,21 @@ def stage_tp_moe_layer__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, 
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2, inv3) = _stage_tp_moe_layer__d_cp_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale)
+    call = _runtime.Call(
+        "stage_tp_moe_layer__d_cp",
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
+        masks=0,
+    )
+    for block in call.blocks():
+        _stage_tp_moe_layer__d_cp_block(*block)
+    return call.out
+
+
+def _stage_tp_moe_layer__d_cp_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
@@ -86,30 +100,38 @@ def stage_tp_moe_layer__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, 
         inv1 = h*n_attMM
         inv2 = 1/level_bound_0
         inv3 = -0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
-    call = _runtime.Call(
-        "stage_tp_moe_layer__d_cp",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
-    )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
-        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
-        #     numpy.floor(inv2*t))/(cp*cp)
-        numpy.divide(n_exp, ep, out=out)
-        numpy.add(out, n_shared_exp, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(inv2, t, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, inv3, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.divide(out, r0, out=out)
-    return call.out
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_tp_moe_layer__d_cp_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3):
+    """stage_tp_moe_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+    #     numpy.floor(inv2*t))/(cp*cp)
+    numpy.divide(n_exp, ep, out=out)
+    numpy.add(out, n_shared_exp, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(inv2, t, out=r0)
+    numpy.floor(r0, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_moe_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_tp_moe_layer__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_tp_moe_layer__d_cp_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_moe_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t):
@@ -154,14 +176,7 @@ def stage_tp_moe_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, 
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(bytes_compute*comm_t*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*(ep*ep)))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_layer__d_ep", ("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    (inv0, inv1) = _stage_tp_moe_layer__d_ep_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_moe_layer__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -169,18 +184,47 @@ def stage_tp_moe_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, 
         reals=1,
         masks=0,
     )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*(ep*ep))
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(ep, ep, out=r0)
-        numpy.multiply(r0, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _stage_tp_moe_layer__d_ep_block(*block)
     return call.out
+
+
+def _stage_tp_moe_layer__d_ep_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_layer__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_layer__d_ep", ("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    return (inv0, inv1)
+
+
+def _stage_tp_moe_layer__d_ep_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_moe_layer__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*(ep*ep))
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(ep, ep, out=r0)
+    numpy.multiply(r0, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_moe_layer__d_ep.kernel = _runtime.Kernel(
+    _stage_tp_moe_layer__d_ep_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_moe_layer__d_ep_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_moe_selective_layer__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -230,7 +274,21 @@ def stage_tp_moe_selective_layer__d_cp(*, bytes_compute, comm_t, comm_tp_overlap
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(bytes_compute*comm_t*gather*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2, inv3) = _stage_tp_moe_selective_layer__d_cp_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale)
+    call = _runtime.Call(
+        "stage_tp_moe_selective_layer__d_cp",
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
+        masks=0,
+    )
+    for block in call.blocks():
+        _stage_tp_moe_selective_layer__d_cp_block(*block)
+    return call.out
+
+
+def _stage_tp_moe_selective_layer__d_cp_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_selective_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
@@ -242,30 +300,38 @@ def stage_tp_moe_selective_layer__d_cp(*, bytes_compute, comm_t, comm_tp_overlap
         inv1 = h*n_attMM
         inv2 = 1/level_bound_0
         inv3 = -0.25*(bytes_compute*gather*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
-    call = _runtime.Call(
-        "stage_tp_moe_selective_layer__d_cp",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
-    )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
-        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
-        #     numpy.floor(inv2*t))/(cp*cp)
-        numpy.divide(n_exp, ep, out=out)
-        numpy.add(out, n_shared_exp, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(inv2, t, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, inv3, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.divide(out, r0, out=out)
-    return call.out
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_tp_moe_selective_layer__d_cp_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3):
+    """stage_tp_moe_selective_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+    #     numpy.floor(inv2*t))/(cp*cp)
+    numpy.divide(n_exp, ep, out=out)
+    numpy.add(out, n_shared_exp, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(inv2, t, out=r0)
+    numpy.floor(r0, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_moe_selective_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_tp_moe_selective_layer__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_tp_moe_selective_layer__d_cp_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_moe_selective_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t):
@@ -311,14 +377,7 @@ def stage_tp_moe_selective_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(bytes_compute*comm_t*gather*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*(ep*ep)))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(bytes_compute*gather*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_selective_layer__d_ep", ("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(bytes_compute*gather*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    (inv0, inv1) = _stage_tp_moe_selective_layer__d_ep_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_moe_selective_layer__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -326,18 +385,47 @@ def stage_tp_moe_selective_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap
         reals=1,
         masks=0,
     )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*(ep*ep))
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(ep, ep, out=r0)
-        numpy.multiply(r0, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _stage_tp_moe_selective_layer__d_ep_block(*block)
     return call.out
+
+
+def _stage_tp_moe_selective_layer__d_ep_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_selective_layer__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(bytes_compute*gather*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_selective_layer__d_ep", ("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(bytes_compute*gather*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    return (inv0, inv1)
+
+
+def _stage_tp_moe_selective_layer__d_ep_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_moe_selective_layer__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*(ep*ep))
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(ep, ep, out=r0)
+    numpy.multiply(r0, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_moe_selective_layer__d_ep.kernel = _runtime.Kernel(
+    _stage_tp_moe_selective_layer__d_ep_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_moe_selective_layer__d_ep_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_moe_full_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -386,7 +474,21 @@ def stage_tp_moe_full_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp,
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2, inv3) = _stage_tp_moe_full_again__d_cp_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale)
+    call = _runtime.Call(
+        "stage_tp_moe_full_again__d_cp",
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
+        masks=0,
+    )
+    for block in call.blocks():
+        _stage_tp_moe_full_again__d_cp_block(*block)
+    return call.out
+
+
+def _stage_tp_moe_full_again__d_cp_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_full_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
@@ -398,30 +500,38 @@ def stage_tp_moe_full_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp,
         inv1 = h*n_attMM
         inv2 = 1/level_bound_0
         inv3 = -0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
-    call = _runtime.Call(
-        "stage_tp_moe_full_again__d_cp",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
-    )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
-        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
-        #     numpy.floor(inv2*t))/(cp*cp)
-        numpy.divide(n_exp, ep, out=out)
-        numpy.add(out, n_shared_exp, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(inv2, t, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, inv3, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.divide(out, r0, out=out)
-    return call.out
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_tp_moe_full_again__d_cp_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3):
+    """stage_tp_moe_full_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+    #     numpy.floor(inv2*t))/(cp*cp)
+    numpy.divide(n_exp, ep, out=out)
+    numpy.add(out, n_shared_exp, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(inv2, t, out=r0)
+    numpy.floor(r0, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_moe_full_again__d_cp.kernel = _runtime.Kernel(
+    _stage_tp_moe_full_again__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_tp_moe_full_again__d_cp_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_moe_full_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t):
@@ -466,14 +576,7 @@ def stage_tp_moe_full_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp,
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(bytes_compute*comm_t*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*(ep*ep)))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_full_again__d_ep", ("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    (inv0, inv1) = _stage_tp_moe_full_again__d_ep_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_moe_full_again__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -481,18 +584,47 @@ def stage_tp_moe_full_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp,
         reals=1,
         masks=0,
     )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*(ep*ep))
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(ep, ep, out=r0)
-        numpy.multiply(r0, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _stage_tp_moe_full_again__d_ep_block(*block)
     return call.out
+
+
+def _stage_tp_moe_full_again__d_ep_invariants(bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_full_again__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_full_again__d_ep", ("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap))
+    return (inv0, inv1)
+
+
+def _stage_tp_moe_full_again__d_ep_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_moe_full_again__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*(ep*ep))
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(ep, ep, out=r0)
+    numpy.multiply(r0, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_moe_full_again__d_ep.kernel = _runtime.Kernel(
+    _stage_tp_moe_full_again__d_ep_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_moe_full_again__d_ep_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_moe_selective_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
@@ -543,7 +675,21 @@ def stage_tp_moe_selective_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(bytes_compute*comm_t*h*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*cp))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2, inv3) = _stage_tp_moe_selective_again__d_cp_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale)
+    call = _runtime.Call(
+        "stage_tp_moe_selective_again__d_cp",
+        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
+        reals=1,
+        masks=0,
+    )
+    for block in call.blocks():
+        _stage_tp_moe_selective_again__d_cp_block(*block)
+    return call.out
+
+
+def _stage_tp_moe_selective_again__d_cp_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_attMM, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_selective_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
@@ -555,30 +701,38 @@ def stage_tp_moe_selective_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap
         inv1 = h*n_attMM
         inv2 = 1/level_bound_0
         inv3 = -0.25*(bytes_compute*h*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather))
-    call = _runtime.Call(
-        "stage_tp_moe_selective_again__d_cp",
-        ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
-    )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
-        # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
-        #     numpy.floor(inv2*t))/(cp*cp)
-        numpy.divide(n_exp, ep, out=out)
-        numpy.add(out, n_shared_exp, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(inv2, t, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, inv3, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.divide(out, r0, out=out)
-    return call.out
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_tp_moe_selective_again__d_cp_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3):
+    """stage_tp_moe_selective_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv3*score_factor_tp*(inv0*(n_shared_exp + n_exp/ep) + inv1)*numpy.maximum(1,
+    #     numpy.floor(inv2*t))/(cp*cp)
+    numpy.divide(n_exp, ep, out=out)
+    numpy.add(out, n_shared_exp, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(inv2, t, out=r0)
+    numpy.floor(r0, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_moe_selective_again__d_cp.kernel = _runtime.Kernel(
+    _stage_tp_moe_selective_again__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_tp_moe_selective_again__d_cp_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)
 
 
 def stage_tp_moe_selective_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t):
@@ -625,14 +779,7 @@ def stage_tp_moe_selective_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t) = _runtime.floats(xp, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
         out = -0.25*(bytes_compute*comm_t*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*xp.maximum(1, xp.floor(t/level_bound_0))/(cp*(ep*ep)))
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_selective_again__d_ep", ("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale))
-        inv0 = 1/level_bound_0
-        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather))
+    (inv0, inv1) = _stage_tp_moe_selective_again__d_ep_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale)
     call = _runtime.Call(
         "stage_tp_moe_selective_again__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -640,15 +787,44 @@ def stage_tp_moe_selective_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap
         reals=1,
         masks=0,
     )
-    for out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-        # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*(ep*ep))
-        numpy.multiply(inv0, t, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.multiply(out, score_factor_tp, out=out)
-        numpy.multiply(ep, ep, out=r0)
-        numpy.multiply(r0, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _stage_tp_moe_selective_again__d_ep_block(*block)
     return call.out
+
+
+def _stage_tp_moe_selective_again__d_ep_invariants(bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale):
+    """What stage_tp_moe_selective_again__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale) = _runtime.reals("stage_tp_moe_selective_again__d_ep", ("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"), (bytes_compute, comm_tp_overlap, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -0.25*(bytes_compute*h*hff_exp*n_exp*n_ffMM*n_gather*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather))
+    return (inv0, inv1)
+
+
+def _stage_tp_moe_selective_again__d_ep_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1):
+    """stage_tp_moe_selective_again__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv1*score_factor_tp*numpy.maximum(1, numpy.floor(inv0*t))/(cp*(ep*ep))
+    numpy.multiply(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.multiply(out, score_factor_tp, out=out)
+    numpy.multiply(ep, ep, out=r0)
+    numpy.multiply(r0, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_tp_moe_selective_again__d_ep.kernel = _runtime.Kernel(
+    _stage_tp_moe_selective_again__d_ep_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_tp_moe_selective_again__d_ep_invariants,
+    widened=("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"),
+    quiet=False,
+)

@@ -165,30 +165,7 @@ def stage_dp_standard_dense_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp5 = a*tmp4
-            tmp6 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
-            inv4 = 2*bytes_grad
-            inv5 = -2*bytes_grad
-            inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_fsdp_layer__d_t", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale))
-            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp5 = a*tmp4
-            tmp6 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
-            inv4 = 2*bytes_grad
-            inv5 = -2*bytes_grad
-            inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6) = _stage_dp_standard_dense_fsdp_layer__d_t_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_dense_fsdp_layer__d_t",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
@@ -196,81 +173,125 @@ def stage_dp_standard_dense_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate
             reals=11,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
-            # tmp1 = shard_p_os_non_exp_partial/t -> r0
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-            # tmp2 = numpy.maximum(1, tmp1) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            # tmp7 = tmp2 - 1 -> r2
-            numpy.subtract(r1, 1.0, out=r2)
-            # tmp9 = bytes_grad + bytes_p*(inv0/m + inv1) -> r3
-            numpy.divide(inv0, m, out=r3)
-            numpy.add(r3, inv1, out=r3)
-            numpy.multiply(r3, bytes_p, out=r3)
-            numpy.add(r3, bytes_grad, out=r3)
-            # tmp10 = numpy.where(numpy.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t)) -> r4
-            numpy.multiply(t, t, out=r4)
-            numpy.divide(shard_p_os_non_exp_partial, r4, out=r4)
-            numpy.negative(r4, out=r4)
-            numpy.less(r0, 1.0, out=m0)
-            numpy.copyto(r4, 0.0, where=m0)
-            # tmp11 = cp*d/shard_p_os_non_exp_partial -> r0
-            numpy.multiply(cp, d, out=r0)
-            numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
-            # tmp12 = t*tmp11 -> r5
-            numpy.multiply(r0, t, out=r5)
-            # tmp13 = numpy.maximum(1, tmp12) -> r6
-            numpy.maximum(1.0, r5, out=r6)
-            # tmp14 = tmp13 - 1 -> r7
-            numpy.subtract(r6, 1.0, out=r7)
-            # tmp16 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
-            #     shard_spans_cp)), 1/m, 1) -> r8
-            numpy.copyto(r8, 1.0)
-            numpy.multiply(inv2, cp, out=r9)
-            numpy.add(r9, shard_spans_cp, out=r9)
-            numpy.multiply(r9, t, out=r9)
-            numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
-            numpy.divide(1.0, m, out=r9)
-            numpy.copyto(r8, r9, where=m0)
-            # tmp17 = inv3*tmp14*tmp16/tmp13 -> r9
-            numpy.multiply(inv3, r7, out=r9)
-            numpy.multiply(r9, r8, out=r9)
-            numpy.divide(r9, r6, out=r9)
-            # tmp18 = numpy.where(numpy.less(tmp12, 1), 0, tmp11) -> r10
-            numpy.copyto(r10, r0)
-            numpy.less(r5, 1.0, out=m0)
-            numpy.copyto(r10, 0.0, where=m0)
-            # out = inv6*score_factor_dp*(inv4*tmp16*tmp18/tmp13 +
-            #     inv5*tmp14*tmp16*tmp18/(tmp13*tmp13) - tmp10*tmp17/tmp2 + tmp10*tmp9 -
-            #     tmp10*tmp7*tmp9/tmp2 - tmp17/t - tmp7*tmp9/t)/(t*tmp2)
-            numpy.multiply(r4, r3, out=out)
-            numpy.multiply(inv4, r8, out=r0)
-            numpy.multiply(r0, r10, out=r0)
-            numpy.divide(r0, r6, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv5, r7, out=r0)
-            numpy.multiply(r0, r8, out=r0)
-            numpy.multiply(r0, r10, out=r0)
-            numpy.multiply(r6, r6, out=r5)
-            numpy.divide(r0, r5, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.divide(r9, t, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r4, r9, out=r0)
-            numpy.divide(r0, r1, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r2, r3, out=r0)
-            numpy.divide(r0, t, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r4, r2, out=r0)
-            numpy.multiply(r0, r3, out=r0)
-            numpy.divide(r0, r1, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(out, inv6, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(r1, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_dense_fsdp_layer__d_t_block(*block)
     return call.out
+
+
+def _stage_dp_standard_dense_fsdp_layer__d_t_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale):
+    """What stage_dp_standard_dense_fsdp_layer__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+        inv4 = 2*bytes_grad
+        inv5 = -2*bytes_grad
+        inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_fsdp_layer__d_t", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale))
+        tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+        inv4 = 2*bytes_grad
+        inv5 = -2*bytes_grad
+        inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6)
+
+
+def _stage_dp_standard_dense_fsdp_layer__d_t_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6):
+    """stage_dp_standard_dense_fsdp_layer__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = shard_p_os_non_exp_partial/t -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    # tmp2 = numpy.maximum(1, tmp1) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    # tmp7 = tmp2 - 1 -> r2
+    numpy.subtract(r1, 1.0, out=r2)
+    # tmp9 = bytes_grad + bytes_p*(inv0/m + inv1) -> r3
+    numpy.divide(inv0, m, out=r3)
+    numpy.add(r3, inv1, out=r3)
+    numpy.multiply(r3, bytes_p, out=r3)
+    numpy.add(r3, bytes_grad, out=r3)
+    # tmp10 = numpy.where(numpy.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t)) -> r4
+    numpy.multiply(t, t, out=r4)
+    numpy.divide(shard_p_os_non_exp_partial, r4, out=r4)
+    numpy.negative(r4, out=r4)
+    numpy.less(r0, 1.0, out=m0)
+    numpy.copyto(r4, 0.0, where=m0)
+    # tmp11 = cp*d/shard_p_os_non_exp_partial -> r0
+    numpy.multiply(cp, d, out=r0)
+    numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
+    # tmp12 = t*tmp11 -> r5
+    numpy.multiply(r0, t, out=r5)
+    # tmp13 = numpy.maximum(1, tmp12) -> r6
+    numpy.maximum(1.0, r5, out=r6)
+    # tmp14 = tmp13 - 1 -> r7
+    numpy.subtract(r6, 1.0, out=r7)
+    # tmp16 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 + shard_spans_cp)),
+    #     1/m, 1) -> r8
+    numpy.copyto(r8, 1.0)
+    numpy.multiply(inv2, cp, out=r9)
+    numpy.add(r9, shard_spans_cp, out=r9)
+    numpy.multiply(r9, t, out=r9)
+    numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
+    numpy.divide(1.0, m, out=r9)
+    numpy.copyto(r8, r9, where=m0)
+    # tmp17 = inv3*tmp14*tmp16/tmp13 -> r9
+    numpy.multiply(inv3, r7, out=r9)
+    numpy.multiply(r9, r8, out=r9)
+    numpy.divide(r9, r6, out=r9)
+    # tmp18 = numpy.where(numpy.less(tmp12, 1), 0, tmp11) -> r10
+    numpy.copyto(r10, r0)
+    numpy.less(r5, 1.0, out=m0)
+    numpy.copyto(r10, 0.0, where=m0)
+    # out = inv6*score_factor_dp*(inv4*tmp16*tmp18/tmp13 + inv5*tmp14*tmp16*tmp18/(tmp13*tmp13) -
+    #     tmp10*tmp17/tmp2 + tmp10*tmp9 - tmp10*tmp7*tmp9/tmp2 - tmp17/t - tmp7*tmp9/t)/(t*tmp2)
+    numpy.multiply(r4, r3, out=out)
+    numpy.multiply(inv4, r8, out=r0)
+    numpy.multiply(r0, r10, out=r0)
+    numpy.divide(r0, r6, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv5, r7, out=r0)
+    numpy.multiply(r0, r8, out=r0)
+    numpy.multiply(r0, r10, out=r0)
+    numpy.multiply(r6, r6, out=r5)
+    numpy.divide(r0, r5, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.divide(r9, t, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r4, r9, out=r0)
+    numpy.divide(r0, r1, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r2, r3, out=r0)
+    numpy.divide(r0, t, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r4, r2, out=r0)
+    numpy.multiply(r0, r3, out=r0)
+    numpy.divide(r0, r1, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(out, inv6, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.multiply(r1, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_dp_standard_dense_fsdp_layer__d_t.kernel = _runtime.Kernel(
+    _stage_dp_standard_dense_fsdp_layer__d_t_block,
+    reals=11,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+    invariants=_stage_dp_standard_dense_fsdp_layer__d_t_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_standard_dense_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
@@ -357,20 +378,7 @@ def stage_dp_standard_dense_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gat
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp6 = a*tmp5
-            tmp7 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - shard_spans_cp
-            inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_fsdp_layer__d_cp", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale))
-            tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp6 = a*tmp5
-            tmp7 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - shard_spans_cp
-            inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+        (inv0, inv1) = _stage_dp_standard_dense_fsdp_layer__d_cp_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_dense_fsdp_layer__d_cp",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -378,40 +386,75 @@ def stage_dp_standard_dense_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gat
             reals=5,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
-            numpy.multiply(d, t, out=r0)
-            numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
-            # tmp2 = cp*tmp1 -> r1
-            numpy.multiply(r0, cp, out=r1)
-            # tmp3 = numpy.maximum(1, tmp2) -> r2
-            numpy.maximum(1.0, r1, out=r2)
-            # out = inv1*score_factor_dp*(1 - (tmp3 - 1)/tmp3)*numpy.where(numpy.less(tmp2, 1), 0,
-            #     tmp1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0 +
-            #     shard_spans_cp)), 1/m, 1)/(t*tmp3*numpy.maximum(1, shard_p_os_non_exp_partial/t))
-            numpy.subtract(r2, 1.0, out=r3)
-            numpy.divide(r3, r2, out=r3)
-            numpy.subtract(1.0, r3, out=out)
-            numpy.copyto(r3, r0)
-            numpy.less(r1, 1.0, out=m0)
-            numpy.copyto(r3, 0.0, where=m0)
-            numpy.multiply(out, r3, out=out)
-            numpy.copyto(r3, 1.0)
-            numpy.multiply(inv0, cp, out=r4)
-            numpy.add(r4, shard_spans_cp, out=r4)
-            numpy.multiply(r4, t, out=r4)
-            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
-            numpy.divide(1.0, m, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv1, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r3)
-            numpy.maximum(r3, 1.0, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.multiply(r3, t, out=r3)
-            numpy.divide(out, r3, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_dense_fsdp_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_dp_standard_dense_fsdp_layer__d_cp_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale):
+    """What stage_dp_standard_dense_fsdp_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp6 = a*tmp5
+        tmp7 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - shard_spans_cp
+        inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_fsdp_layer__d_cp", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale))
+        tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp6 = a*tmp5
+        tmp7 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - shard_spans_cp
+        inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+    return (inv0, inv1)
+
+
+def _stage_dp_standard_dense_fsdp_layer__d_cp_block(out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_dp_standard_dense_fsdp_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = d*t/shard_p_os_non_exp_partial -> r0
+    numpy.multiply(d, t, out=r0)
+    numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
+    # tmp2 = cp*tmp1 -> r1
+    numpy.multiply(r0, cp, out=r1)
+    # tmp3 = numpy.maximum(1, tmp2) -> r2
+    numpy.maximum(1.0, r1, out=r2)
+    # out = inv1*score_factor_dp*(1 - (tmp3 - 1)/tmp3)*numpy.where(numpy.less(tmp2, 1), 0,
+    #     tmp1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0 + shard_spans_cp)),
+    #     1/m, 1)/(t*tmp3*numpy.maximum(1, shard_p_os_non_exp_partial/t))
+    numpy.subtract(r2, 1.0, out=r3)
+    numpy.divide(r3, r2, out=r3)
+    numpy.subtract(1.0, r3, out=out)
+    numpy.copyto(r3, r0)
+    numpy.less(r1, 1.0, out=m0)
+    numpy.copyto(r3, 0.0, where=m0)
+    numpy.multiply(out, r3, out=out)
+    numpy.copyto(r3, 1.0)
+    numpy.multiply(inv0, cp, out=r4)
+    numpy.add(r4, shard_spans_cp, out=r4)
+    numpy.multiply(r4, t, out=r4)
+    numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+    numpy.divide(1.0, m, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    numpy.multiply(r3, r2, out=r3)
+    numpy.multiply(r3, t, out=r3)
+    numpy.divide(out, r3, out=out)
+
+
+stage_dp_standard_dense_fsdp_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_dp_standard_dense_fsdp_layer__d_cp_block,
+    reals=5,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_dp_standard_dense_fsdp_layer__d_cp_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_standard_dense_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
@@ -498,20 +541,7 @@ def stage_dp_standard_dense_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp6 = a*tmp5
-            tmp7 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - shard_spans_cp
-            inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_fsdp_layer__d_d", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale))
-            tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp6 = a*tmp5
-            tmp7 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - shard_spans_cp
-            inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+        (inv0, inv1) = _stage_dp_standard_dense_fsdp_layer__d_d_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_dense_fsdp_layer__d_d",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -519,40 +549,75 @@ def stage_dp_standard_dense_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate
             reals=5,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
-            # tmp2 = d*tmp1 -> r1
-            numpy.multiply(r0, d, out=r1)
-            # tmp3 = numpy.maximum(1, tmp2) -> r2
-            numpy.maximum(1.0, r1, out=r2)
-            # out = inv1*score_factor_dp*(1 - (tmp3 - 1)/tmp3)*numpy.where(numpy.less(tmp2, 1), 0,
-            #     tmp1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0 +
-            #     shard_spans_cp)), 1/m, 1)/(t*tmp3*numpy.maximum(1, shard_p_os_non_exp_partial/t))
-            numpy.subtract(r2, 1.0, out=r3)
-            numpy.divide(r3, r2, out=r3)
-            numpy.subtract(1.0, r3, out=out)
-            numpy.copyto(r3, r0)
-            numpy.less(r1, 1.0, out=m0)
-            numpy.copyto(r3, 0.0, where=m0)
-            numpy.multiply(out, r3, out=out)
-            numpy.copyto(r3, 1.0)
-            numpy.multiply(inv0, cp, out=r4)
-            numpy.add(r4, shard_spans_cp, out=r4)
-            numpy.multiply(r4, t, out=r4)
-            numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
-            numpy.divide(1.0, m, out=r4)
-            numpy.copyto(r3, r4, where=m0)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv1, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r3)
-            numpy.maximum(r3, 1.0, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.multiply(r3, t, out=r3)
-            numpy.divide(out, r3, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_dense_fsdp_layer__d_d_block(*block)
     return call.out
+
+
+def _stage_dp_standard_dense_fsdp_layer__d_d_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale):
+    """What stage_dp_standard_dense_fsdp_layer__d_d computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp6 = a*tmp5
+        tmp7 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - shard_spans_cp
+        inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_fsdp_layer__d_d", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, stage_cost_scale))
+        tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp6 = a*tmp5
+        tmp7 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - shard_spans_cp
+        inv1 = 0.5*(bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp6) + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+    return (inv0, inv1)
+
+
+def _stage_dp_standard_dense_fsdp_layer__d_d_block(out, r0, r1, r2, r3, r4, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_dp_standard_dense_fsdp_layer__d_d on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = cp*t/shard_p_os_non_exp_partial -> r0
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
+    # tmp2 = d*tmp1 -> r1
+    numpy.multiply(r0, d, out=r1)
+    # tmp3 = numpy.maximum(1, tmp2) -> r2
+    numpy.maximum(1.0, r1, out=r2)
+    # out = inv1*score_factor_dp*(1 - (tmp3 - 1)/tmp3)*numpy.where(numpy.less(tmp2, 1), 0,
+    #     tmp1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv0 + shard_spans_cp)),
+    #     1/m, 1)/(t*tmp3*numpy.maximum(1, shard_p_os_non_exp_partial/t))
+    numpy.subtract(r2, 1.0, out=r3)
+    numpy.divide(r3, r2, out=r3)
+    numpy.subtract(1.0, r3, out=out)
+    numpy.copyto(r3, r0)
+    numpy.less(r1, 1.0, out=m0)
+    numpy.copyto(r3, 0.0, where=m0)
+    numpy.multiply(out, r3, out=out)
+    numpy.copyto(r3, 1.0)
+    numpy.multiply(inv0, cp, out=r4)
+    numpy.add(r4, shard_spans_cp, out=r4)
+    numpy.multiply(r4, t, out=r4)
+    numpy.greater(shard_p_os_non_exp_partial, r4, out=m0)
+    numpy.divide(1.0, m, out=r4)
+    numpy.copyto(r3, r4, where=m0)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    numpy.multiply(r3, r2, out=r3)
+    numpy.multiply(r3, t, out=r3)
+    numpy.divide(out, r3, out=out)
+
+
+stage_dp_standard_dense_fsdp_layer__d_d.kernel = _runtime.Kernel(
+    _stage_dp_standard_dense_fsdp_layer__d_d_block,
+    reals=5,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_dp_standard_dense_fsdp_layer__d_d_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_standard_dense_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
@@ -638,24 +703,7 @@ def stage_dp_standard_dense_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp5 = a*tmp4
-            tmp6 = n_attMM*(h + qkv_bias)
-            inv0 = -bytes_p*(1 - reshards)
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_fsdp_layer__d_m", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale))
-            tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp5 = a*tmp4
-            tmp6 = n_attMM*(h + qkv_bias)
-            inv0 = -bytes_p*(1 - reshards)
-            inv1 = 1 - shard_spans_cp
-            inv2 = 2*bytes_grad
-            inv3 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+        (inv0, inv1, inv2, inv3) = _stage_dp_standard_dense_fsdp_layer__d_m_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_dense_fsdp_layer__d_m",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
@@ -663,38 +711,77 @@ def stage_dp_standard_dense_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate
             reals=6,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp2 = 1/(m*m) -> r1
-            numpy.multiply(m, m, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r2
-            numpy.multiply(cp, d, out=r2)
-            numpy.multiply(r2, t, out=r2)
-            numpy.divide(r2, shard_p_os_non_exp_partial, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            # out = inv3*score_factor_dp*(inv0*tmp2*(tmp1 - 1) + inv2*(tmp3 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 +
-            #     shard_spans_cp)), -tmp2, 0)/tmp3)/(t*tmp1)
-            numpy.subtract(r0, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.subtract(r2, 1.0, out=r3)
-            numpy.copyto(r4, 0.0)
-            numpy.multiply(inv1, cp, out=r5)
-            numpy.add(r5, shard_spans_cp, out=r5)
-            numpy.multiply(r5, t, out=r5)
-            numpy.greater(shard_p_os_non_exp_partial, r5, out=m0)
-            numpy.negative(r1, out=r5)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.multiply(r3, inv2, out=r3)
-            numpy.divide(r3, r2, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(out, inv3, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(r0, t, out=r3)
-            numpy.divide(out, r3, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_dense_fsdp_layer__d_m_block(*block)
     return call.out
+
+
+def _stage_dp_standard_dense_fsdp_layer__d_m_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale):
+    """What stage_dp_standard_dense_fsdp_layer__d_m computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        inv0 = -bytes_p*(1 - reshards)
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_fsdp_layer__d_m", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale))
+        tmp4 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = n_attMM*(h + qkv_bias)
+        inv0 = -bytes_p*(1 - reshards)
+        inv1 = 1 - shard_spans_cp
+        inv2 = 2*bytes_grad
+        inv3 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + 4*h*layer_norms*(norm_bias + 1) + h*n_attMM*(o_bias + tmp5) + 2*n_kv*tmp4*tmp6 + 8*n_qknorm*tmp4 + tmp5*tmp6*(attn_output_gate + 1) + 4*(n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))))
+    return (inv0, inv1, inv2, inv3)
+
+
+def _stage_dp_standard_dense_fsdp_layer__d_m_block(out, r0, r1, r2, r3, r4, r5, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3):
+    """stage_dp_standard_dense_fsdp_layer__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp2 = 1/(m*m) -> r1
+    numpy.multiply(m, m, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp3 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r2
+    numpy.multiply(cp, d, out=r2)
+    numpy.multiply(r2, t, out=r2)
+    numpy.divide(r2, shard_p_os_non_exp_partial, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # out = inv3*score_factor_dp*(inv0*tmp2*(tmp1 - 1) + inv2*(tmp3 -
+    #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv1 + shard_spans_cp)),
+    #     -tmp2, 0)/tmp3)/(t*tmp1)
+    numpy.subtract(r0, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.subtract(r2, 1.0, out=r3)
+    numpy.copyto(r4, 0.0)
+    numpy.multiply(inv1, cp, out=r5)
+    numpy.add(r5, shard_spans_cp, out=r5)
+    numpy.multiply(r5, t, out=r5)
+    numpy.greater(shard_p_os_non_exp_partial, r5, out=m0)
+    numpy.negative(r1, out=r5)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(r3, r4, out=r3)
+    numpy.multiply(r3, inv2, out=r3)
+    numpy.divide(r3, r2, out=r3)
+    numpy.add(out, r3, out=out)
+    numpy.multiply(out, inv3, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.multiply(r0, t, out=r3)
+    numpy.divide(out, r3, out=out)
+
+
+stage_dp_standard_dense_fsdp_layer__d_m.kernel = _runtime.Kernel(
+    _stage_dp_standard_dense_fsdp_layer__d_m_block,
+    reals=6,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_stage_dp_standard_dense_fsdp_layer__d_m_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"),
+    quiet=True,
+)

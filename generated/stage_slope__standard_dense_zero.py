@@ -112,32 +112,7 @@ def stage_dp_standard_dense_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h/a
-            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
-            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_zero_layer__d_t", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale))
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h/a
-            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
-            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        (inv0, inv1) = _stage_dp_standard_dense_zero_layer__d_t_invariants(a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_dense_zero_layer__d_t",
             ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
@@ -145,25 +120,72 @@ def stage_dp_standard_dense_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1 in call.blocks():
-            # tmp9 = inv0/(t*t) -> r0
-            numpy.multiply(t, t, out=r0)
-            numpy.divide(inv0, r0, out=r0)
-            # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
-            #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
-            numpy.copyto(out, 0.0)
-            numpy.equal(zero3_non_exp, 1.0, out=m0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.copyto(r1, 0.0)
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            numpy.divide(1.0, cp, out=r2)
-            numpy.add(r2, 1.0, out=r2)
-            numpy.multiply(r2, r0, out=r2)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.add(out, r1, out=out)
-            numpy.multiply(out, inv1, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_dense_zero_layer__d_t_block(*block)
     return call.out
+
+
+def _stage_dp_standard_dense_zero_layer__d_t_invariants(a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale):
+    """What stage_dp_standard_dense_zero_layer__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = h/a
+        inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+        inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_zero_layer__d_t", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = h/a
+        inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+        inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (inv0, inv1)
+
+
+def _stage_dp_standard_dense_zero_layer__d_t_block(out, r0, r1, r2, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1):
+    """stage_dp_standard_dense_zero_layer__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp9 = inv0/(t*t) -> r0
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(inv0, r0, out=r0)
+    # out = inv1*score_factor_dp*(numpy.where(numpy.equal(zero3_non_exp, 1), tmp9, 0) +
+    #     numpy.where(numpy.equal(zero2_non_exp, 1), tmp9*(1 + 1/cp), 0))
+    numpy.copyto(out, 0.0)
+    numpy.equal(zero3_non_exp, 1.0, out=m0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.copyto(r1, 0.0)
+    numpy.equal(zero2_non_exp, 1.0, out=m0)
+    numpy.divide(1.0, cp, out=r2)
+    numpy.add(r2, 1.0, out=r2)
+    numpy.multiply(r2, r0, out=r2)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.add(out, r1, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_standard_dense_zero_layer__d_t.kernel = _runtime.Kernel(
+    _stage_dp_standard_dense_zero_layer__d_t_block,
+    reals=3,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_dp_standard_dense_zero_layer__d_t_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp):
@@ -238,32 +260,7 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h/a
-            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
-            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_zero_layer__d_cp", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale))
-            tmp0 = 2*n_qknorm
-            tmp1 = a*dh
-            tmp2 = 0.25*n_attMM
-            tmp3 = h*tmp2
-            tmp4 = h + qkv_bias
-            tmp5 = 0.5*(n_attMM*n_kv*tmp4)
-            tmp6 = tmp4*(attn_output_gate + 1)
-            tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-            tmp8 = h/a
-            inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
-            inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+        (inv0, inv1) = _stage_dp_standard_dense_zero_layer__d_cp_invariants(a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_dense_zero_layer__d_cp",
             ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1"),
@@ -271,15 +268,61 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1 in call.blocks():
-            # out = inv1*score_factor_dp*numpy.where(numpy.equal(zero2_non_exp, 1),
-            #     inv0/((cp*cp)*t), 0)
-            numpy.copyto(out, 0.0)
-            numpy.equal(zero2_non_exp, 1.0, out=m0)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(inv0, r0, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, inv1, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_dense_zero_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_dp_standard_dense_zero_layer__d_cp_invariants(a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale):
+    """What stage_dp_standard_dense_zero_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = h/a
+        inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+        inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale) = _runtime.reals("stage_dp_standard_dense_zero_layer__d_cp", ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, comm_dp_overlap, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, stage_cost_scale))
+        tmp0 = 2*n_qknorm
+        tmp1 = a*dh
+        tmp2 = 0.25*n_attMM
+        tmp3 = h*tmp2
+        tmp4 = h + qkv_bias
+        tmp5 = 0.5*(n_attMM*n_kv*tmp4)
+        tmp6 = tmp4*(attn_output_gate + 1)
+        tmp7 = attn_extra_p + h*layer_norms*(norm_bias + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        tmp8 = h/a
+        inv0 = numpy.where(numpy.not_equal(dh, 0), -dh*tmp0 - dh*tmp5 - tmp1*tmp2*tmp6 - tmp3*(o_bias + tmp1) - tmp7, -tmp0*tmp8 - tmp3*tmp6 - tmp3*(h + o_bias) - tmp5*tmp8 - tmp7)
+        inv1 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (inv0, inv1)
+
+
+def _stage_dp_standard_dense_zero_layer__d_cp_block(out, r0, m0, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1):
+    """stage_dp_standard_dense_zero_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv1*score_factor_dp*numpy.where(numpy.equal(zero2_non_exp, 1), inv0/((cp*cp)*t), 0)
+    numpy.copyto(out, 0.0)
+    numpy.equal(zero2_non_exp, 1.0, out=m0)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(inv0, r0, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_standard_dense_zero_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_dp_standard_dense_zero_layer__d_cp_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_dp_standard_dense_zero_layer__d_cp_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"),
+    quiet=True,
+)

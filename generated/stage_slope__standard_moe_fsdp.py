@@ -158,32 +158,7 @@ def stage_dp_standard_moe_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = 4*h
-            tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp6 = a*tmp5
-            tmp7 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
-            inv4 = 2*bytes_grad
-            inv5 = -2*bytes_grad
-            inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp6) + layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1)))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_fsdp_layer__d_t", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale))
-            tmp4 = 4*h
-            tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp6 = a*tmp5
-            tmp7 = n_attMM*(h + qkv_bias)
-            inv0 = 1 - reshards
-            inv1 = 2*reshards
-            inv2 = 1 - shard_spans_cp
-            inv3 = 2*bytes_grad
-            inv4 = 2*bytes_grad
-            inv5 = -2*bytes_grad
-            inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp6) + layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1)))
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6) = _stage_dp_standard_moe_fsdp_layer__d_t_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_moe_fsdp_layer__d_t",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
@@ -191,81 +166,127 @@ def stage_dp_standard_moe_fsdp_layer__d_t(*, a, attn_extra_p, attn_output_gate, 
             reals=11,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
-            # tmp1 = shard_p_os_non_exp_partial/t -> r0
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-            # tmp2 = numpy.maximum(1, tmp1) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            # tmp8 = tmp2 - 1 -> r2
-            numpy.subtract(r1, 1.0, out=r2)
-            # tmp10 = bytes_grad + bytes_p*(inv0/m + inv1) -> r3
-            numpy.divide(inv0, m, out=r3)
-            numpy.add(r3, inv1, out=r3)
-            numpy.multiply(r3, bytes_p, out=r3)
-            numpy.add(r3, bytes_grad, out=r3)
-            # tmp11 = numpy.where(numpy.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t)) -> r4
-            numpy.multiply(t, t, out=r4)
-            numpy.divide(shard_p_os_non_exp_partial, r4, out=r4)
-            numpy.negative(r4, out=r4)
-            numpy.less(r0, 1.0, out=m0)
-            numpy.copyto(r4, 0.0, where=m0)
-            # tmp12 = cp*d/shard_p_os_non_exp_partial -> r0
-            numpy.multiply(cp, d, out=r0)
-            numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
-            # tmp13 = t*tmp12 -> r5
-            numpy.multiply(r0, t, out=r5)
-            # tmp14 = numpy.maximum(1, tmp13) -> r6
-            numpy.maximum(1.0, r5, out=r6)
-            # tmp15 = tmp14 - 1 -> r7
-            numpy.subtract(r6, 1.0, out=r7)
-            # tmp17 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
-            #     shard_spans_cp)), 1/m, 1) -> r8
-            numpy.copyto(r8, 1.0)
-            numpy.multiply(inv2, cp, out=r9)
-            numpy.add(r9, shard_spans_cp, out=r9)
-            numpy.multiply(r9, t, out=r9)
-            numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
-            numpy.divide(1.0, m, out=r9)
-            numpy.copyto(r8, r9, where=m0)
-            # tmp18 = inv3*tmp15*tmp17/tmp14 -> r9
-            numpy.multiply(inv3, r7, out=r9)
-            numpy.multiply(r9, r8, out=r9)
-            numpy.divide(r9, r6, out=r9)
-            # tmp19 = numpy.where(numpy.less(tmp13, 1), 0, tmp12) -> r10
-            numpy.copyto(r10, r0)
-            numpy.less(r5, 1.0, out=m0)
-            numpy.copyto(r10, 0.0, where=m0)
-            # out = inv6*score_factor_dp*(inv4*tmp17*tmp19/tmp14 +
-            #     inv5*tmp15*tmp17*tmp19/(tmp14*tmp14) + tmp10*tmp11 - tmp10*tmp11*tmp8/tmp2 -
-            #     tmp11*tmp18/tmp2 - tmp10*tmp8/t - tmp18/t)/(t*tmp2)
-            numpy.multiply(r3, r4, out=out)
-            numpy.multiply(inv4, r8, out=r0)
-            numpy.multiply(r0, r10, out=r0)
-            numpy.divide(r0, r6, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv5, r7, out=r0)
-            numpy.multiply(r0, r8, out=r0)
-            numpy.multiply(r0, r10, out=r0)
-            numpy.multiply(r6, r6, out=r5)
-            numpy.divide(r0, r5, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.divide(r9, t, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r3, r2, out=r0)
-            numpy.divide(r0, t, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r4, r9, out=r0)
-            numpy.divide(r0, r1, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(r3, r4, out=r0)
-            numpy.multiply(r0, r2, out=r0)
-            numpy.divide(r0, r1, out=r0)
-            numpy.subtract(out, r0, out=out)
-            numpy.multiply(out, inv6, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(r1, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_moe_fsdp_layer__d_t_block(*block)
     return call.out
+
+
+def _stage_dp_standard_moe_fsdp_layer__d_t_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale):
+    """What stage_dp_standard_moe_fsdp_layer__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = 4*h
+        tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp6 = a*tmp5
+        tmp7 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+        inv4 = 2*bytes_grad
+        inv5 = -2*bytes_grad
+        inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp6) + layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1)))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_fsdp_layer__d_t", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, stage_cost_scale))
+        tmp4 = 4*h
+        tmp5 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp6 = a*tmp5
+        tmp7 = n_attMM*(h + qkv_bias)
+        inv0 = 1 - reshards
+        inv1 = 2*reshards
+        inv2 = 1 - shard_spans_cp
+        inv3 = 2*bytes_grad
+        inv4 = 2*bytes_grad
+        inv5 = -2*bytes_grad
+        inv6 = 0.25*(stage_cost_scale*(1 - comm_dp_overlap)*(4*attn_extra_p + h*n_attMM*(o_bias + tmp6) + layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 2*n_kv*tmp5*tmp7 + 8*n_qknorm*tmp5 + tmp6*tmp7*(attn_output_gate + 1)))
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6)
+
+
+def _stage_dp_standard_moe_fsdp_layer__d_t_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6):
+    """stage_dp_standard_moe_fsdp_layer__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = shard_p_os_non_exp_partial/t -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    # tmp2 = numpy.maximum(1, tmp1) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    # tmp8 = tmp2 - 1 -> r2
+    numpy.subtract(r1, 1.0, out=r2)
+    # tmp10 = bytes_grad + bytes_p*(inv0/m + inv1) -> r3
+    numpy.divide(inv0, m, out=r3)
+    numpy.add(r3, inv1, out=r3)
+    numpy.multiply(r3, bytes_p, out=r3)
+    numpy.add(r3, bytes_grad, out=r3)
+    # tmp11 = numpy.where(numpy.less(tmp1, 1), 0, -shard_p_os_non_exp_partial/(t*t)) -> r4
+    numpy.multiply(t, t, out=r4)
+    numpy.divide(shard_p_os_non_exp_partial, r4, out=r4)
+    numpy.negative(r4, out=r4)
+    numpy.less(r0, 1.0, out=m0)
+    numpy.copyto(r4, 0.0, where=m0)
+    # tmp12 = cp*d/shard_p_os_non_exp_partial -> r0
+    numpy.multiply(cp, d, out=r0)
+    numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
+    # tmp13 = t*tmp12 -> r5
+    numpy.multiply(r0, t, out=r5)
+    # tmp14 = numpy.maximum(1, tmp13) -> r6
+    numpy.maximum(1.0, r5, out=r6)
+    # tmp15 = tmp14 - 1 -> r7
+    numpy.subtract(r6, 1.0, out=r7)
+    # tmp17 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 + shard_spans_cp)),
+    #     1/m, 1) -> r8
+    numpy.copyto(r8, 1.0)
+    numpy.multiply(inv2, cp, out=r9)
+    numpy.add(r9, shard_spans_cp, out=r9)
+    numpy.multiply(r9, t, out=r9)
+    numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
+    numpy.divide(1.0, m, out=r9)
+    numpy.copyto(r8, r9, where=m0)
+    # tmp18 = inv3*tmp15*tmp17/tmp14 -> r9
+    numpy.multiply(inv3, r7, out=r9)
+    numpy.multiply(r9, r8, out=r9)
+    numpy.divide(r9, r6, out=r9)
+    # tmp19 = numpy.where(numpy.less(tmp13, 1), 0, tmp12) -> r10
+    numpy.copyto(r10, r0)
+    numpy.less(r5, 1.0, out=m0)
+    numpy.copyto(r10, 0.0, where=m0)
+    # out = inv6*score_factor_dp*(inv4*tmp17*tmp19/tmp14 + inv5*tmp15*tmp17*tmp19/(tmp14*tmp14) +
+    #     tmp10*tmp11 - tmp10*tmp11*tmp8/tmp2 - tmp11*tmp18/tmp2 - tmp10*tmp8/t - tmp18/t)/(t*tmp2)
+    numpy.multiply(r3, r4, out=out)
+    numpy.multiply(inv4, r8, out=r0)
+    numpy.multiply(r0, r10, out=r0)
+    numpy.divide(r0, r6, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv5, r7, out=r0)
+    numpy.multiply(r0, r8, out=r0)
+    numpy.multiply(r0, r10, out=r0)
+    numpy.multiply(r6, r6, out=r5)
+    numpy.divide(r0, r5, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.divide(r9, t, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r3, r2, out=r0)
+    numpy.divide(r0, t, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r4, r9, out=r0)
+    numpy.divide(r0, r1, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(r3, r4, out=r0)
+    numpy.multiply(r0, r2, out=r0)
+    numpy.divide(r0, r1, out=r0)
+    numpy.subtract(out, r0, out=out)
+    numpy.multiply(out, inv6, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.multiply(r1, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+stage_dp_standard_moe_fsdp_layer__d_t.kernel = _runtime.Kernel(
+    _stage_dp_standard_moe_fsdp_layer__d_t_block,
+    reals=11,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dh", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+    invariants=_stage_dp_standard_moe_fsdp_layer__d_t_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_standard_moe_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
@@ -402,38 +423,7 @@ def stage_dp_standard_moe_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = h*hff_exp*n_ffMM
-            tmp7 = hff_exp*(n_ffMM - 1)
-            tmp8 = n_shared_exp*(mlp_bias*(h + tmp7) + tmp6) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp23 = 4*h
-            tmp24 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp25 = a*tmp24
-            tmp26 = n_attMM*(h + qkv_bias)
-            tmp27 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp25) + layer_norms*tmp23*(norm_bias + 1) + n_exp*tmp23 + 2*n_kv*tmp24*tmp26 + 8*n_qknorm*tmp24 + tmp25*tmp26*(attn_output_gate + 1)
-            inv0 = 0.25*tmp27
-            inv1 = -tmp8
-            inv2 = -0.25*tmp27
-            inv3 = -n_exp
-            inv4 = 1 - shard_spans_cp
-            inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_fsdp_layer__d_cp", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale))
-            tmp6 = h*hff_exp*n_ffMM
-            tmp7 = hff_exp*(n_ffMM - 1)
-            tmp8 = n_shared_exp*(mlp_bias*(h + tmp7) + tmp6) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp23 = 4*h
-            tmp24 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp25 = a*tmp24
-            tmp26 = n_attMM*(h + qkv_bias)
-            tmp27 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp25) + layer_norms*tmp23*(norm_bias + 1) + n_exp*tmp23 + 2*n_kv*tmp24*tmp26 + 8*n_qknorm*tmp24 + tmp25*tmp26*(attn_output_gate + 1)
-            inv0 = 0.25*tmp27
-            inv1 = -tmp8
-            inv2 = -0.25*tmp27
-            inv3 = -n_exp
-            inv4 = 1 - shard_spans_cp
-            inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+        (tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5) = _stage_dp_standard_moe_fsdp_layer__d_cp_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_moe_fsdp_layer__d_cp",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
@@ -441,126 +431,179 @@ def stage_dp_standard_moe_fsdp_layer__d_cp(*, a, attn_extra_p, attn_output_gate,
             reals=15,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5 in call.blocks():
-            # tmp0 = 1/t_exp -> r0
-            numpy.divide(1.0, t_exp, out=r0)
-            # tmp1 = 1/numpy.maximum(1, shard_p_os_exp_partial*tmp0) -> r1
-            numpy.multiply(r0, shard_p_os_exp_partial, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp2 = d*t_exp/shard_p_os_exp_partial -> r2
-            numpy.multiply(d, t_exp, out=r2)
-            numpy.divide(r2, shard_p_os_exp_partial, out=r2)
-            # tmp3 = cp*tmp2 -> r3
-            numpy.multiply(r2, cp, out=r3)
-            # tmp4 = numpy.maximum(1, tmp3) -> r4
-            numpy.maximum(1.0, r3, out=r4)
-            # tmp5 = numpy.where(numpy.less(tmp3, 1), 0, tmp2) -> r5
-            numpy.copyto(r5, r2)
-            numpy.less(r3, 1.0, out=m0)
-            numpy.copyto(r5, 0.0, where=m0)
-            # tmp9 = 1/ep -> r2
-            numpy.divide(1.0, ep, out=r2)
-            # tmp10 = 1/numpy.maximum(1, shard_p_os_exp*tmp0) -> r3
-            numpy.multiply(r0, shard_p_os_exp, out=r3)
-            numpy.maximum(r3, 1.0, out=r3)
-            numpy.divide(1.0, r3, out=r3)
-            # tmp11 = d_exp*t_exp/shard_p_os_exp -> r6
-            numpy.multiply(d_exp, t_exp, out=r6)
-            numpy.divide(r6, shard_p_os_exp, out=r6)
-            # tmp12 = cp*tmp11 -> r7
-            numpy.multiply(r6, cp, out=r7)
-            # tmp13 = numpy.maximum(1, tmp12) -> r8
-            numpy.maximum(1.0, r7, out=r8)
-            # tmp14 = numpy.where(numpy.less(tmp12, 1), 0, tmp11) -> r9
-            numpy.copyto(r9, r6)
-            numpy.less(r7, 1.0, out=m0)
-            numpy.copyto(r9, 0.0, where=m0)
-            # tmp15 = 1/numpy.maximum(1, etp) -> r6
-            numpy.maximum(1.0, etp, out=r6)
-            numpy.divide(1.0, r6, out=r6)
-            # tmp16 = mlp_bias*(h + tmp15*tmp7) + tmp15*tmp6 -> r7
-            numpy.multiply(r6, tmp6, out=r7)
-            numpy.multiply(r6, tmp7, out=r10)
-            numpy.add(r10, h, out=r10)
-            numpy.multiply(r10, mlp_bias, out=r10)
-            numpy.add(r7, r10, out=r7)
-            # tmp17 = 1/t -> r6
-            numpy.divide(1.0, t, out=r6)
-            # tmp18 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp17) -> r10
-            numpy.multiply(r6, shard_p_os_non_exp_partial, out=r10)
-            numpy.maximum(r10, 1.0, out=r10)
-            numpy.divide(1.0, r10, out=r10)
-            # tmp19 = d*t/shard_p_os_non_exp_partial -> r11
-            numpy.multiply(d, t, out=r11)
-            numpy.divide(r11, shard_p_os_non_exp_partial, out=r11)
-            # tmp20 = cp*tmp19 -> r12
-            numpy.multiply(r11, cp, out=r12)
-            # tmp21 = numpy.maximum(1, tmp20) -> r13
-            numpy.maximum(1.0, r12, out=r13)
-            # tmp22 = numpy.where(numpy.less(tmp20, 1), 0, tmp19) -> r14
-            numpy.copyto(r14, r11)
-            numpy.less(r12, 1.0, out=m0)
-            numpy.copyto(r14, 0.0, where=m0)
-            # out = inv5*score_factor_dp*(inv0*tmp17*tmp18*tmp22/tmp21 + inv1*tmp0*tmp1*tmp5*(tmp4 -
-            #     1)/(tmp4*tmp4) + inv2*tmp17*tmp18*tmp22*(tmp21 - 1)/(tmp21*tmp21) +
-            #     inv3*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) +
-            #     n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 +
-            #     tmp0*tmp1*tmp5*tmp8/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*inv4 + shard_spans_cp)), 1/m, 1)
-            numpy.multiply(r0, r1, out=out)
-            numpy.multiply(out, r5, out=out)
-            numpy.multiply(out, tmp8, out=out)
-            numpy.divide(out, r4, out=out)
-            numpy.multiply(inv0, r6, out=r11)
-            numpy.multiply(r11, r10, out=r11)
-            numpy.multiply(r11, r14, out=r11)
-            numpy.divide(r11, r13, out=r11)
-            numpy.add(out, r11, out=out)
-            numpy.subtract(r4, 1.0, out=r11)
-            numpy.multiply(r11, inv1, out=r11)
-            numpy.multiply(r11, r0, out=r11)
-            numpy.multiply(r11, r1, out=r11)
-            numpy.multiply(r11, r5, out=r11)
-            numpy.multiply(r4, r4, out=r12)
-            numpy.divide(r11, r12, out=r11)
-            numpy.add(out, r11, out=out)
-            numpy.subtract(r13, 1.0, out=r11)
-            numpy.multiply(r11, inv2, out=r11)
-            numpy.multiply(r11, r6, out=r11)
-            numpy.multiply(r11, r10, out=r11)
-            numpy.multiply(r11, r14, out=r11)
-            numpy.multiply(r13, r13, out=r12)
-            numpy.divide(r11, r12, out=r11)
-            numpy.add(out, r11, out=out)
-            numpy.multiply(r0, r3, out=r11)
-            numpy.multiply(r11, r9, out=r11)
-            numpy.multiply(r11, r7, out=r11)
-            numpy.multiply(r11, r2, out=r11)
-            numpy.multiply(r11, n_exp, out=r11)
-            numpy.divide(r11, r8, out=r11)
-            numpy.add(out, r11, out=out)
-            numpy.subtract(r8, 1.0, out=r11)
-            numpy.multiply(r11, inv3, out=r11)
-            numpy.multiply(r11, r0, out=r11)
-            numpy.multiply(r11, r3, out=r11)
-            numpy.multiply(r11, r9, out=r11)
-            numpy.multiply(r11, r7, out=r11)
-            numpy.multiply(r11, r2, out=r11)
-            numpy.multiply(r8, r8, out=r12)
-            numpy.divide(r11, r12, out=r11)
-            numpy.add(out, r11, out=out)
-            numpy.copyto(r11, 1.0)
-            numpy.multiply(inv4, cp, out=r12)
-            numpy.add(r12, shard_spans_cp, out=r12)
-            numpy.multiply(r12, t, out=r12)
-            numpy.greater(shard_p_os_non_exp_partial, r12, out=m0)
-            numpy.divide(1.0, m, out=r12)
-            numpy.copyto(r11, r12, where=m0)
-            numpy.multiply(out, r11, out=out)
-            numpy.multiply(out, inv5, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_moe_fsdp_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_dp_standard_moe_fsdp_layer__d_cp_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale):
+    """What stage_dp_standard_moe_fsdp_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = h*hff_exp*n_ffMM
+        tmp7 = hff_exp*(n_ffMM - 1)
+        tmp8 = n_shared_exp*(mlp_bias*(h + tmp7) + tmp6) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp23 = 4*h
+        tmp24 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp25 = a*tmp24
+        tmp26 = n_attMM*(h + qkv_bias)
+        tmp27 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp25) + layer_norms*tmp23*(norm_bias + 1) + n_exp*tmp23 + 2*n_kv*tmp24*tmp26 + 8*n_qknorm*tmp24 + tmp25*tmp26*(attn_output_gate + 1)
+        inv0 = 0.25*tmp27
+        inv1 = -tmp8
+        inv2 = -0.25*tmp27
+        inv3 = -n_exp
+        inv4 = 1 - shard_spans_cp
+        inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_fsdp_layer__d_cp", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale))
+        tmp6 = h*hff_exp*n_ffMM
+        tmp7 = hff_exp*(n_ffMM - 1)
+        tmp8 = n_shared_exp*(mlp_bias*(h + tmp7) + tmp6) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp23 = 4*h
+        tmp24 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp25 = a*tmp24
+        tmp26 = n_attMM*(h + qkv_bias)
+        tmp27 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp25) + layer_norms*tmp23*(norm_bias + 1) + n_exp*tmp23 + 2*n_kv*tmp24*tmp26 + 8*n_qknorm*tmp24 + tmp25*tmp26*(attn_output_gate + 1)
+        inv0 = 0.25*tmp27
+        inv1 = -tmp8
+        inv2 = -0.25*tmp27
+        inv3 = -n_exp
+        inv4 = 1 - shard_spans_cp
+        inv5 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+    return (tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5)
+
+
+def _stage_dp_standard_moe_fsdp_layer__d_cp_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5):
+    """stage_dp_standard_moe_fsdp_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/t_exp -> r0
+    numpy.divide(1.0, t_exp, out=r0)
+    # tmp1 = 1/numpy.maximum(1, shard_p_os_exp_partial*tmp0) -> r1
+    numpy.multiply(r0, shard_p_os_exp_partial, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = d*t_exp/shard_p_os_exp_partial -> r2
+    numpy.multiply(d, t_exp, out=r2)
+    numpy.divide(r2, shard_p_os_exp_partial, out=r2)
+    # tmp3 = cp*tmp2 -> r3
+    numpy.multiply(r2, cp, out=r3)
+    # tmp4 = numpy.maximum(1, tmp3) -> r4
+    numpy.maximum(1.0, r3, out=r4)
+    # tmp5 = numpy.where(numpy.less(tmp3, 1), 0, tmp2) -> r5
+    numpy.copyto(r5, r2)
+    numpy.less(r3, 1.0, out=m0)
+    numpy.copyto(r5, 0.0, where=m0)
+    # tmp9 = 1/ep -> r2
+    numpy.divide(1.0, ep, out=r2)
+    # tmp10 = 1/numpy.maximum(1, shard_p_os_exp*tmp0) -> r3
+    numpy.multiply(r0, shard_p_os_exp, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    numpy.divide(1.0, r3, out=r3)
+    # tmp11 = d_exp*t_exp/shard_p_os_exp -> r6
+    numpy.multiply(d_exp, t_exp, out=r6)
+    numpy.divide(r6, shard_p_os_exp, out=r6)
+    # tmp12 = cp*tmp11 -> r7
+    numpy.multiply(r6, cp, out=r7)
+    # tmp13 = numpy.maximum(1, tmp12) -> r8
+    numpy.maximum(1.0, r7, out=r8)
+    # tmp14 = numpy.where(numpy.less(tmp12, 1), 0, tmp11) -> r9
+    numpy.copyto(r9, r6)
+    numpy.less(r7, 1.0, out=m0)
+    numpy.copyto(r9, 0.0, where=m0)
+    # tmp15 = 1/numpy.maximum(1, etp) -> r6
+    numpy.maximum(1.0, etp, out=r6)
+    numpy.divide(1.0, r6, out=r6)
+    # tmp16 = mlp_bias*(h + tmp15*tmp7) + tmp15*tmp6 -> r7
+    numpy.multiply(r6, tmp6, out=r7)
+    numpy.multiply(r6, tmp7, out=r10)
+    numpy.add(r10, h, out=r10)
+    numpy.multiply(r10, mlp_bias, out=r10)
+    numpy.add(r7, r10, out=r7)
+    # tmp17 = 1/t -> r6
+    numpy.divide(1.0, t, out=r6)
+    # tmp18 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp17) -> r10
+    numpy.multiply(r6, shard_p_os_non_exp_partial, out=r10)
+    numpy.maximum(r10, 1.0, out=r10)
+    numpy.divide(1.0, r10, out=r10)
+    # tmp19 = d*t/shard_p_os_non_exp_partial -> r11
+    numpy.multiply(d, t, out=r11)
+    numpy.divide(r11, shard_p_os_non_exp_partial, out=r11)
+    # tmp20 = cp*tmp19 -> r12
+    numpy.multiply(r11, cp, out=r12)
+    # tmp21 = numpy.maximum(1, tmp20) -> r13
+    numpy.maximum(1.0, r12, out=r13)
+    # tmp22 = numpy.where(numpy.less(tmp20, 1), 0, tmp19) -> r14
+    numpy.copyto(r14, r11)
+    numpy.less(r12, 1.0, out=m0)
+    numpy.copyto(r14, 0.0, where=m0)
+    # out = inv5*score_factor_dp*(inv0*tmp17*tmp18*tmp22/tmp21 + inv1*tmp0*tmp1*tmp5*(tmp4 -
+    #     1)/(tmp4*tmp4) + inv2*tmp17*tmp18*tmp22*(tmp21 - 1)/(tmp21*tmp21) +
+    #     inv3*tmp0*tmp10*tmp14*tmp16*tmp9*(tmp13 - 1)/(tmp13*tmp13) +
+    #     n_exp*tmp0*tmp10*tmp14*tmp16*tmp9/tmp13 +
+    #     tmp0*tmp1*tmp5*tmp8/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv4
+    #     + shard_spans_cp)), 1/m, 1)
+    numpy.multiply(r0, r1, out=out)
+    numpy.multiply(out, r5, out=out)
+    numpy.multiply(out, tmp8, out=out)
+    numpy.divide(out, r4, out=out)
+    numpy.multiply(inv0, r6, out=r11)
+    numpy.multiply(r11, r10, out=r11)
+    numpy.multiply(r11, r14, out=r11)
+    numpy.divide(r11, r13, out=r11)
+    numpy.add(out, r11, out=out)
+    numpy.subtract(r4, 1.0, out=r11)
+    numpy.multiply(r11, inv1, out=r11)
+    numpy.multiply(r11, r0, out=r11)
+    numpy.multiply(r11, r1, out=r11)
+    numpy.multiply(r11, r5, out=r11)
+    numpy.multiply(r4, r4, out=r12)
+    numpy.divide(r11, r12, out=r11)
+    numpy.add(out, r11, out=out)
+    numpy.subtract(r13, 1.0, out=r11)
+    numpy.multiply(r11, inv2, out=r11)
+    numpy.multiply(r11, r6, out=r11)
+    numpy.multiply(r11, r10, out=r11)
+    numpy.multiply(r11, r14, out=r11)
+    numpy.multiply(r13, r13, out=r12)
+    numpy.divide(r11, r12, out=r11)
+    numpy.add(out, r11, out=out)
+    numpy.multiply(r0, r3, out=r11)
+    numpy.multiply(r11, r9, out=r11)
+    numpy.multiply(r11, r7, out=r11)
+    numpy.multiply(r11, r2, out=r11)
+    numpy.multiply(r11, n_exp, out=r11)
+    numpy.divide(r11, r8, out=r11)
+    numpy.add(out, r11, out=out)
+    numpy.subtract(r8, 1.0, out=r11)
+    numpy.multiply(r11, inv3, out=r11)
+    numpy.multiply(r11, r0, out=r11)
+    numpy.multiply(r11, r3, out=r11)
+    numpy.multiply(r11, r9, out=r11)
+    numpy.multiply(r11, r7, out=r11)
+    numpy.multiply(r11, r2, out=r11)
+    numpy.multiply(r8, r8, out=r12)
+    numpy.divide(r11, r12, out=r11)
+    numpy.add(out, r11, out=out)
+    numpy.copyto(r11, 1.0)
+    numpy.multiply(inv4, cp, out=r12)
+    numpy.add(r12, shard_spans_cp, out=r12)
+    numpy.multiply(r12, t, out=r12)
+    numpy.greater(shard_p_os_non_exp_partial, r12, out=m0)
+    numpy.divide(1.0, m, out=r12)
+    numpy.copyto(r11, r12, where=m0)
+    numpy.multiply(out, r11, out=out)
+    numpy.multiply(out, inv5, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_standard_moe_fsdp_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_dp_standard_moe_fsdp_layer__d_cp_block,
+    reals=15,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
+    passed=("tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
+    invariants=_stage_dp_standard_moe_fsdp_layer__d_cp_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_standard_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp):
@@ -625,24 +668,7 @@ def stage_dp_standard_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_overl
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = n_ffMM - 1
-            inv1 = h*n_ffMM
-            inv2 = 1 - reshards
-            inv3 = 2*reshards
-            inv4 = 1 - shard_spans_cp
-            inv5 = 2*bytes_grad
-            inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_fsdp_layer__d_ep", ("bytes_grad", "comm_dp_overlap", "h", "n_exp", "n_ffMM", "reshards", "shard_spans_cp", "stage_cost_scale"), (bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale))
-            inv0 = n_ffMM - 1
-            inv1 = h*n_ffMM
-            inv2 = 1 - reshards
-            inv3 = 2*reshards
-            inv4 = 1 - shard_spans_cp
-            inv5 = 2*bytes_grad
-            inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6) = _stage_dp_standard_moe_fsdp_layer__d_ep_invariants(bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_moe_fsdp_layer__d_ep",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
@@ -650,53 +676,91 @@ def stage_dp_standard_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_overl
             reals=7,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r0
-            numpy.divide(shard_p_os_exp, t_exp, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp2 = hff_exp/numpy.maximum(1, etp) -> r1
-            numpy.maximum(1.0, etp, out=r1)
-            numpy.divide(hff_exp, r1, out=r1)
-            # tmp4 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r2
-            numpy.multiply(cp, d_exp, out=r2)
-            numpy.multiply(r2, t_exp, out=r2)
-            numpy.divide(r2, shard_p_os_exp, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            # out = inv6*score_factor_dp*(inv1*tmp2 + mlp_bias*(h + inv0*tmp2))*(inv5*(tmp4 -
-            #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv4 +
-            #     shard_spans_cp)), 1/m, 1)/tmp4 + (bytes_grad + bytes_p*(inv2/m + inv3))*(tmp1 -
-            #     1))/((ep*ep)*t_exp*tmp1)
-            numpy.multiply(inv0, r1, out=out)
-            numpy.add(out, h, out=out)
-            numpy.multiply(out, mlp_bias, out=out)
-            numpy.multiply(inv1, r1, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.subtract(r0, 1.0, out=r3)
-            numpy.divide(inv2, m, out=r4)
-            numpy.add(r4, inv3, out=r4)
-            numpy.multiply(r4, bytes_p, out=r4)
-            numpy.add(r4, bytes_grad, out=r4)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.subtract(r2, 1.0, out=r4)
-            numpy.copyto(r5, 1.0)
-            numpy.multiply(inv4, cp, out=r6)
-            numpy.add(r6, shard_spans_cp, out=r6)
-            numpy.multiply(r6, t, out=r6)
-            numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
-            numpy.divide(1.0, m, out=r6)
-            numpy.copyto(r5, r6, where=m0)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.multiply(r4, inv5, out=r4)
-            numpy.divide(r4, r2, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv6, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
-            numpy.multiply(ep, ep, out=r3)
-            numpy.multiply(r3, r0, out=r3)
-            numpy.multiply(r3, t_exp, out=r3)
-            numpy.divide(out, r3, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_moe_fsdp_layer__d_ep_block(*block)
     return call.out
+
+
+def _stage_dp_standard_moe_fsdp_layer__d_ep_invariants(bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale):
+    """What stage_dp_standard_moe_fsdp_layer__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+        inv2 = 1 - reshards
+        inv3 = 2*reshards
+        inv4 = 1 - shard_spans_cp
+        inv5 = 2*bytes_grad
+        inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_fsdp_layer__d_ep", ("bytes_grad", "comm_dp_overlap", "h", "n_exp", "n_ffMM", "reshards", "shard_spans_cp", "stage_cost_scale"), (bytes_grad, comm_dp_overlap, h, n_exp, n_ffMM, reshards, shard_spans_cp, stage_cost_scale))
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+        inv2 = 1 - reshards
+        inv3 = 2*reshards
+        inv4 = 1 - shard_spans_cp
+        inv5 = 2*bytes_grad
+        inv6 = -n_exp*stage_cost_scale*(1 - comm_dp_overlap)
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6)
+
+
+def _stage_dp_standard_moe_fsdp_layer__d_ep_block(out, r0, r1, r2, r3, r4, r5, r6, m0, bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6):
+    """stage_dp_standard_moe_fsdp_layer__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r0
+    numpy.divide(shard_p_os_exp, t_exp, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp2 = hff_exp/numpy.maximum(1, etp) -> r1
+    numpy.maximum(1.0, etp, out=r1)
+    numpy.divide(hff_exp, r1, out=r1)
+    # tmp4 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r2
+    numpy.multiply(cp, d_exp, out=r2)
+    numpy.multiply(r2, t_exp, out=r2)
+    numpy.divide(r2, shard_p_os_exp, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # out = inv6*score_factor_dp*(inv1*tmp2 + mlp_bias*(h + inv0*tmp2))*(inv5*(tmp4 -
+    #     1)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv4 + shard_spans_cp)),
+    #     1/m, 1)/tmp4 + (bytes_grad + bytes_p*(inv2/m + inv3))*(tmp1 - 1))/((ep*ep)*t_exp*tmp1)
+    numpy.multiply(inv0, r1, out=out)
+    numpy.add(out, h, out=out)
+    numpy.multiply(out, mlp_bias, out=out)
+    numpy.multiply(inv1, r1, out=r3)
+    numpy.add(out, r3, out=out)
+    numpy.subtract(r0, 1.0, out=r3)
+    numpy.divide(inv2, m, out=r4)
+    numpy.add(r4, inv3, out=r4)
+    numpy.multiply(r4, bytes_p, out=r4)
+    numpy.add(r4, bytes_grad, out=r4)
+    numpy.multiply(r3, r4, out=r3)
+    numpy.subtract(r2, 1.0, out=r4)
+    numpy.copyto(r5, 1.0)
+    numpy.multiply(inv4, cp, out=r6)
+    numpy.add(r6, shard_spans_cp, out=r6)
+    numpy.multiply(r6, t, out=r6)
+    numpy.greater(shard_p_os_non_exp_partial, r6, out=m0)
+    numpy.divide(1.0, m, out=r6)
+    numpy.copyto(r5, r6, where=m0)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.multiply(r4, inv5, out=r4)
+    numpy.divide(r4, r2, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv6, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+    numpy.multiply(ep, ep, out=r3)
+    numpy.multiply(r3, r0, out=r3)
+    numpy.multiply(r3, t_exp, out=r3)
+    numpy.divide(out, r3, out=out)
+
+
+stage_dp_standard_moe_fsdp_layer__d_ep.kernel = _runtime.Kernel(
+    _stage_dp_standard_moe_fsdp_layer__d_ep_block,
+    reals=7,
+    masks=1,
+    arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
+    invariants=_stage_dp_standard_moe_fsdp_layer__d_ep_invariants,
+    widened=("bytes_grad", "comm_dp_overlap", "h", "n_exp", "n_ffMM", "reshards", "shard_spans_cp", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_standard_moe_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
@@ -810,32 +874,7 @@ def stage_dp_standard_moe_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp13 = 4*h
-            tmp14 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp15 = a*tmp14
-            tmp16 = n_attMM*(h + qkv_bias)
-            tmp17 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp15) + layer_norms*tmp13*(norm_bias + 1) + n_exp*tmp13 + 2*n_kv*tmp14*tmp16 + 8*n_qknorm*tmp14 + tmp15*tmp16*(attn_output_gate + 1)
-            inv0 = 0.25*tmp17
-            inv1 = -tmp6
-            inv2 = -0.25*tmp17
-            inv3 = 1 - shard_spans_cp
-            inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_fsdp_layer__d_d", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale))
-            tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp13 = 4*h
-            tmp14 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp15 = a*tmp14
-            tmp16 = n_attMM*(h + qkv_bias)
-            tmp17 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp15) + layer_norms*tmp13*(norm_bias + 1) + n_exp*tmp13 + 2*n_kv*tmp14*tmp16 + 8*n_qknorm*tmp14 + tmp15*tmp16*(attn_output_gate + 1)
-            inv0 = 0.25*tmp17
-            inv1 = -tmp6
-            inv2 = -0.25*tmp17
-            inv3 = 1 - shard_spans_cp
-            inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+        (tmp6, inv0, inv1, inv2, inv3, inv4) = _stage_dp_standard_moe_fsdp_layer__d_d_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_moe_fsdp_layer__d_d",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
@@ -843,81 +882,128 @@ def stage_dp_standard_moe_fsdp_layer__d_d(*, a, attn_extra_p, attn_output_gate, 
             reals=10,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp0 = 1/t_exp -> r0
-            numpy.divide(1.0, t_exp, out=r0)
-            # tmp1 = 1/numpy.maximum(1, shard_p_os_exp_partial*tmp0) -> r1
-            numpy.multiply(r0, shard_p_os_exp_partial, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp2 = cp*t_exp/shard_p_os_exp_partial -> r2
-            numpy.multiply(cp, t_exp, out=r2)
-            numpy.divide(r2, shard_p_os_exp_partial, out=r2)
-            # tmp3 = d*tmp2 -> r3
-            numpy.multiply(r2, d, out=r3)
-            # tmp4 = numpy.maximum(1, tmp3) -> r4
-            numpy.maximum(1.0, r3, out=r4)
-            # tmp5 = numpy.where(numpy.less(tmp3, 1), 0, tmp2) -> r5
-            numpy.copyto(r5, r2)
-            numpy.less(r3, 1.0, out=m0)
-            numpy.copyto(r5, 0.0, where=m0)
-            # tmp7 = 1/t -> r2
-            numpy.divide(1.0, t, out=r2)
-            # tmp8 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp7) -> r3
-            numpy.multiply(r2, shard_p_os_non_exp_partial, out=r3)
-            numpy.maximum(r3, 1.0, out=r3)
-            numpy.divide(1.0, r3, out=r3)
-            # tmp9 = cp*t/shard_p_os_non_exp_partial -> r6
-            numpy.multiply(cp, t, out=r6)
-            numpy.divide(r6, shard_p_os_non_exp_partial, out=r6)
-            # tmp10 = d*tmp9 -> r7
-            numpy.multiply(r6, d, out=r7)
-            # tmp11 = numpy.maximum(1, tmp10) -> r8
-            numpy.maximum(1.0, r7, out=r8)
-            # tmp12 = numpy.where(numpy.less(tmp10, 1), 0, tmp9) -> r9
-            numpy.copyto(r9, r6)
-            numpy.less(r7, 1.0, out=m0)
-            numpy.copyto(r9, 0.0, where=m0)
-            # out = inv4*score_factor_dp*(inv0*tmp12*tmp7*tmp8/tmp11 + inv1*tmp0*tmp1*tmp5*(tmp4 -
-            #     1)/(tmp4*tmp4) + inv2*tmp12*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11) +
-            #     tmp0*tmp1*tmp5*tmp6/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial,
-            #     t*(cp*inv3 + shard_spans_cp)), 1/m, 1)
-            numpy.multiply(r0, r1, out=out)
-            numpy.multiply(out, r5, out=out)
-            numpy.multiply(out, tmp6, out=out)
-            numpy.divide(out, r4, out=out)
-            numpy.multiply(inv0, r9, out=r6)
-            numpy.multiply(r6, r2, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.divide(r6, r8, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.subtract(r4, 1.0, out=r6)
-            numpy.multiply(r6, inv1, out=r6)
-            numpy.multiply(r6, r0, out=r6)
-            numpy.multiply(r6, r1, out=r6)
-            numpy.multiply(r6, r5, out=r6)
-            numpy.multiply(r4, r4, out=r7)
-            numpy.divide(r6, r7, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.subtract(r8, 1.0, out=r6)
-            numpy.multiply(r6, inv2, out=r6)
-            numpy.multiply(r6, r9, out=r6)
-            numpy.multiply(r6, r2, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.multiply(r8, r8, out=r7)
-            numpy.divide(r6, r7, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.copyto(r6, 1.0)
-            numpy.multiply(inv3, cp, out=r7)
-            numpy.add(r7, shard_spans_cp, out=r7)
-            numpy.multiply(r7, t, out=r7)
-            numpy.greater(shard_p_os_non_exp_partial, r7, out=m0)
-            numpy.divide(1.0, m, out=r7)
-            numpy.copyto(r6, r7, where=m0)
-            numpy.multiply(out, r6, out=out)
-            numpy.multiply(out, inv4, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_moe_fsdp_layer__d_d_block(*block)
     return call.out
+
+
+def _stage_dp_standard_moe_fsdp_layer__d_d_invariants(a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale):
+    """What stage_dp_standard_moe_fsdp_layer__d_d computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp13 = 4*h
+        tmp14 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp15 = a*tmp14
+        tmp16 = n_attMM*(h + qkv_bias)
+        tmp17 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp15) + layer_norms*tmp13*(norm_bias + 1) + n_exp*tmp13 + 2*n_kv*tmp14*tmp16 + 8*n_qknorm*tmp14 + tmp15*tmp16*(attn_output_gate + 1)
+        inv0 = 0.25*tmp17
+        inv1 = -tmp6
+        inv2 = -0.25*tmp17
+        inv3 = 1 - shard_spans_cp
+        inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_fsdp_layer__d_d", ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_spans_cp, shared_expert_gate, stage_cost_scale))
+        tmp6 = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp13 = 4*h
+        tmp14 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp15 = a*tmp14
+        tmp16 = n_attMM*(h + qkv_bias)
+        tmp17 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp15) + layer_norms*tmp13*(norm_bias + 1) + n_exp*tmp13 + 2*n_kv*tmp14*tmp16 + 8*n_qknorm*tmp14 + tmp15*tmp16*(attn_output_gate + 1)
+        inv0 = 0.25*tmp17
+        inv1 = -tmp6
+        inv2 = -0.25*tmp17
+        inv3 = 1 - shard_spans_cp
+        inv4 = 2*bytes_grad*stage_cost_scale*(1 - comm_dp_overlap)
+    return (tmp6, inv0, inv1, inv2, inv3, inv4)
+
+
+def _stage_dp_standard_moe_fsdp_layer__d_d_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, a, attn_extra_p, attn_output_gate, bytes_grad, comm_dp_overlap, cp, d, dh, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4):
+    """stage_dp_standard_moe_fsdp_layer__d_d on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/t_exp -> r0
+    numpy.divide(1.0, t_exp, out=r0)
+    # tmp1 = 1/numpy.maximum(1, shard_p_os_exp_partial*tmp0) -> r1
+    numpy.multiply(r0, shard_p_os_exp_partial, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = cp*t_exp/shard_p_os_exp_partial -> r2
+    numpy.multiply(cp, t_exp, out=r2)
+    numpy.divide(r2, shard_p_os_exp_partial, out=r2)
+    # tmp3 = d*tmp2 -> r3
+    numpy.multiply(r2, d, out=r3)
+    # tmp4 = numpy.maximum(1, tmp3) -> r4
+    numpy.maximum(1.0, r3, out=r4)
+    # tmp5 = numpy.where(numpy.less(tmp3, 1), 0, tmp2) -> r5
+    numpy.copyto(r5, r2)
+    numpy.less(r3, 1.0, out=m0)
+    numpy.copyto(r5, 0.0, where=m0)
+    # tmp7 = 1/t -> r2
+    numpy.divide(1.0, t, out=r2)
+    # tmp8 = 1/numpy.maximum(1, shard_p_os_non_exp_partial*tmp7) -> r3
+    numpy.multiply(r2, shard_p_os_non_exp_partial, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    numpy.divide(1.0, r3, out=r3)
+    # tmp9 = cp*t/shard_p_os_non_exp_partial -> r6
+    numpy.multiply(cp, t, out=r6)
+    numpy.divide(r6, shard_p_os_non_exp_partial, out=r6)
+    # tmp10 = d*tmp9 -> r7
+    numpy.multiply(r6, d, out=r7)
+    # tmp11 = numpy.maximum(1, tmp10) -> r8
+    numpy.maximum(1.0, r7, out=r8)
+    # tmp12 = numpy.where(numpy.less(tmp10, 1), 0, tmp9) -> r9
+    numpy.copyto(r9, r6)
+    numpy.less(r7, 1.0, out=m0)
+    numpy.copyto(r9, 0.0, where=m0)
+    # out = inv4*score_factor_dp*(inv0*tmp12*tmp7*tmp8/tmp11 + inv1*tmp0*tmp1*tmp5*(tmp4 -
+    #     1)/(tmp4*tmp4) + inv2*tmp12*tmp7*tmp8*(tmp11 - 1)/(tmp11*tmp11) +
+    #     tmp0*tmp1*tmp5*tmp6/tmp4)*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv3
+    #     + shard_spans_cp)), 1/m, 1)
+    numpy.multiply(r0, r1, out=out)
+    numpy.multiply(out, r5, out=out)
+    numpy.multiply(out, tmp6, out=out)
+    numpy.divide(out, r4, out=out)
+    numpy.multiply(inv0, r9, out=r6)
+    numpy.multiply(r6, r2, out=r6)
+    numpy.multiply(r6, r3, out=r6)
+    numpy.divide(r6, r8, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.subtract(r4, 1.0, out=r6)
+    numpy.multiply(r6, inv1, out=r6)
+    numpy.multiply(r6, r0, out=r6)
+    numpy.multiply(r6, r1, out=r6)
+    numpy.multiply(r6, r5, out=r6)
+    numpy.multiply(r4, r4, out=r7)
+    numpy.divide(r6, r7, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.subtract(r8, 1.0, out=r6)
+    numpy.multiply(r6, inv2, out=r6)
+    numpy.multiply(r6, r9, out=r6)
+    numpy.multiply(r6, r2, out=r6)
+    numpy.multiply(r6, r3, out=r6)
+    numpy.multiply(r8, r8, out=r7)
+    numpy.divide(r6, r7, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.copyto(r6, 1.0)
+    numpy.multiply(inv3, cp, out=r7)
+    numpy.add(r7, shard_spans_cp, out=r7)
+    numpy.multiply(r7, t, out=r7)
+    numpy.greater(shard_p_os_non_exp_partial, r7, out=m0)
+    numpy.divide(1.0, m, out=r7)
+    numpy.copyto(r6, r7, where=m0)
+    numpy.multiply(out, r6, out=out)
+    numpy.multiply(out, inv4, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_standard_moe_fsdp_layer__d_d.kernel = _runtime.Kernel(
+    _stage_dp_standard_moe_fsdp_layer__d_d_block,
+    reals=10,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "cp", "d", "dh", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
+    passed=("tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
+    invariants=_stage_dp_standard_moe_fsdp_layer__d_d_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_dp_standard_moe_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
@@ -1037,32 +1123,7 @@ def stage_dp_standard_moe_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            inv1 = bytes_p*(1 - reshards)
-            inv2 = 1 - shard_spans_cp
-            tmp17 = 4*h
-            tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp19 = a*tmp18
-            tmp20 = n_attMM*(h + qkv_bias)
-            inv3 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp19) + layer_norms*tmp17*(norm_bias + 1) + n_exp*tmp17 + 2*n_kv*tmp18*tmp20 + 8*n_qknorm*tmp18 + tmp19*tmp20*(attn_output_gate + 1)
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_p, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_fsdp_layer__d_m", ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_p, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale))
-            tmp2 = h*hff_exp*n_ffMM
-            tmp3 = hff_exp*(n_ffMM - 1)
-            inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            inv1 = bytes_p*(1 - reshards)
-            inv2 = 1 - shard_spans_cp
-            tmp17 = 4*h
-            tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp19 = a*tmp18
-            tmp20 = n_attMM*(h + qkv_bias)
-            inv3 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp19) + layer_norms*tmp17*(norm_bias + 1) + n_exp*tmp17 + 2*n_kv*tmp18*tmp20 + 8*n_qknorm*tmp18 + tmp19*tmp20*(attn_output_gate + 1)
-            inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+        (tmp2, tmp3, inv0, inv1, inv2, inv3, inv4) = _stage_dp_standard_moe_fsdp_layer__d_m_invariants(a, attn_extra_p, attn_output_gate, bytes_p, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale)
         call = _runtime.Call(
             "stage_dp_standard_moe_fsdp_layer__d_m",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
@@ -1070,98 +1131,145 @@ def stage_dp_standard_moe_fsdp_layer__d_m(*, a, attn_extra_p, attn_output_gate, 
             reals=13,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4 in call.blocks():
-            # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
-            numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            # tmp4 = inv0/(t_exp*tmp1) -> r1
-            numpy.multiply(r0, t_exp, out=r1)
-            numpy.divide(inv0, r1, out=r1)
-            # tmp5 = 1/(m*m) -> r2
-            numpy.multiply(m, m, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # tmp6 = inv1*tmp5 -> r3
-            numpy.multiply(inv1, r2, out=r3)
-            # tmp7 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
-            numpy.divide(shard_p_os_exp, t_exp, out=r4)
-            numpy.maximum(r4, 1.0, out=r4)
-            # tmp9 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1,
-            #     etp))/(ep*t_exp*tmp7) -> r5
-            numpy.maximum(1.0, etp, out=r5)
-            numpy.divide(tmp2, r5, out=r5)
-            numpy.maximum(1.0, etp, out=r6)
-            numpy.divide(tmp3, r6, out=r6)
-            numpy.add(r6, h, out=r6)
-            numpy.multiply(r6, mlp_bias, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.multiply(r5, n_exp, out=r5)
-            numpy.multiply(r4, ep, out=r6)
-            numpy.multiply(r6, t_exp, out=r6)
-            numpy.divide(r5, r6, out=r5)
-            # tmp10 = cp*d -> r6
-            numpy.multiply(cp, d, out=r6)
-            # tmp11 = numpy.maximum(1, t_exp*tmp10/shard_p_os_exp_partial) -> r7
-            numpy.multiply(r6, t_exp, out=r7)
-            numpy.divide(r7, shard_p_os_exp_partial, out=r7)
-            numpy.maximum(r7, 1.0, out=r7)
-            # tmp12 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
-            #     shard_spans_cp)), -tmp5, 0) -> r8
-            numpy.copyto(r8, 0.0)
-            numpy.multiply(inv2, cp, out=r9)
-            numpy.add(r9, shard_spans_cp, out=r9)
-            numpy.multiply(r9, t, out=r9)
-            numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
-            numpy.negative(r2, out=r9)
-            numpy.copyto(r8, r9, where=m0)
-            numpy.multiply(r8, bytes_grad, out=r8)
-            # tmp13 = 2*tmp12 -> r2
-            numpy.multiply(r8, 2.0, out=r2)
-            # tmp14 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r9
-            numpy.multiply(cp, d_exp, out=r9)
-            numpy.multiply(r9, t_exp, out=r9)
-            numpy.divide(r9, shard_p_os_exp, out=r9)
-            numpy.maximum(r9, 1.0, out=r9)
-            # tmp16 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r10
-            numpy.divide(shard_p_os_non_exp_partial, t, out=r10)
-            numpy.maximum(r10, 1.0, out=r10)
-            # tmp21 = inv3/(t*tmp16) -> r11
-            numpy.multiply(r10, t, out=r11)
-            numpy.divide(inv3, r11, out=r11)
-            # tmp22 = numpy.maximum(1, t*tmp10/shard_p_os_non_exp_partial) -> r12
-            numpy.multiply(r6, t, out=r12)
-            numpy.divide(r12, shard_p_os_non_exp_partial, out=r12)
-            numpy.maximum(r12, 1.0, out=r12)
-            # out = inv4*score_factor_dp*(0.5*(tmp12*tmp21*(tmp22 - 1)/tmp22) + tmp13*tmp9*(tmp14 -
-            #     1)/tmp14 - 0.25*(tmp21*tmp6*(tmp16 - 1)) - tmp4*tmp6*(tmp1 - 1) - tmp6*tmp9*(tmp7
-            #     - 1) + tmp13*tmp4*(tmp11 - 1)/tmp11)
-            numpy.subtract(r7, 1.0, out=out)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.divide(out, r7, out=out)
-            numpy.subtract(r9, 1.0, out=r6)
-            numpy.multiply(r6, r2, out=r6)
-            numpy.multiply(r6, r5, out=r6)
-            numpy.divide(r6, r9, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.subtract(r12, 1.0, out=r6)
-            numpy.multiply(r6, r8, out=r6)
-            numpy.multiply(r6, r11, out=r6)
-            numpy.divide(r6, r12, out=r6)
-            numpy.multiply(r6, 0.5, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.subtract(r0, 1.0, out=r6)
-            numpy.multiply(r6, r1, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.subtract(r4, 1.0, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.multiply(r6, r5, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.subtract(r10, 1.0, out=r6)
-            numpy.multiply(r6, r11, out=r6)
-            numpy.multiply(r6, r3, out=r6)
-            numpy.multiply(r6, 0.25, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.multiply(out, inv4, out=out)
-            numpy.multiply(out, score_factor_dp, out=out)
+        for block in call.blocks():
+            _stage_dp_standard_moe_fsdp_layer__d_m_block(*block)
     return call.out
+
+
+def _stage_dp_standard_moe_fsdp_layer__d_m_invariants(a, attn_extra_p, attn_output_gate, bytes_p, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale):
+    """What stage_dp_standard_moe_fsdp_layer__d_m computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        inv1 = bytes_p*(1 - reshards)
+        inv2 = 1 - shard_spans_cp
+        tmp17 = 4*h
+        tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp19 = a*tmp18
+        tmp20 = n_attMM*(h + qkv_bias)
+        inv3 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp19) + layer_norms*tmp17*(norm_bias + 1) + n_exp*tmp17 + 2*n_kv*tmp18*tmp20 + 8*n_qknorm*tmp18 + tmp19*tmp20*(attn_output_gate + 1)
+        inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_p, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale) = _runtime.reals("stage_dp_standard_moe_fsdp_layer__d_m", ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"), (a, attn_extra_p, attn_output_gate, bytes_p, comm_dp_overlap, dh, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_spans_cp, shared_expert_gate, stage_cost_scale))
+        tmp2 = h*hff_exp*n_ffMM
+        tmp3 = hff_exp*(n_ffMM - 1)
+        inv0 = n_shared_exp*(mlp_bias*(h + tmp3) + tmp2) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        inv1 = bytes_p*(1 - reshards)
+        inv2 = 1 - shard_spans_cp
+        tmp17 = 4*h
+        tmp18 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp19 = a*tmp18
+        tmp20 = n_attMM*(h + qkv_bias)
+        inv3 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp19) + layer_norms*tmp17*(norm_bias + 1) + n_exp*tmp17 + 2*n_kv*tmp18*tmp20 + 8*n_qknorm*tmp18 + tmp19*tmp20*(attn_output_gate + 1)
+        inv4 = stage_cost_scale*(1 - comm_dp_overlap)
+    return (tmp2, tmp3, inv0, inv1, inv2, inv3, inv4)
+
+
+def _stage_dp_standard_moe_fsdp_layer__d_m_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4):
+    """stage_dp_standard_moe_fsdp_layer__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r0
+    numpy.divide(shard_p_os_exp_partial, t_exp, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp4 = inv0/(t_exp*tmp1) -> r1
+    numpy.multiply(r0, t_exp, out=r1)
+    numpy.divide(inv0, r1, out=r1)
+    # tmp5 = 1/(m*m) -> r2
+    numpy.multiply(m, m, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    # tmp6 = inv1*tmp5 -> r3
+    numpy.multiply(inv1, r2, out=r3)
+    # tmp7 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r4
+    numpy.divide(shard_p_os_exp, t_exp, out=r4)
+    numpy.maximum(r4, 1.0, out=r4)
+    # tmp9 = n_exp*(mlp_bias*(h + tmp3/numpy.maximum(1, etp)) + tmp2/numpy.maximum(1,
+    #     etp))/(ep*t_exp*tmp7) -> r5
+    numpy.maximum(1.0, etp, out=r5)
+    numpy.divide(tmp2, r5, out=r5)
+    numpy.maximum(1.0, etp, out=r6)
+    numpy.divide(tmp3, r6, out=r6)
+    numpy.add(r6, h, out=r6)
+    numpy.multiply(r6, mlp_bias, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.multiply(r5, n_exp, out=r5)
+    numpy.multiply(r4, ep, out=r6)
+    numpy.multiply(r6, t_exp, out=r6)
+    numpy.divide(r5, r6, out=r5)
+    # tmp10 = cp*d -> r6
+    numpy.multiply(cp, d, out=r6)
+    # tmp11 = numpy.maximum(1, t_exp*tmp10/shard_p_os_exp_partial) -> r7
+    numpy.multiply(r6, t_exp, out=r7)
+    numpy.divide(r7, shard_p_os_exp_partial, out=r7)
+    numpy.maximum(r7, 1.0, out=r7)
+    # tmp12 = bytes_grad*numpy.where(numpy.greater(shard_p_os_non_exp_partial, t*(cp*inv2 +
+    #     shard_spans_cp)), -tmp5, 0) -> r8
+    numpy.copyto(r8, 0.0)
+    numpy.multiply(inv2, cp, out=r9)
+    numpy.add(r9, shard_spans_cp, out=r9)
+    numpy.multiply(r9, t, out=r9)
+    numpy.greater(shard_p_os_non_exp_partial, r9, out=m0)
+    numpy.negative(r2, out=r9)
+    numpy.copyto(r8, r9, where=m0)
+    numpy.multiply(r8, bytes_grad, out=r8)
+    # tmp13 = 2*tmp12 -> r2
+    numpy.multiply(r8, 2.0, out=r2)
+    # tmp14 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r9
+    numpy.multiply(cp, d_exp, out=r9)
+    numpy.multiply(r9, t_exp, out=r9)
+    numpy.divide(r9, shard_p_os_exp, out=r9)
+    numpy.maximum(r9, 1.0, out=r9)
+    # tmp16 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r10
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r10)
+    numpy.maximum(r10, 1.0, out=r10)
+    # tmp21 = inv3/(t*tmp16) -> r11
+    numpy.multiply(r10, t, out=r11)
+    numpy.divide(inv3, r11, out=r11)
+    # tmp22 = numpy.maximum(1, t*tmp10/shard_p_os_non_exp_partial) -> r12
+    numpy.multiply(r6, t, out=r12)
+    numpy.divide(r12, shard_p_os_non_exp_partial, out=r12)
+    numpy.maximum(r12, 1.0, out=r12)
+    # out = inv4*score_factor_dp*(0.5*(tmp12*tmp21*(tmp22 - 1)/tmp22) + tmp13*tmp9*(tmp14 - 1)/tmp14
+    #     - 0.25*(tmp21*tmp6*(tmp16 - 1)) - tmp4*tmp6*(tmp1 - 1) - tmp6*tmp9*(tmp7 - 1) +
+    #     tmp13*tmp4*(tmp11 - 1)/tmp11)
+    numpy.subtract(r7, 1.0, out=out)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.divide(out, r7, out=out)
+    numpy.subtract(r9, 1.0, out=r6)
+    numpy.multiply(r6, r2, out=r6)
+    numpy.multiply(r6, r5, out=r6)
+    numpy.divide(r6, r9, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.subtract(r12, 1.0, out=r6)
+    numpy.multiply(r6, r8, out=r6)
+    numpy.multiply(r6, r11, out=r6)
+    numpy.divide(r6, r12, out=r6)
+    numpy.multiply(r6, 0.5, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.subtract(r0, 1.0, out=r6)
+    numpy.multiply(r6, r1, out=r6)
+    numpy.multiply(r6, r3, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.subtract(r4, 1.0, out=r6)
+    numpy.multiply(r6, r3, out=r6)
+    numpy.multiply(r6, r5, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.subtract(r10, 1.0, out=r6)
+    numpy.multiply(r6, r11, out=r6)
+    numpy.multiply(r6, r3, out=r6)
+    numpy.multiply(r6, 0.25, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.multiply(out, inv4, out=out)
+    numpy.multiply(out, score_factor_dp, out=out)
+
+
+stage_dp_standard_moe_fsdp_layer__d_m.kernel = _runtime.Kernel(
+    _stage_dp_standard_moe_fsdp_layer__d_m_block,
+    reals=13,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
+    passed=("tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
+    invariants=_stage_dp_standard_moe_fsdp_layer__d_m_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_p", "comm_dp_overlap", "dh", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "reshards", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale"),
+    quiet=True,
+)

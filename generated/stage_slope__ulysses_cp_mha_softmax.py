@@ -75,14 +75,7 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        (inv0, inv1) = _stage_cp_ulysses_cp_mha_softmax_layer__d_t_invariants(a, bytes_compute, dh, h, level_bound_0, s)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_layer__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -90,26 +83,55 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(t, t, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_layer__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_layer__d_t_invariants(a, bytes_compute, dh, h, level_bound_0, s):
+    """What stage_cp_ulysses_cp_mha_softmax_layer__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    return (inv0, inv1)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_layer__d_t_block(out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_ulysses_cp_mha_softmax_layer__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(t, t, out=r2)
+        numpy.multiply(r1, r2, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_layer__d_t.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_layer__d_t_block,
+    reals=3,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_layer__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mha_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -156,14 +178,7 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        (inv0, inv1) = _stage_cp_ulysses_cp_mha_softmax_layer__d_cp_invariants(a, bytes_compute, dh, h, level_bound_0, s)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_layer__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -171,28 +186,57 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_layer__d_cp_invariants(a, bytes_compute, dh, h, level_bound_0, s):
+    """What stage_cp_ulysses_cp_mha_softmax_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    return (inv0, inv1)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_layer__d_cp_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_ulysses_cp_mha_softmax_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 -
+    #     2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.multiply(r0, 2.0, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_layer__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_layer__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mha_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -237,14 +281,7 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        (inv0, inv1) = _stage_cp_ulysses_cp_mha_softmax_layer__d_b_invariants(a, bytes_compute, dh, h, level_bound_0, s)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_layer__d_b",
             ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -252,24 +289,53 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_layer__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_layer__d_b_invariants(a, bytes_compute, dh, h, level_bound_0, s):
+    """What stage_cp_ulysses_cp_mha_softmax_layer__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, level_bound_0, s) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), (a, bytes_compute, dh, h, level_bound_0, s))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    return (inv0, inv1)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_layer__d_b_block(out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_ulysses_cp_mha_softmax_layer__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_layer__d_b.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_layer__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_layer__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mha_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -314,14 +380,7 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, level_bound_0) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0"), (a, bytes_compute, dh, h, level_bound_0))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        (inv0, inv1) = _stage_cp_ulysses_cp_mha_softmax_layer__d_s_invariants(a, bytes_compute, dh, h, level_bound_0)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_layer__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -329,25 +388,54 @@ def stage_cp_ulysses_cp_mha_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_layer__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_layer__d_s_invariants(a, bytes_compute, dh, h, level_bound_0):
+    """What stage_cp_ulysses_cp_mha_softmax_layer__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, level_bound_0) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_layer__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0"), (a, bytes_compute, dh, h, level_bound_0))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    return (inv0, inv1)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_layer__d_s_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_ulysses_cp_mha_softmax_layer__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_layer__d_s.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_layer__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_layer__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mha_softmax_full_again__d_t(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -393,16 +481,7 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_full_again__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mha_softmax_full_again__d_t_invariants(a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_full_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -410,26 +489,57 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(t, t, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_full_again__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_full_again__d_t_invariants(a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mha_softmax_full_again__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_full_again__d_t", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_full_again__d_t_block(out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mha_softmax_full_again__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(t, t, out=r2)
+        numpy.multiply(r1, r2, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_full_again__d_t.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_full_again__d_t_block,
+    reals=3,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_full_again__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mha_softmax_full_again__d_cp(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -476,16 +586,7 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_full_again__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mha_softmax_full_again__d_cp_invariants(a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_full_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -493,28 +594,59 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
-            #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_full_again__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_full_again__d_cp_invariants(a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mha_softmax_full_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_full_again__d_cp", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_full_again__d_cp_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mha_softmax_full_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
+    #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.multiply(r0, 2.0, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_full_again__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_full_again__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_full_again__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mha_softmax_full_again__d_b(*, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -559,16 +691,7 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_full_again__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mha_softmax_full_again__d_b_invariants(a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_full_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -576,24 +699,55 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
-            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_full_again__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_full_again__d_b_invariants(a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mha_softmax_full_again__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_full_again__d_b", ("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_full_again__d_b_block(out, r0, r1, m0, a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mha_softmax_full_again__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_full_again__d_b.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_full_again__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_full_again__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mha_softmax_full_again__d_s(*, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -638,16 +792,7 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_full_again__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mha_softmax_full_again__d_s_invariants(a, bytes_compute, dh, h, level_bound_0, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_full_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -655,25 +800,56 @@ def stage_cp_ulysses_cp_mha_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_full_again__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_full_again__d_s_invariants(a, bytes_compute, dh, h, level_bound_0, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mha_softmax_full_again__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_full_again__d_s", ("a", "bytes_compute", "dh", "h", "level_bound_0", "stage_cost_scale"), (a, bytes_compute, dh, h, level_bound_0, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_full_again__d_s_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mha_softmax_full_again__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_full_again__d_s.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_full_again__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_full_again__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mha_softmax_selective_again__d_t(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -720,16 +896,7 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_t(*, a, b, bytes_compute,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_selective_again__d_t", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mha_softmax_selective_again__d_t_invariants(a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_selective_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -737,26 +904,57 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_t(*, a, b, bytes_compute,
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(t, t, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_selective_again__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_selective_again__d_t_invariants(a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mha_softmax_selective_again__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_selective_again__d_t", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = -4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_selective_again__d_t_block(out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mha_softmax_selective_again__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(t, t, out=r2)
+        numpy.multiply(r1, r2, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_selective_again__d_t.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_selective_again__d_t_block,
+    reals=3,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_selective_again__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -804,16 +1002,7 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp(*, a, b, bytes_compute
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp_invariants(a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -821,28 +1010,59 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp(*, a, b, bytes_compute
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
-            #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp_invariants(a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
+    #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.multiply(r0, 2.0, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_selective_again__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mha_softmax_selective_again__d_b(*, a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
@@ -888,16 +1108,7 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_b(*, a, bytes_compute, cp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_selective_again__d_b", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mha_softmax_selective_again__d_b_invariants(a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_selective_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -905,24 +1116,55 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_b(*, a, bytes_compute, cp
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
-            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_selective_again__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_selective_again__d_b_invariants(a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mha_softmax_selective_again__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_selective_again__d_b", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, s, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_selective_again__d_b_block(out, r0, r1, m0, a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mha_softmax_selective_again__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_selective_again__d_b.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_selective_again__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_selective_again__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mha_softmax_selective_again__d_s(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
@@ -968,16 +1210,7 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_s(*, a, b, bytes_compute,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_selective_again__d_s", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, stage_cost_scale))
-            inv0 = 1/level_bound_0
-            inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mha_softmax_selective_again__d_s_invariants(a, bytes_compute, dh, gather, h, level_bound_0, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mha_softmax_selective_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -985,22 +1218,53 @@ def stage_cp_ulysses_cp_mha_softmax_selective_again__d_s(*, a, b, bytes_compute,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mha_softmax_selective_again__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mha_softmax_selective_again__d_s_invariants(a, bytes_compute, dh, gather, h, level_bound_0, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mha_softmax_selective_again__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, h, level_bound_0, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mha_softmax_selective_again__d_s", ("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), (a, bytes_compute, dh, gather, h, level_bound_0, stage_cost_scale))
+        inv0 = 1/level_bound_0
+        inv1 = 4*bytes_compute*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mha_softmax_selective_again__d_s_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mha_softmax_selective_again__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mha_softmax_selective_again__d_s.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mha_softmax_selective_again__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mha_softmax_selective_again__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"),
+    quiet=True,
+)

@@ -78,16 +78,7 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, d
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_layer__d_t", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        (inv0, inv1) = _stage_cp_ulysses_cp_mla_softmax_layer__d_t_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_layer__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -95,26 +86,57 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, d
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(cp - 1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(t, t, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_layer__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_layer__d_t_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s):
+    """What stage_cp_ulysses_cp_mla_softmax_layer__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_layer__d_t", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    return (inv0, inv1)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_layer__d_t_block(out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_ulysses_cp_mla_softmax_layer__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(t, t, out=r2)
+        numpy.multiply(r1, r2, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_layer__d_t.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_layer__d_t_block,
+    reals=3,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_layer__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mla_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -165,16 +187,7 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        (inv0, inv1) = _stage_cp_ulysses_cp_mla_softmax_layer__d_cp_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_layer__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -182,28 +195,59 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(1 - 2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_layer__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_layer__d_cp_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s):
+    """What stage_cp_ulysses_cp_mla_softmax_layer__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_layer__d_cp", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    return (inv0, inv1)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_layer__d_cp_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_ulysses_cp_mla_softmax_layer__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 -
+    #     2*(cp - 1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.multiply(r0, 2.0, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_layer__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_layer__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_layer__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mla_softmax_layer__d_b(*, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -251,16 +295,7 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_b(*, a, bytes_compute, cp, dh, dhr,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_layer__d_b", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        (inv0, inv1) = _stage_cp_ulysses_cp_mla_softmax_layer__d_b_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_layer__d_b",
             ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -268,24 +303,55 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_b(*, a, bytes_compute, cp, dh, dhr,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_layer__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_layer__d_b_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s):
+    """What stage_cp_ulysses_cp_mla_softmax_layer__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_layer__d_b", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    return (inv0, inv1)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_layer__d_b_block(out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_ulysses_cp_mla_softmax_layer__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_layer__d_b.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_layer__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_layer__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mla_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t):
@@ -333,16 +399,7 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, d
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_layer__d_s", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        (inv0, inv1) = _stage_cp_ulysses_cp_mla_softmax_layer__d_s_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_layer__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
@@ -350,25 +407,56 @@ def stage_cp_ulysses_cp_mla_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, d
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1 in call.blocks():
-            # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*(cp - 1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, stage_cost_scale, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_layer__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_layer__d_s_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv):
+    """What stage_cp_ulysses_cp_mla_softmax_layer__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_layer__d_s", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    return (inv0, inv1)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_layer__d_s_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1):
+    """stage_cp_ulysses_cp_mla_softmax_layer__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = score_factor_cp*stage_cost_scale*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, stage_cost_scale, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_layer__d_s.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_layer__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_layer__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mla_softmax_full_again__d_t(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -417,18 +505,7 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_full_again__d_t", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mla_softmax_full_again__d_t_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_full_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -436,26 +513,59 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(t, t, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_full_again__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_full_again__d_t_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mla_softmax_full_again__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_full_again__d_t", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_full_again__d_t_block(out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mla_softmax_full_again__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(t, t, out=r2)
+        numpy.multiply(r1, r2, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_full_again__d_t.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_full_again__d_t_block,
+    reals=3,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_full_again__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mla_softmax_full_again__d_cp(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -506,18 +616,7 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_full_again__d_cp", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mla_softmax_full_again__d_cp_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_full_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -525,28 +624,61 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
-            #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_full_again__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_full_again__d_cp_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mla_softmax_full_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_full_again__d_cp", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_full_again__d_cp_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mla_softmax_full_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
+    #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.multiply(r0, 2.0, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_full_again__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_full_again__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_full_again__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mla_softmax_full_again__d_b(*, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -594,18 +726,7 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_full_again__d_b", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mla_softmax_full_again__d_b_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_full_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -613,24 +734,57 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
-            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_full_again__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_full_again__d_b_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mla_softmax_full_again__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_full_again__d_b", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, s, stage_cost_scale))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_full_again__d_b_block(out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mla_softmax_full_again__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_full_again__d_b.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_full_again__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_full_again__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mla_softmax_full_again__d_s(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t):
@@ -678,18 +832,7 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*stage_cost_scale
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_full_again__d_s", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "stage_cost_scale"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, stage_cost_scale))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*stage_cost_scale
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mla_softmax_full_again__d_s_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_full_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -697,25 +840,58 @@ def stage_cp_ulysses_cp_mla_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_full_again__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_full_again__d_s_invariants(a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mla_softmax_full_again__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*stage_cost_scale
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_full_again__d_s", ("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "stage_cost_scale"), (a, bytes_compute, dh, dhr, h, level_bound_0, n_kv, stage_cost_scale))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*stage_cost_scale
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_full_again__d_s_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mla_softmax_full_again__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_full_again__d_s.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_full_again__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_full_again__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mla_softmax_selective_again__d_t(*, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -766,18 +942,7 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_t(*, a, b, bytes_compute,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_selective_again__d_t", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mla_softmax_selective_again__d_t_invariants(a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_selective_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -785,26 +950,59 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_t(*, a, b, bytes_compute,
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(t, t, out=r2)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_selective_again__d_t_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_selective_again__d_t_invariants(a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mla_softmax_selective_again__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_selective_again__d_t", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = -2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_selective_again__d_t_block(out, r0, r1, r2, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mla_softmax_selective_again__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*(t*t)))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(t, t, out=r2)
+        numpy.multiply(r1, r2, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_selective_again__d_t.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_selective_again__d_t_block,
+    reals=3,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_selective_again__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp(*, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -856,18 +1054,7 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp(*, a, b, bytes_compute
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp_invariants(a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -875,28 +1062,61 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp(*, a, b, bytes_compute
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
-            #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.divide(r0, cp, out=r0)
-                numpy.multiply(r0, 2.0, out=r0)
-                numpy.subtract(1.0, r0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp_invariants(a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(1 - 2*(cp -
+    #     1)/cp)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.divide(r0, cp, out=r0)
+        numpy.multiply(r0, 2.0, out=r0)
+        numpy.subtract(1.0, r0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_selective_again__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mla_softmax_selective_again__d_b(*, a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
@@ -945,18 +1165,7 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_b(*, a, bytes_compute, cp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_selective_again__d_b", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mla_softmax_selective_again__d_b_invariants(a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_selective_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -964,24 +1173,57 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_b(*, a, bytes_compute, cp
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
-            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_selective_again__d_b_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_selective_again__d_b_invariants(a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mla_softmax_selective_again__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_selective_again__d_b", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"), (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, s, stage_cost_scale))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_selective_again__d_b_block(out, r0, r1, m0, a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mla_softmax_selective_again__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_selective_again__d_b.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_selective_again__d_b_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_selective_again__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "stage_cost_scale"),
+    quiet=True,
+)
 
 
 def stage_cp_ulysses_cp_mla_softmax_selective_again__d_s(*, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t):
@@ -1030,18 +1272,7 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_s(*, a, b, bytes_compute,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_selective_again__d_s", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "stage_cost_scale"), (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, stage_cost_scale))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 1/level_bound_0
-            inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv2 = 0.5*(stage_cost_scale*(1 - gather))
+        (inv0, inv1, inv2) = _stage_cp_ulysses_cp_mla_softmax_selective_again__d_s_invariants(a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, stage_cost_scale)
         call = _runtime.Call(
             "stage_cp_ulysses_cp_mla_softmax_selective_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
@@ -1049,22 +1280,55 @@ def stage_cp_ulysses_cp_mla_softmax_selective_again__d_s(*, a, b, bytes_compute,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2 in call.blocks():
-            # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
-            #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
-            numpy.multiply(inv0, cp, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.maximum(out, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=r0)
-                numpy.multiply(r0, inv1, out=r0)
-                numpy.multiply(r0, b, out=r0)
-                numpy.multiply(cp, cp, out=r1)
-                numpy.multiply(r1, t, out=r1)
-                numpy.divide(r0, r1, out=r0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv2, out=out)
-            numpy.multiply(out, score_factor_cp, out=out)
+        for block in call.blocks():
+            _stage_cp_ulysses_cp_mla_softmax_selective_again__d_s_block(*block)
     return call.out
+
+
+def _stage_cp_ulysses_cp_mla_softmax_selective_again__d_s_invariants(a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, stage_cost_scale):
+    """What stage_cp_ulysses_cp_mla_softmax_selective_again__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, stage_cost_scale) = _runtime.reals("stage_cp_ulysses_cp_mla_softmax_selective_again__d_s", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "stage_cost_scale"), (a, bytes_compute, dh, dhr, gather, h, level_bound_0, n_kv, stage_cost_scale))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 1/level_bound_0
+        inv1 = 2*bytes_compute*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv2 = 0.5*(stage_cost_scale*(1 - gather))
+    return (inv0, inv1, inv2)
+
+
+def _stage_cp_ulysses_cp_mla_softmax_selective_again__d_s_block(out, r0, r1, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2):
+    """stage_cp_ulysses_cp_mla_softmax_selective_again__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv2*score_factor_cp*numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*(cp -
+    #     1)/((cp*cp)*t))*numpy.maximum(1, numpy.floor(cp*inv0))
+    numpy.multiply(inv0, cp, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=r0)
+        numpy.multiply(r0, inv1, out=r0)
+        numpy.multiply(r0, b, out=r0)
+        numpy.multiply(cp, cp, out=r1)
+        numpy.multiply(r1, t, out=r1)
+        numpy.divide(r0, r1, out=r0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, score_factor_cp, out=out)
+
+
+stage_cp_ulysses_cp_mla_softmax_selective_again__d_s.kernel = _runtime.Kernel(
+    _stage_cp_ulysses_cp_mla_softmax_selective_again__d_s_block,
+    reals=2,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_stage_cp_ulysses_cp_mla_softmax_selective_again__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "stage_cost_scale"),
+    quiet=True,
+)

@@ -78,12 +78,7 @@ def tp_dense_layer_elements(*, b, comm_t, cp, h, hff, mb, n_gather, s):
         (b, comm_t, cp, h, hff, mb, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, h, hff, mb, n_gather, s))
         out = 0.25*(b*comm_t*mb*n_gather*s*(h + hff)/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, cp, h, hff, mb, n_gather, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 0.25*(n_gather*s*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (h, hff, n_gather, s) = _runtime.reals("tp_dense_layer_elements", ("h", "hff", "n_gather", "s"), (h, hff, n_gather, s))
-        inv0 = 0.25*(n_gather*s*(h + hff))
+    (inv0,) = _tp_dense_layer_elements_invariants(h, hff, n_gather, s)
     call = _runtime.Call(
         "tp_dense_layer_elements",
         ("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s", "inv0"),
@@ -91,13 +86,40 @@ def tp_dense_layer_elements(*, b, comm_t, cp, h, hff, mb, n_gather, s):
         reals=0,
         masks=0,
     )
-    for out, b, comm_t, cp, h, hff, mb, n_gather, s, inv0 in call.blocks():
-        # out = b*comm_t*inv0*mb/cp
-        numpy.multiply(inv0, comm_t, out=out)
-        numpy.multiply(out, mb, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_dense_layer_elements_block(*block)
     return call.out
+
+
+def _tp_dense_layer_elements_invariants(h, hff, n_gather, s):
+    """What tp_dense_layer_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.25*(n_gather*s*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, hff, n_gather, s) = _runtime.reals("tp_dense_layer_elements", ("h", "hff", "n_gather", "s"), (h, hff, n_gather, s))
+        inv0 = 0.25*(n_gather*s*(h + hff))
+    return (inv0,)
+
+
+def _tp_dense_layer_elements_block(out, b, comm_t, cp, h, hff, mb, n_gather, s, inv0):
+    """tp_dense_layer_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv0*mb/cp
+    numpy.multiply(inv0, comm_t, out=out)
+    numpy.multiply(out, mb, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_dense_layer_elements.kernel = _runtime.Kernel(
+    _tp_dense_layer_elements_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s"),
+    passed=("inv0",),
+    invariants=_tp_dense_layer_elements_invariants,
+    widened=("h", "hff", "n_gather", "s"),
+    quiet=False,
+)
 
 
 def tp_dense_selective_layer_elements(*, b, comm_t, cp, gather, h, hff, mb, n_gather, s):
@@ -134,12 +156,7 @@ def tp_dense_selective_layer_elements(*, b, comm_t, cp, gather, h, hff, mb, n_ga
         (b, comm_t, cp, gather, h, hff, mb, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, gather, h, hff, mb, n_gather, s))
         out = 0.25*(b*comm_t*gather*mb*n_gather*s*(h + hff)/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, cp, gather, h, hff, mb, n_gather, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 0.25*(gather*n_gather*s*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (gather, h, hff, n_gather, s) = _runtime.reals("tp_dense_selective_layer_elements", ("gather", "h", "hff", "n_gather", "s"), (gather, h, hff, n_gather, s))
-        inv0 = 0.25*(gather*n_gather*s*(h + hff))
+    (inv0,) = _tp_dense_selective_layer_elements_invariants(gather, h, hff, n_gather, s)
     call = _runtime.Call(
         "tp_dense_selective_layer_elements",
         ("b", "comm_t", "cp", "gather", "h", "hff", "mb", "n_gather", "s", "inv0"),
@@ -147,13 +164,40 @@ def tp_dense_selective_layer_elements(*, b, comm_t, cp, gather, h, hff, mb, n_ga
         reals=0,
         masks=0,
     )
-    for out, b, comm_t, cp, gather, h, hff, mb, n_gather, s, inv0 in call.blocks():
-        # out = b*comm_t*inv0*mb/cp
-        numpy.multiply(inv0, comm_t, out=out)
-        numpy.multiply(out, mb, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_dense_selective_layer_elements_block(*block)
     return call.out
+
+
+def _tp_dense_selective_layer_elements_invariants(gather, h, hff, n_gather, s):
+    """What tp_dense_selective_layer_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.25*(gather*n_gather*s*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (gather, h, hff, n_gather, s) = _runtime.reals("tp_dense_selective_layer_elements", ("gather", "h", "hff", "n_gather", "s"), (gather, h, hff, n_gather, s))
+        inv0 = 0.25*(gather*n_gather*s*(h + hff))
+    return (inv0,)
+
+
+def _tp_dense_selective_layer_elements_block(out, b, comm_t, cp, gather, h, hff, mb, n_gather, s, inv0):
+    """tp_dense_selective_layer_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv0*mb/cp
+    numpy.multiply(inv0, comm_t, out=out)
+    numpy.multiply(out, mb, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_dense_selective_layer_elements.kernel = _runtime.Kernel(
+    _tp_dense_selective_layer_elements_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "comm_t", "cp", "gather", "h", "hff", "mb", "n_gather", "s"),
+    passed=("inv0",),
+    invariants=_tp_dense_selective_layer_elements_invariants,
+    widened=("gather", "h", "hff", "n_gather", "s"),
+    quiet=False,
+)
 
 
 def tp_moe_layer_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
@@ -194,7 +238,21 @@ def tp_moe_layer_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_
         tmp0 = 0.25*(bytes_compute*n_gather)
         out = comm_t*((h*h)*n_attMM*tmp0 + h*n_ffMM*tmp0*(hff_exp*n_shared_exp + hff_exp*n_exp/ep))/cp
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2, inv3) = _tp_moe_layer_bytes_invariants(bytes_compute, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp)
+    call = _runtime.Call(
+        "tp_moe_layer_bytes",
+        ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3),
+        reals=0,
+        masks=0,
+    )
+    for block in call.blocks():
+        _tp_moe_layer_bytes_block(*block)
+    return call.out
+
+
+def _tp_moe_layer_bytes_invariants(bytes_compute, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
+    """What tp_moe_layer_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         tmp0 = 0.25*(bytes_compute*n_gather)
         inv0 = hff_exp*n_exp
@@ -208,22 +266,30 @@ def tp_moe_layer_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_
         inv1 = hff_exp*n_shared_exp
         inv2 = h*n_ffMM*tmp0
         inv3 = (h*h)*n_attMM*tmp0
-    call = _runtime.Call(
-        "tp_moe_layer_bytes",
-        ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3),
-        reals=0,
-        masks=0,
-    )
-    for out, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3 in call.blocks():
-        # out = comm_t*(inv2*(inv1 + inv0/ep) + inv3)/cp
-        numpy.divide(inv0, ep, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(out, inv2, out=out)
-        numpy.add(out, inv3, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.divide(out, cp, out=out)
-    return call.out
+    return (inv0, inv1, inv2, inv3)
+
+
+def _tp_moe_layer_bytes_block(out, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3):
+    """tp_moe_layer_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*(inv2*(inv1 + inv0/ep) + inv3)/cp
+    numpy.divide(inv0, ep, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.add(out, inv3, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_moe_layer_bytes.kernel = _runtime.Kernel(
+    _tp_moe_layer_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_tp_moe_layer_bytes_invariants,
+    widened=("bytes_compute", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
+    quiet=False,
+)
 
 
 def tp_moe_selective_layer_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
@@ -264,7 +330,21 @@ def tp_moe_selective_layer_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hf
         (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.floats(xp, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
         out = 0.25*(bytes_compute*comm_t*gather*h*n_gather*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2) = _tp_moe_selective_layer_bytes_invariants(bytes_compute, gather, h, hff_exp, n_attMM, n_ffMM, n_gather)
+    call = _runtime.Call(
+        "tp_moe_selective_layer_bytes",
+        ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2"),
+        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2),
+        reals=0,
+        masks=0,
+    )
+    for block in call.blocks():
+        _tp_moe_selective_layer_bytes_block(*block)
+    return call.out
+
+
+def _tp_moe_selective_layer_bytes_invariants(bytes_compute, gather, h, hff_exp, n_attMM, n_ffMM, n_gather):
+    """What tp_moe_selective_layer_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
@@ -274,23 +354,31 @@ def tp_moe_selective_layer_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hf
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
         inv2 = 0.25*(bytes_compute*gather*h*n_gather)
-    call = _runtime.Call(
-        "tp_moe_selective_layer_bytes",
-        ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2"),
-        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2),
-        reals=0,
-        masks=0,
-    )
-    for out, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2 in call.blocks():
-        # out = comm_t*inv2*(inv0*(n_shared_exp + n_exp/ep) + inv1)/cp
-        numpy.divide(n_exp, ep, out=out)
-        numpy.add(out, n_shared_exp, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(out, inv2, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.divide(out, cp, out=out)
-    return call.out
+    return (inv0, inv1, inv2)
+
+
+def _tp_moe_selective_layer_bytes_block(out, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2):
+    """tp_moe_selective_layer_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv2*(inv0*(n_shared_exp + n_exp/ep) + inv1)/cp
+    numpy.divide(n_exp, ep, out=out)
+    numpy.add(out, n_shared_exp, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_moe_selective_layer_bytes.kernel = _runtime.Kernel(
+    _tp_moe_selective_layer_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_tp_moe_selective_layer_bytes_invariants,
+    widened=("bytes_compute", "gather", "h", "hff_exp", "n_attMM", "n_ffMM", "n_gather"),
+    quiet=False,
+)
 
 
 def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
@@ -325,12 +413,7 @@ def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = bytes_compute*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, s) = _runtime.reals("tp_legacy_gather_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-            inv0 = bytes_compute*h*s
+        (inv0,) = _tp_legacy_gather_bytes_invariants(bytes_compute, h, s)
         call = _runtime.Call(
             "tp_legacy_gather_bytes",
             ("b", "bytes_compute", "h", "s", "t", "inv0"),
@@ -338,14 +421,41 @@ def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
             reals=0,
             masks=1,
         )
-        for out, m0, b, bytes_compute, h, s, t, inv0 in call.blocks():
-            # out = b*inv0*numpy.where(numpy.greater_equal(t, 8), 0.6875, 1)
-            numpy.copyto(out, 1.0)
-            numpy.greater_equal(t, 8.0, out=m0)
-            numpy.copyto(out, 0.6875, where=m0)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
+        for block in call.blocks():
+            _tp_legacy_gather_bytes_block(*block)
     return call.out
+
+
+def _tp_legacy_gather_bytes_invariants(bytes_compute, h, s):
+    """What tp_legacy_gather_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_legacy_gather_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_legacy_gather_bytes_block(out, m0, b, bytes_compute, h, s, t, inv0):
+    """tp_legacy_gather_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*numpy.where(numpy.greater_equal(t, 8), 0.6875, 1)
+    numpy.copyto(out, 1.0)
+    numpy.greater_equal(t, 8.0, out=m0)
+    numpy.copyto(out, 0.6875, where=m0)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+
+
+tp_legacy_gather_bytes.kernel = _runtime.Kernel(
+    _tp_legacy_gather_bytes_block,
+    reals=0,
+    masks=1,
+    arguments=("b", "bytes_compute", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_tp_legacy_gather_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=True,
+)
 
 
 def tp_legacy_exp_gather_bytes(*, b, bytes_compute, d, ep, h, s):
@@ -377,12 +487,7 @@ def tp_legacy_exp_gather_bytes(*, b, bytes_compute, d, ep, h, s):
         (b, bytes_compute, d, ep, h, s) = _runtime.floats(xp, (b, bytes_compute, d, ep, h, s))
         out = 1.5*(b*bytes_compute*ep*h*s/d)
         return _runtime.broadcast(xp, out, (b, bytes_compute, d, ep, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1.5*(bytes_compute*h*s)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_legacy_exp_gather_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 1.5*(bytes_compute*h*s)
+    (inv0,) = _tp_legacy_exp_gather_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_legacy_exp_gather_bytes",
         ("b", "bytes_compute", "d", "ep", "h", "s", "inv0"),
@@ -390,12 +495,39 @@ def tp_legacy_exp_gather_bytes(*, b, bytes_compute, d, ep, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, d, ep, h, s, inv0 in call.blocks():
-        # out = b*ep*inv0/d
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(out, ep, out=out)
-        numpy.divide(out, d, out=out)
+    for block in call.blocks():
+        _tp_legacy_exp_gather_bytes_block(*block)
     return call.out
+
+
+def _tp_legacy_exp_gather_bytes_invariants(bytes_compute, h, s):
+    """What tp_legacy_exp_gather_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1.5*(bytes_compute*h*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_legacy_exp_gather_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 1.5*(bytes_compute*h*s)
+    return (inv0,)
+
+
+def _tp_legacy_exp_gather_bytes_block(out, b, bytes_compute, d, ep, h, s, inv0):
+    """tp_legacy_exp_gather_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*ep*inv0/d
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(out, ep, out=out)
+    numpy.divide(out, d, out=out)
+
+
+tp_legacy_exp_gather_bytes.kernel = _runtime.Kernel(
+    _tp_legacy_exp_gather_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "d", "ep", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_legacy_exp_gather_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_sp_collective_msg_bytes(*, b, bytes_compute, cp, h, s):
@@ -428,12 +560,7 @@ def tp_sp_collective_msg_bytes(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = b*bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_sp_collective_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_sp_collective_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_sp_collective_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -441,11 +568,38 @@ def tp_sp_collective_msg_bytes(*, b, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_sp_collective_msg_bytes_block(*block)
     return call.out
+
+
+def _tp_sp_collective_msg_bytes_invariants(bytes_compute, h, s):
+    """What tp_sp_collective_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_sp_collective_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_sp_collective_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
+    """tp_sp_collective_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_sp_collective_msg_bytes.kernel = _runtime.Kernel(
+    _tp_sp_collective_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_sp_collective_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_sp_all_gather_calls_count(*, m, n_layers_stage):
@@ -482,11 +636,28 @@ def tp_sp_all_gather_calls_count(*, m, n_layers_stage):
         reals=0,
         masks=0,
     )
-    for out, m, n_layers_stage in call.blocks():
-        # out = 4*m*n_layers_stage
-        numpy.multiply(n_layers_stage, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _tp_sp_all_gather_calls_count_block(*block)
     return call.out
+
+
+def _tp_sp_all_gather_calls_count_block(out, m, n_layers_stage):
+    """tp_sp_all_gather_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*n_layers_stage
+    numpy.multiply(n_layers_stage, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_sp_all_gather_calls_count.kernel = _runtime.Kernel(
+    _tp_sp_all_gather_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m", "n_layers_stage"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_sp_reduce_scatter_calls_count(*, m, n_layers_stage):
@@ -522,11 +693,28 @@ def tp_sp_reduce_scatter_calls_count(*, m, n_layers_stage):
         reals=0,
         masks=0,
     )
-    for out, m, n_layers_stage in call.blocks():
-        # out = 4*m*n_layers_stage
-        numpy.multiply(n_layers_stage, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _tp_sp_reduce_scatter_calls_count_block(*block)
     return call.out
+
+
+def _tp_sp_reduce_scatter_calls_count_block(out, m, n_layers_stage):
+    """tp_sp_reduce_scatter_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*n_layers_stage
+    numpy.multiply(n_layers_stage, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_sp_reduce_scatter_calls_count.kernel = _runtime.Kernel(
+    _tp_sp_reduce_scatter_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m", "n_layers_stage"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_sp_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
@@ -562,12 +750,7 @@ def tp_sp_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
         (b, bytes_compute, cp, h, m, n_layers_stage, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, m, n_layers_stage, s, t))
         out = 8*b*bytes_compute*h*m*n_layers_stage*s*(t - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, m, n_layers_stage, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 8*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_sp_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 8*bytes_compute*h*s
+    (inv0,) = _tp_sp_step_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_sp_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t", "inv0"),
@@ -575,16 +758,43 @@ def tp_sp_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0 in call.blocks():
-        # out = b*inv0*m*n_layers_stage*(t - 1)/(cp*t)
-        numpy.subtract(t, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _tp_sp_step_bytes_block(*block)
     return call.out
+
+
+def _tp_sp_step_bytes_invariants(bytes_compute, h, s):
+    """What tp_sp_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_sp_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 8*bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_sp_step_bytes_block(out, r0, b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0):
+    """tp_sp_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*n_layers_stage*(t - 1)/(cp*t)
+    numpy.subtract(t, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+tp_sp_step_bytes.kernel = _runtime.Kernel(
+    _tp_sp_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t"),
+    passed=("inv0",),
+    invariants=_tp_sp_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_reduce_msg_bytes(*, b, bytes_compute, cp, h, s):
@@ -616,12 +826,7 @@ def tp_all_reduce_msg_bytes(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = b*bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_all_reduce_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_reduce_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -629,11 +834,38 @@ def tp_all_reduce_msg_bytes(*, b, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_msg_bytes_block(*block)
     return call.out
+
+
+def _tp_all_reduce_msg_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_reduce_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_reduce_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
+    """tp_all_reduce_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_all_reduce_msg_bytes.kernel = _runtime.Kernel(
+    _tp_all_reduce_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_all_reduce_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_reduce_calls_count(*, m, n_layers_stage):
@@ -669,11 +901,28 @@ def tp_all_reduce_calls_count(*, m, n_layers_stage):
         reals=0,
         masks=0,
     )
-    for out, m, n_layers_stage in call.blocks():
-        # out = 4*m*n_layers_stage
-        numpy.multiply(n_layers_stage, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_calls_count_block(*block)
     return call.out
+
+
+def _tp_all_reduce_calls_count_block(out, m, n_layers_stage):
+    """tp_all_reduce_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*n_layers_stage
+    numpy.multiply(n_layers_stage, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_all_reduce_calls_count.kernel = _runtime.Kernel(
+    _tp_all_reduce_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m", "n_layers_stage"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_all_reduce_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
@@ -707,12 +956,7 @@ def tp_all_reduce_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t
         (b, bytes_compute, cp, h, m, n_layers_stage, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, m, n_layers_stage, s, t))
         out = 8*b*bytes_compute*h*m*n_layers_stage*s*(t - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, m, n_layers_stage, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 8*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 8*bytes_compute*h*s
+    (inv0,) = _tp_all_reduce_step_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_reduce_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t", "inv0"),
@@ -720,16 +964,43 @@ def tp_all_reduce_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0 in call.blocks():
-        # out = b*inv0*m*n_layers_stage*(t - 1)/(cp*t)
-        numpy.subtract(t, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_step_bytes_block(*block)
     return call.out
+
+
+def _tp_all_reduce_step_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_reduce_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 8*bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_reduce_step_bytes_block(out, r0, b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0):
+    """tp_all_reduce_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*n_layers_stage*(t - 1)/(cp*t)
+    numpy.subtract(t, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+tp_all_reduce_step_bytes.kernel = _runtime.Kernel(
+    _tp_all_reduce_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t"),
+    passed=("inv0",),
+    invariants=_tp_all_reduce_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_gather_stage_calls_count(*, m, sp, t):
@@ -767,16 +1038,33 @@ def tp_all_gather_stage_calls_count(*, m, sp, t):
         reals=1,
         masks=0,
     )
-    for out, r0, m, sp, t in call.blocks():
-        # out = 4*m*numpy.minimum(1, sp - 1)*numpy.minimum(1, t - 1)
-        numpy.subtract(sp, 1.0, out=out)
-        numpy.minimum(out, 1.0, out=out)
-        numpy.subtract(t, 1.0, out=r0)
-        numpy.minimum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _tp_all_gather_stage_calls_count_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_calls_count_block(out, r0, m, sp, t):
+    """tp_all_gather_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*numpy.minimum(1, sp - 1)*numpy.minimum(1, t - 1)
+    numpy.subtract(sp, 1.0, out=out)
+    numpy.minimum(out, 1.0, out=out)
+    numpy.subtract(t, 1.0, out=r0)
+    numpy.minimum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_all_gather_stage_calls_count.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_calls_count_block,
+    reals=1,
+    masks=0,
+    arguments=("m", "sp", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_all_gather_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
@@ -808,12 +1096,7 @@ def tp_all_gather_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = b*bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_all_gather_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_gather_stage_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -821,11 +1104,38 @@ def tp_all_gather_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_all_gather_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_msg_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_gather_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_gather_stage_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
+    """tp_all_gather_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_all_gather_stage_msg_bytes.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_all_gather_stage_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_gather_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
@@ -862,12 +1172,7 @@ def tp_all_gather_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
         tmp0 = t - 1
         out = 4*b*bytes_compute*h*m*s*tmp0*xp.minimum(1, tmp0)*xp.minimum(1, sp - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, m, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 4*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 4*bytes_compute*h*s
+    (inv0,) = _tp_all_gather_stage_step_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_gather_stage_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t", "inv0"),
@@ -875,21 +1180,48 @@ def tp_all_gather_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
         reals=2,
         masks=0,
     )
-    for out, r0, r1, b, bytes_compute, cp, h, m, s, sp, t, inv0 in call.blocks():
-        # tmp0 = t - 1 -> r0
-        numpy.subtract(t, 1.0, out=r0)
-        # out = b*inv0*m*tmp0*numpy.minimum(1, tmp0)*numpy.minimum(1, sp - 1)/(cp*t)
-        numpy.minimum(1.0, r0, out=out)
-        numpy.subtract(sp, 1.0, out=r1)
-        numpy.minimum(r1, 1.0, out=r1)
-        numpy.multiply(out, r1, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(cp, t, out=r1)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _tp_all_gather_stage_step_bytes_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_step_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_gather_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 4*bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_gather_stage_step_bytes_block(out, r0, r1, b, bytes_compute, cp, h, m, s, sp, t, inv0):
+    """tp_all_gather_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = t - 1 -> r0
+    numpy.subtract(t, 1.0, out=r0)
+    # out = b*inv0*m*tmp0*numpy.minimum(1, tmp0)*numpy.minimum(1, sp - 1)/(cp*t)
+    numpy.minimum(1.0, r0, out=out)
+    numpy.subtract(sp, 1.0, out=r1)
+    numpy.minimum(r1, 1.0, out=r1)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+tp_all_gather_stage_step_bytes.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_step_bytes_block,
+    reals=2,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
+    passed=("inv0",),
+    invariants=_tp_all_gather_stage_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t):
@@ -1033,22 +1365,7 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = bytes_compute*h*s
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.greater(nvls, 0)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_all_gather_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s))
-            inv0 = bytes_compute*h*s
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.greater(nvls, 0)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1, inv3, inv4, inv5) = _tp_all_gather_stage_time_s_invariants(bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s)
         call = _runtime.Call(
             "tp_all_gather_stage_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t", "inv0", "inv1", "inv3", "inv4", "inv5"),
@@ -1056,215 +1373,249 @@ def tp_all_gather_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             reals=24,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv3, inv4, inv5 in call.blocks():
-            # inv2_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = t - 1 -> r0
-            numpy.subtract(t, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = b*inv0/cp -> r2
-            numpy.multiply(inv0, b, out=r2)
-            numpy.divide(r2, cp, out=r2)
-            # tmp3 = tmp2/t -> r3
-            numpy.divide(r2, t, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
-            # tmp7 = numpy.minimum(tmp5, tmp6) -> r6
-            numpy.minimum(r4, r5, out=r6)
-            # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
-            numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m1)
-            # tmp9 = tmp0*tmp3 -> r8
-            numpy.multiply(r0, r3, out=r8)
-            # tmp10 = -nodes + t -> r9
-            numpy.subtract(t, nodes, out=r9)
-            # tmp11 = nodes - 1 -> r10
-            numpy.subtract(nodes, 1.0, out=r10)
-            # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
-            # tmp14 = inv1/ring_channels -> r12
-            numpy.divide(inv1, ring_channels, out=r12)
-            # tmp15 = ranks_per_node - 1 -> r13
-            numpy.subtract(ranks_per_node, 1.0, out=r13)
-            # tmp17 = tmp2/ranks_per_node -> r14
-            numpy.divide(r2, ranks_per_node, out=r14)
-            # tmp18 = tmp15*tmp17 -> r2
-            numpy.multiply(r13, r14, out=r2)
-            # tmp19 = numpy.minimum(tmp5, tmp6/ranks_per_node) -> r15
-            numpy.divide(r5, ranks_per_node, out=r15)
-            numpy.minimum(r15, r4, out=r15)
-            # tmp20 = numpy.where(tmp4, tmp5, tmp19) -> r5
-            numpy.copyto(r5, r15)
-            numpy.copyto(r5, r4, where=m1)
-            # tmp21 = tmp17/nodes -> r16
-            numpy.divide(r14, nodes, out=r16)
-            # tmp22 = tmp11*tmp21 -> r17
-            numpy.multiply(r10, r16, out=r17)
-            # out = 4*m*numpy.minimum(1, tmp0)*numpy.minimum(1, sp -
-            #     1)*numpy.minimum(numpy.where(numpy.logical_and(inv2_mask, numpy.logical_and(tmp4,
-            #     numpy.greater(t, 1))), hop_nvlink_nvls_s +
-            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(t*t))), numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp8) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0,
-            #     alpha_ring_ll_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(tmp9/numpy.minimum(tmp13, 0.92*tmp8) +
-            #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0,
-            #     alpha_ring_ll128_s + inv4*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp3*(t - 0.5)*numpy.where(tmp4, tmp14,
-            #     1/tmp7) + numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv5*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp11), numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp11), tmp21*(nodes -
-            #     0.5)*numpy.where(tmp4, tmp14, 1/tmp19) + numpy.where(tmp4, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp11, alpha_ring_simple_s +
-            #     hop_net_tree_simple_s*tmp11))) + numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp15 + tmp14*tmp17*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 +
-            #     tmp18/numpy.minimum(tmp13, 0.92*tmp5), alpha_ring_ll_s +
-            #     hop_nvlink_ring_ll_s*tmp15 + tmp18/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp5))), numpy.inf)))))
-            numpy.minimum(1.0, r0, out=out)
-            numpy.subtract(sp, 1.0, out=r18)
-            numpy.minimum(r18, 1.0, out=r18)
-            numpy.multiply(out, r18, out=out)
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(t, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r19)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, nvls_efficiency, out=r19)
-            numpy.multiply(t, t, out=r20)
-            numpy.divide(r19, r20, out=r19)
-            numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
-            numpy.minimum(r19, r1, out=r19)
-            numpy.divide(r3, r19, out=r19)
-            numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(r7, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r8, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv3, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll_s)
-                numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(r7, 0.92, out=r19)
-            numpy.minimum(r19, r11, out=r19)
-            numpy.divide(r8, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv4, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll128_s)
-                numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.subtract(t, 0.5, out=r19)
-            numpy.divide(1.0, r6, out=r20)
-            numpy.copyto(r20, r12, where=m1)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, r3, out=r19)
-            if not m1.all():
-                numpy.multiply(inv5, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_simple_s)
-                numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r5, 0.5, out=r20)
-            numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r10, hop_net_tree_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.multiply(r5, 0.92, out=r21)
-            numpy.minimum(r21, r11, out=r21)
-            numpy.divide(r17, r21, out=r21)
-            numpy.multiply(r10, hop_net_tree_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r23)
-            numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.subtract(nodes, 0.5, out=r21)
-            numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r12, where=m1)
-            numpy.multiply(r21, r22, out=r21)
-            numpy.multiply(r21, r16, out=r21)
-            numpy.multiply(r10, hop_net_tree_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r23)
-            numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
-            numpy.subtract(ranks_per_node, 0.5, out=r22)
-            numpy.multiply(r22, r12, out=r22)
-            numpy.multiply(r22, r14, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.multiply(r4, 0.92, out=r23)
-            numpy.minimum(r23, r11, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
-            numpy.multiply(r4, 0.5, out=r23)
-            numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(out, r18, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _tp_all_gather_stage_time_s_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_time_s_invariants(bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s):
+    """What tp_all_gather_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.greater(nvls, 0)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_all_gather_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s))
+        inv0 = bytes_compute*h*s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.greater(nvls, 0)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1, inv3, inv4, inv5)
+
+
+def _tp_all_gather_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv3, inv4, inv5):
+    """tp_all_gather_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv2_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = t - 1 -> r0
+    numpy.subtract(t, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = b*inv0/cp -> r2
+    numpy.multiply(inv0, b, out=r2)
+    numpy.divide(r2, cp, out=r2)
+    # tmp3 = tmp2/t -> r3
+    numpy.divide(r2, t, out=r3)
+    # tmp4 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
+    # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
+    # tmp7 = numpy.minimum(tmp5, tmp6) -> r6
+    numpy.minimum(r4, r5, out=r6)
+    # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
+    numpy.copyto(r7, r6)
+    numpy.copyto(r7, r4, where=m1)
+    # tmp9 = tmp0*tmp3 -> r8
+    numpy.multiply(r0, r3, out=r8)
+    # tmp10 = -nodes + t -> r9
+    numpy.subtract(t, nodes, out=r9)
+    # tmp11 = nodes - 1 -> r10
+    numpy.subtract(nodes, 1.0, out=r10)
+    # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
+    # tmp14 = inv1/ring_channels -> r12
+    numpy.divide(inv1, ring_channels, out=r12)
+    # tmp15 = ranks_per_node - 1 -> r13
+    numpy.subtract(ranks_per_node, 1.0, out=r13)
+    # tmp17 = tmp2/ranks_per_node -> r14
+    numpy.divide(r2, ranks_per_node, out=r14)
+    # tmp18 = tmp15*tmp17 -> r2
+    numpy.multiply(r13, r14, out=r2)
+    # tmp19 = numpy.minimum(tmp5, tmp6/ranks_per_node) -> r15
+    numpy.divide(r5, ranks_per_node, out=r15)
+    numpy.minimum(r15, r4, out=r15)
+    # tmp20 = numpy.where(tmp4, tmp5, tmp19) -> r5
+    numpy.copyto(r5, r15)
+    numpy.copyto(r5, r4, where=m1)
+    # tmp21 = tmp17/nodes -> r16
+    numpy.divide(r14, nodes, out=r16)
+    # tmp22 = tmp11*tmp21 -> r17
+    numpy.multiply(r10, r16, out=r17)
+    # out = 4*m*numpy.minimum(1, tmp0)*numpy.minimum(1, sp -
+    #     1)*numpy.minimum(numpy.where(numpy.logical_and(inv2_mask, numpy.logical_and(tmp4,
+    #     numpy.greater(t, 1))), hop_nvlink_nvls_s +
+    #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(t*t))),
+    #     numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) +
+    #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
+    #     inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp9/numpy.minimum(tmp13, 0.92*tmp8) + numpy.where(tmp4, alpha_ring_ll128_s
+    #     + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv4*tmp10 + tmp11*numpy.where(tmp12,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)), numpy.minimum(tmp3*(t -
+    #     0.5)*numpy.where(tmp4, tmp14, 1/tmp7) + numpy.where(tmp4, alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv5*tmp10 + tmp11*numpy.where(tmp12,
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s + hop_net_tree_ll_s*tmp11),
+    #     numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp11), tmp21*(nodes - 0.5)*numpy.where(tmp4, tmp14, 1/tmp19) +
+    #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp11,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp11))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp15 + tmp14*tmp17*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 +
+    #     tmp18/numpy.minimum(tmp13, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 +
+    #     tmp18/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), numpy.inf)))))
+    numpy.minimum(1.0, r0, out=out)
+    numpy.subtract(sp, 1.0, out=r18)
+    numpy.minimum(r18, 1.0, out=r18)
+    numpy.multiply(out, r18, out=out)
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(t, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r19)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, nvls_efficiency, out=r19)
+    numpy.multiply(t, t, out=r20)
+    numpy.divide(r19, r20, out=r19)
+    numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
+    numpy.minimum(r19, r1, out=r19)
+    numpy.divide(r3, r19, out=r19)
+    numpy.add(r19, hop_nvlink_nvls_s, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(r7, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r8, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv3, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll_s)
+        numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(r7, 0.92, out=r19)
+    numpy.minimum(r19, r11, out=r19)
+    numpy.divide(r8, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv4, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll128_s)
+        numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.subtract(t, 0.5, out=r19)
+    numpy.divide(1.0, r6, out=r20)
+    numpy.copyto(r20, r12, where=m1)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, r3, out=r19)
+    if not m1.all():
+        numpy.multiply(inv5, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_simple_s)
+        numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.copyto(r19, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r5, 0.5, out=r20)
+    numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r10, hop_net_tree_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.multiply(r5, 0.92, out=r21)
+    numpy.minimum(r21, r11, out=r21)
+    numpy.divide(r17, r21, out=r21)
+    numpy.multiply(r10, hop_net_tree_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r23)
+    numpy.add(r23, alpha_ring_ll128_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.subtract(nodes, 0.5, out=r21)
+    numpy.divide(1.0, r15, out=r22)
+    numpy.copyto(r22, r12, where=m1)
+    numpy.multiply(r21, r22, out=r21)
+    numpy.multiply(r21, r16, out=r21)
+    numpy.multiply(r10, hop_net_tree_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r23)
+    numpy.add(r23, alpha_ring_simple_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
+    numpy.subtract(ranks_per_node, 0.5, out=r22)
+    numpy.multiply(r22, r12, out=r22)
+    numpy.multiply(r22, r14, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.multiply(r4, 0.92, out=r23)
+    numpy.minimum(r23, r11, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
+    numpy.multiply(r4, 0.5, out=r23)
+    numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(out, r18, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_all_gather_stage_time_s.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_time_s_block,
+    reals=24,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t"),
+    passed=("inv0", "inv1", "inv3", "inv4", "inv5"),
+    invariants=_tp_all_gather_stage_time_s_invariants,
+    widened=("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s", "s"),
+    quiet=True,
+)
 
 
 def tp_reduce_scatter_stage_calls_count(*, m, sp, t):
@@ -1302,16 +1653,33 @@ def tp_reduce_scatter_stage_calls_count(*, m, sp, t):
         reals=1,
         masks=0,
     )
-    for out, r0, m, sp, t in call.blocks():
-        # out = 4*m*numpy.minimum(1, sp - 1)*numpy.minimum(1, t - 1)
-        numpy.subtract(sp, 1.0, out=out)
-        numpy.minimum(out, 1.0, out=out)
-        numpy.subtract(t, 1.0, out=r0)
-        numpy.minimum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _tp_reduce_scatter_stage_calls_count_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_calls_count_block(out, r0, m, sp, t):
+    """tp_reduce_scatter_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*numpy.minimum(1, sp - 1)*numpy.minimum(1, t - 1)
+    numpy.subtract(sp, 1.0, out=out)
+    numpy.minimum(out, 1.0, out=out)
+    numpy.subtract(t, 1.0, out=r0)
+    numpy.minimum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_reduce_scatter_stage_calls_count.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_calls_count_block,
+    reals=1,
+    masks=0,
+    arguments=("m", "sp", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_reduce_scatter_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
@@ -1344,12 +1712,7 @@ def tp_reduce_scatter_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = b*bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_reduce_scatter_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_reduce_scatter_stage_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -1357,11 +1720,38 @@ def tp_reduce_scatter_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_reduce_scatter_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_msg_bytes_invariants(bytes_compute, h, s):
+    """What tp_reduce_scatter_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_reduce_scatter_stage_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
+    """tp_reduce_scatter_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_reduce_scatter_stage_msg_bytes.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_reduce_scatter_stage_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_reduce_scatter_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
@@ -1398,12 +1788,7 @@ def tp_reduce_scatter_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
         tmp0 = t - 1
         out = 4*b*bytes_compute*h*m*s*tmp0*xp.minimum(1, tmp0)*xp.minimum(1, sp - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, m, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 4*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 4*bytes_compute*h*s
+    (inv0,) = _tp_reduce_scatter_stage_step_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_reduce_scatter_stage_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t", "inv0"),
@@ -1411,21 +1796,48 @@ def tp_reduce_scatter_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
         reals=2,
         masks=0,
     )
-    for out, r0, r1, b, bytes_compute, cp, h, m, s, sp, t, inv0 in call.blocks():
-        # tmp0 = t - 1 -> r0
-        numpy.subtract(t, 1.0, out=r0)
-        # out = b*inv0*m*tmp0*numpy.minimum(1, tmp0)*numpy.minimum(1, sp - 1)/(cp*t)
-        numpy.minimum(1.0, r0, out=out)
-        numpy.subtract(sp, 1.0, out=r1)
-        numpy.minimum(r1, 1.0, out=r1)
-        numpy.multiply(out, r1, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(cp, t, out=r1)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _tp_reduce_scatter_stage_step_bytes_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_step_bytes_invariants(bytes_compute, h, s):
+    """What tp_reduce_scatter_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 4*bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_reduce_scatter_stage_step_bytes_block(out, r0, r1, b, bytes_compute, cp, h, m, s, sp, t, inv0):
+    """tp_reduce_scatter_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = t - 1 -> r0
+    numpy.subtract(t, 1.0, out=r0)
+    # out = b*inv0*m*tmp0*numpy.minimum(1, tmp0)*numpy.minimum(1, sp - 1)/(cp*t)
+    numpy.minimum(1.0, r0, out=out)
+    numpy.subtract(sp, 1.0, out=r1)
+    numpy.minimum(r1, 1.0, out=r1)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+tp_reduce_scatter_stage_step_bytes.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_step_bytes_block,
+    reals=2,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
+    passed=("inv0",),
+    invariants=_tp_reduce_scatter_stage_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t):
@@ -1569,22 +1981,7 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = bytes_compute*h*s
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.greater(nvls, 0)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_reduce_scatter_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s))
-            inv0 = bytes_compute*h*s
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = numpy.greater(nvls, 0)
-            inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1, inv3, inv4, inv5) = _tp_reduce_scatter_stage_time_s_invariants(bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s)
         call = _runtime.Call(
             "tp_reduce_scatter_stage_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t", "inv0", "inv1", "inv3", "inv4", "inv5"),
@@ -1592,215 +1989,249 @@ def tp_reduce_scatter_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha
             reals=24,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv3, inv4, inv5 in call.blocks():
-            # inv2_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = t - 1 -> r0
-            numpy.subtract(t, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = b*inv0/cp -> r2
-            numpy.multiply(inv0, b, out=r2)
-            numpy.divide(r2, cp, out=r2)
-            # tmp3 = tmp2/t -> r3
-            numpy.divide(r2, t, out=r3)
-            # tmp4 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
-            # tmp7 = numpy.minimum(tmp5, tmp6) -> r6
-            numpy.minimum(r4, r5, out=r6)
-            # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
-            numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m1)
-            # tmp9 = tmp0*tmp3 -> r8
-            numpy.multiply(r0, r3, out=r8)
-            # tmp10 = -nodes + t -> r9
-            numpy.subtract(t, nodes, out=r9)
-            # tmp11 = nodes - 1 -> r10
-            numpy.subtract(nodes, 1.0, out=r10)
-            # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
-            # tmp14 = inv1/ring_channels -> r12
-            numpy.divide(inv1, ring_channels, out=r12)
-            # tmp15 = ranks_per_node - 1 -> r13
-            numpy.subtract(ranks_per_node, 1.0, out=r13)
-            # tmp17 = tmp2/ranks_per_node -> r14
-            numpy.divide(r2, ranks_per_node, out=r14)
-            # tmp18 = tmp15*tmp17 -> r2
-            numpy.multiply(r13, r14, out=r2)
-            # tmp19 = numpy.minimum(tmp5, tmp6/ranks_per_node) -> r15
-            numpy.divide(r5, ranks_per_node, out=r15)
-            numpy.minimum(r15, r4, out=r15)
-            # tmp20 = numpy.where(tmp4, tmp5, tmp19) -> r5
-            numpy.copyto(r5, r15)
-            numpy.copyto(r5, r4, where=m1)
-            # tmp21 = tmp17/nodes -> r16
-            numpy.divide(r14, nodes, out=r16)
-            # tmp22 = tmp11*tmp21 -> r17
-            numpy.multiply(r10, r16, out=r17)
-            # out = 4*m*numpy.minimum(1, tmp0)*numpy.minimum(1, sp -
-            #     1)*numpy.minimum(numpy.where(numpy.logical_and(inv2_mask, numpy.logical_and(tmp4,
-            #     numpy.greater(t, 1))), hop_nvlink_nvls_s +
-            #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(t*t))), numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp8) + numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0,
-            #     alpha_ring_ll_s + inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s,
-            #     hop_net_ring_ll_s)), numpy.minimum(tmp9/numpy.minimum(tmp13, 0.92*tmp8) +
-            #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0,
-            #     alpha_ring_ll128_s + inv4*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(tmp3*(t - 0.5)*numpy.where(tmp4, tmp14,
-            #     1/tmp7) + numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0,
-            #     alpha_ring_simple_s + inv5*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_simple_s,
-            #     hop_net_ring_simple_s)), numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp11), numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) +
-            #     numpy.where(tmp4, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp11), tmp21*(nodes -
-            #     0.5)*numpy.where(tmp4, tmp14, 1/tmp19) + numpy.where(tmp4, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp11, alpha_ring_simple_s +
-            #     hop_net_tree_simple_s*tmp11))) + numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp15 + tmp14*tmp17*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 +
-            #     tmp18/numpy.minimum(tmp13, 0.92*tmp5), alpha_ring_ll_s +
-            #     hop_nvlink_ring_ll_s*tmp15 + tmp18/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp5))), numpy.inf)))))
-            numpy.minimum(1.0, r0, out=out)
-            numpy.subtract(sp, 1.0, out=r18)
-            numpy.minimum(r18, 1.0, out=r18)
-            numpy.multiply(out, r18, out=out)
-            numpy.copyto(r18, numpy.inf)
-            numpy.greater(t, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(r0, r0, out=r19)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, nvls_efficiency, out=r19)
-            numpy.multiply(t, t, out=r20)
-            numpy.divide(r19, r20, out=r19)
-            numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
-            numpy.minimum(r19, r1, out=r19)
-            numpy.divide(r3, r19, out=r19)
-            numpy.add(r19, hop_nvlink_nvls_s, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(r7, 0.5, out=r19)
-            numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
-            numpy.divide(r8, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv3, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll_s)
-                numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(r7, 0.92, out=r19)
-            numpy.minimum(r19, r11, out=r19)
-            numpy.divide(r8, r19, out=r19)
-            if not m1.all():
-                numpy.multiply(inv4, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_ll128_s)
-                numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
-            numpy.add(r21, alpha_ring_ll128_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.subtract(t, 0.5, out=r19)
-            numpy.divide(1.0, r6, out=r20)
-            numpy.copyto(r20, r12, where=m1)
-            numpy.multiply(r19, r20, out=r19)
-            numpy.multiply(r19, r3, out=r19)
-            if not m1.all():
-                numpy.multiply(inv5, r9, out=r20)
-                numpy.copyto(r21, hop_net_ring_simple_s)
-                numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r21, r10, out=r21)
-                numpy.add(r20, r21, out=r20)
-                numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.copyto(r20, r21, where=m1)
-            numpy.add(r19, r20, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.copyto(r19, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r5, 0.5, out=r20)
-            numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
-            numpy.divide(r17, r20, out=r20)
-            numpy.multiply(r10, hop_net_tree_ll_s, out=r21)
-            numpy.add(r21, alpha_ring_ll_s, out=r21)
-            numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.copyto(r21, r22, where=m1)
-            numpy.add(r20, r21, out=r20)
-            numpy.multiply(r5, 0.92, out=r21)
-            numpy.minimum(r21, r11, out=r21)
-            numpy.divide(r17, r21, out=r21)
-            numpy.multiply(r10, hop_net_tree_ll128_s, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r23)
-            numpy.add(r23, alpha_ring_ll128_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.subtract(nodes, 0.5, out=r21)
-            numpy.divide(1.0, r15, out=r22)
-            numpy.copyto(r22, r12, where=m1)
-            numpy.multiply(r21, r22, out=r21)
-            numpy.multiply(r21, r16, out=r21)
-            numpy.multiply(r10, hop_net_tree_simple_s, out=r22)
-            numpy.add(r22, alpha_ring_simple_s, out=r22)
-            numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r23)
-            numpy.add(r23, alpha_ring_simple_s, out=r23)
-            numpy.copyto(r22, r23, where=m1)
-            numpy.add(r21, r22, out=r21)
-            numpy.minimum(r20, r21, out=r20)
-            numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
-            numpy.subtract(ranks_per_node, 0.5, out=r22)
-            numpy.multiply(r22, r12, out=r22)
-            numpy.multiply(r22, r14, out=r22)
-            numpy.add(r21, r22, out=r21)
-            numpy.add(r21, alpha_ring_simple_s, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
-            numpy.multiply(r4, 0.92, out=r23)
-            numpy.minimum(r23, r11, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll128_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
-            numpy.multiply(r4, 0.5, out=r23)
-            numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
-            numpy.divide(r2, r23, out=r23)
-            numpy.add(r22, r23, out=r22)
-            numpy.add(r22, alpha_ring_ll_s, out=r22)
-            numpy.minimum(r21, r22, out=r21)
-            numpy.add(r20, r21, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.multiply(out, r18, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _tp_reduce_scatter_stage_time_s_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_time_s_invariants(bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s):
+    """What tp_reduce_scatter_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.greater(nvls, 0)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_reduce_scatter_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, ring_channel_bw_bytes_per_s, s))
+        inv0 = bytes_compute*h*s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = numpy.greater(nvls, 0)
+        inv3 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv4 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv5 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1, inv3, inv4, inv5)
+
+
+def _tp_reduce_scatter_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, inv0, inv1, inv3, inv4, inv5):
+    """tp_reduce_scatter_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv2_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = t - 1 -> r0
+    numpy.subtract(t, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = b*inv0/cp -> r2
+    numpy.multiply(inv0, b, out=r2)
+    numpy.divide(r2, cp, out=r2)
+    # tmp3 = tmp2/t -> r3
+    numpy.divide(r2, t, out=r3)
+    # tmp4 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
+    # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
+    # tmp7 = numpy.minimum(tmp5, tmp6) -> r6
+    numpy.minimum(r4, r5, out=r6)
+    # tmp8 = numpy.where(tmp4, tmp5, tmp7) -> r7
+    numpy.copyto(r7, r6)
+    numpy.copyto(r7, r4, where=m1)
+    # tmp9 = tmp0*tmp3 -> r8
+    numpy.multiply(r0, r3, out=r8)
+    # tmp10 = -nodes + t -> r9
+    numpy.subtract(t, nodes, out=r9)
+    # tmp11 = nodes - 1 -> r10
+    numpy.subtract(nodes, 1.0, out=r10)
+    # tmp12 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp13 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r11
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r11)
+    # tmp14 = inv1/ring_channels -> r12
+    numpy.divide(inv1, ring_channels, out=r12)
+    # tmp15 = ranks_per_node - 1 -> r13
+    numpy.subtract(ranks_per_node, 1.0, out=r13)
+    # tmp17 = tmp2/ranks_per_node -> r14
+    numpy.divide(r2, ranks_per_node, out=r14)
+    # tmp18 = tmp15*tmp17 -> r2
+    numpy.multiply(r13, r14, out=r2)
+    # tmp19 = numpy.minimum(tmp5, tmp6/ranks_per_node) -> r15
+    numpy.divide(r5, ranks_per_node, out=r15)
+    numpy.minimum(r15, r4, out=r15)
+    # tmp20 = numpy.where(tmp4, tmp5, tmp19) -> r5
+    numpy.copyto(r5, r15)
+    numpy.copyto(r5, r4, where=m1)
+    # tmp21 = tmp17/nodes -> r16
+    numpy.divide(r14, nodes, out=r16)
+    # tmp22 = tmp11*tmp21 -> r17
+    numpy.multiply(r10, r16, out=r17)
+    # out = 4*m*numpy.minimum(1, tmp0)*numpy.minimum(1, sp -
+    #     1)*numpy.minimum(numpy.where(numpy.logical_and(inv2_mask, numpy.logical_and(tmp4,
+    #     numpy.greater(t, 1))), hop_nvlink_nvls_s +
+    #     tmp3/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp1)/(t*t))),
+    #     numpy.inf), numpy.minimum(tmp9/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) +
+    #     numpy.where(tmp4, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s +
+    #     inv3*tmp10 + tmp11*numpy.where(tmp12, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(tmp9/numpy.minimum(tmp13, 0.92*tmp8) + numpy.where(tmp4, alpha_ring_ll128_s
+    #     + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv4*tmp10 + tmp11*numpy.where(tmp12,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)), numpy.minimum(tmp3*(t -
+    #     0.5)*numpy.where(tmp4, tmp14, 1/tmp7) + numpy.where(tmp4, alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv5*tmp10 + tmp11*numpy.where(tmp12,
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s)),
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     numpy.minimum(tmp22/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp11, alpha_ring_ll_s + hop_net_tree_ll_s*tmp11),
+    #     numpy.minimum(tmp22/numpy.minimum(tmp13, 0.92*tmp20) + numpy.where(tmp4,
+    #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp11, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp11), tmp21*(nodes - 0.5)*numpy.where(tmp4, tmp14, 1/tmp19) +
+    #     numpy.where(tmp4, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp11,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp11))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp15 + tmp14*tmp17*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15 +
+    #     tmp18/numpy.minimum(tmp13, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15 +
+    #     tmp18/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), numpy.inf)))))
+    numpy.minimum(1.0, r0, out=out)
+    numpy.subtract(sp, 1.0, out=r18)
+    numpy.minimum(r18, 1.0, out=r18)
+    numpy.multiply(out, r18, out=out)
+    numpy.copyto(r18, numpy.inf)
+    numpy.greater(t, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(r0, r0, out=r19)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r20)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, nvls_efficiency, out=r19)
+    numpy.multiply(t, t, out=r20)
+    numpy.divide(r19, r20, out=r19)
+    numpy.minimum(r19, nvls_channel_max_bw_bytes_per_s, out=r19)
+    numpy.minimum(r19, r1, out=r19)
+    numpy.divide(r3, r19, out=r19)
+    numpy.add(r19, hop_nvlink_nvls_s, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(r7, 0.5, out=r19)
+    numpy.minimum(r19, ll_max_bw_bytes_per_s, out=r19)
+    numpy.divide(r8, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv3, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll_s)
+        numpy.copyto(r21, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(r7, 0.92, out=r19)
+    numpy.minimum(r19, r11, out=r19)
+    numpy.divide(r8, r19, out=r19)
+    if not m1.all():
+        numpy.multiply(inv4, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_ll128_s)
+        numpy.copyto(r21, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r21)
+    numpy.add(r21, alpha_ring_ll128_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.subtract(t, 0.5, out=r19)
+    numpy.divide(1.0, r6, out=r20)
+    numpy.copyto(r20, r12, where=m1)
+    numpy.multiply(r19, r20, out=r19)
+    numpy.multiply(r19, r3, out=r19)
+    if not m1.all():
+        numpy.multiply(inv5, r9, out=r20)
+        numpy.copyto(r21, hop_net_ring_simple_s)
+        numpy.copyto(r21, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r21, r10, out=r21)
+        numpy.add(r20, r21, out=r20)
+        numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.copyto(r20, r21, where=m1)
+    numpy.add(r19, r20, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.copyto(r19, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r5, 0.5, out=r20)
+    numpy.minimum(r20, ll_max_bw_bytes_per_s, out=r20)
+    numpy.divide(r17, r20, out=r20)
+    numpy.multiply(r10, hop_net_tree_ll_s, out=r21)
+    numpy.add(r21, alpha_ring_ll_s, out=r21)
+    numpy.multiply(r10, hop_nvlink_ring_ll_s, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.copyto(r21, r22, where=m1)
+    numpy.add(r20, r21, out=r20)
+    numpy.multiply(r5, 0.92, out=r21)
+    numpy.minimum(r21, r11, out=r21)
+    numpy.divide(r17, r21, out=r21)
+    numpy.multiply(r10, hop_net_tree_ll128_s, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.multiply(r10, hop_nvlink_ring_ll128_s, out=r23)
+    numpy.add(r23, alpha_ring_ll128_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.subtract(nodes, 0.5, out=r21)
+    numpy.divide(1.0, r15, out=r22)
+    numpy.copyto(r22, r12, where=m1)
+    numpy.multiply(r21, r22, out=r21)
+    numpy.multiply(r21, r16, out=r21)
+    numpy.multiply(r10, hop_net_tree_simple_s, out=r22)
+    numpy.add(r22, alpha_ring_simple_s, out=r22)
+    numpy.multiply(r10, hop_nvlink_ring_simple_s, out=r23)
+    numpy.add(r23, alpha_ring_simple_s, out=r23)
+    numpy.copyto(r22, r23, where=m1)
+    numpy.add(r21, r22, out=r21)
+    numpy.minimum(r20, r21, out=r20)
+    numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r21)
+    numpy.subtract(ranks_per_node, 0.5, out=r22)
+    numpy.multiply(r22, r12, out=r22)
+    numpy.multiply(r22, r14, out=r22)
+    numpy.add(r21, r22, out=r21)
+    numpy.add(r21, alpha_ring_simple_s, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r22)
+    numpy.multiply(r4, 0.92, out=r23)
+    numpy.minimum(r23, r11, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll128_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r22)
+    numpy.multiply(r4, 0.5, out=r23)
+    numpy.minimum(r23, ll_max_bw_bytes_per_s, out=r23)
+    numpy.divide(r2, r23, out=r23)
+    numpy.add(r22, r23, out=r22)
+    numpy.add(r22, alpha_ring_ll_s, out=r22)
+    numpy.minimum(r21, r22, out=r21)
+    numpy.add(r20, r21, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.multiply(out, r18, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_reduce_scatter_stage_time_s.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_time_s_block,
+    reals=24,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t"),
+    passed=("inv0", "inv1", "inv3", "inv4", "inv5"),
+    invariants=_tp_reduce_scatter_stage_time_s_invariants,
+    widened=("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "ring_channel_bw_bytes_per_s", "s"),
+    quiet=True,
+)
 
 
 def tp_all_reduce_stage_calls_count(*, m, sp, t):
@@ -1838,17 +2269,34 @@ def tp_all_reduce_stage_calls_count(*, m, sp, t):
         reals=1,
         masks=0,
     )
-    for out, r0, m, sp, t in call.blocks():
-        # out = 4*m*(1 - numpy.minimum(1, sp - 1))*numpy.minimum(1, t - 1)
-        numpy.subtract(sp, 1.0, out=r0)
-        numpy.minimum(r0, 1.0, out=r0)
-        numpy.subtract(1.0, r0, out=out)
-        numpy.subtract(t, 1.0, out=r0)
-        numpy.minimum(r0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_stage_calls_count_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_calls_count_block(out, r0, m, sp, t):
+    """tp_all_reduce_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*(1 - numpy.minimum(1, sp - 1))*numpy.minimum(1, t - 1)
+    numpy.subtract(sp, 1.0, out=r0)
+    numpy.minimum(r0, 1.0, out=r0)
+    numpy.subtract(1.0, r0, out=out)
+    numpy.subtract(t, 1.0, out=r0)
+    numpy.minimum(r0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_all_reduce_stage_calls_count.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_calls_count_block,
+    reals=1,
+    masks=0,
+    arguments=("m", "sp", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_all_reduce_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
@@ -1880,12 +2328,7 @@ def tp_all_reduce_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = b*bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_all_reduce_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_reduce_stage_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -1893,11 +2336,38 @@ def tp_all_reduce_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_msg_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_reduce_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_reduce_stage_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
+    """tp_all_reduce_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_all_reduce_stage_msg_bytes.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_all_reduce_stage_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_reduce_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
@@ -1934,12 +2404,7 @@ def tp_all_reduce_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
         tmp0 = t - 1
         out = 8*b*bytes_compute*h*m*s*tmp0*(1 - xp.minimum(1, sp - 1))*xp.minimum(1, tmp0)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, m, s, sp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 8*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 8*bytes_compute*h*s
+    (inv0,) = _tp_all_reduce_stage_step_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_reduce_stage_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t", "inv0"),
@@ -1947,22 +2412,49 @@ def tp_all_reduce_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
         reals=2,
         masks=0,
     )
-    for out, r0, r1, b, bytes_compute, cp, h, m, s, sp, t, inv0 in call.blocks():
-        # tmp0 = t - 1 -> r0
-        numpy.subtract(t, 1.0, out=r0)
-        # out = b*inv0*m*tmp0*(1 - numpy.minimum(1, sp - 1))*numpy.minimum(1, tmp0)/(cp*t)
-        numpy.subtract(sp, 1.0, out=r1)
-        numpy.minimum(r1, 1.0, out=r1)
-        numpy.subtract(1.0, r1, out=out)
-        numpy.minimum(1.0, r0, out=r1)
-        numpy.multiply(out, r1, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(cp, t, out=r1)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_stage_step_bytes_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_step_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_reduce_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 8*bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_reduce_stage_step_bytes_block(out, r0, r1, b, bytes_compute, cp, h, m, s, sp, t, inv0):
+    """tp_all_reduce_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = t - 1 -> r0
+    numpy.subtract(t, 1.0, out=r0)
+    # out = b*inv0*m*tmp0*(1 - numpy.minimum(1, sp - 1))*numpy.minimum(1, tmp0)/(cp*t)
+    numpy.subtract(sp, 1.0, out=r1)
+    numpy.minimum(r1, 1.0, out=r1)
+    numpy.subtract(1.0, r1, out=out)
+    numpy.minimum(1.0, r0, out=r1)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+tp_all_reduce_stage_step_bytes.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_step_bytes_block,
+    reals=2,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
+    passed=("inv0",),
+    invariants=_tp_all_reduce_stage_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -2164,26 +2656,7 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = bytes_compute*h*s
-            inv1 = 2/numpy.log(2)
-            inv2 = 1/ring_channel_bw_bytes_per_s
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = 2*nvls_efficiency
-            inv5 = numpy.greater(nvls, 0)
-            inv6 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv7 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_all_reduce_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s, s))
-            inv0 = bytes_compute*h*s
-            inv1 = 2/numpy.log(2)
-            inv2 = 1/ring_channel_bw_bytes_per_s
-            inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-            inv4 = 2*nvls_efficiency
-            inv5 = numpy.greater(nvls, 0)
-            inv6 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-            inv7 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1, inv2, inv3, inv4, inv6, inv7) = _tp_all_reduce_stage_time_s_invariants(bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s, s)
         call = _runtime.Call(
             "tp_all_reduce_stage_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1", "inv2", "inv3", "inv4", "inv6", "inv7"),
@@ -2191,291 +2664,329 @@ def tp_all_reduce_stage_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_rin
             reals=41,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, r40, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv6, inv7 in call.blocks():
-            # inv5_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = t - 1 -> r0
-            numpy.subtract(t, 1.0, out=r0)
-            # tmp1 = ranks_per_node - 1 -> r1
-            numpy.subtract(ranks_per_node, 1.0, out=r1)
-            # tmp2 = 2*tmp1 -> r2
-            numpy.multiply(r1, 2.0, out=r2)
-            # tmp3 = ring_channels*tree_channel_max_bw_bytes_per_s -> r3
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r4
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp5 = numpy.less(nodes, 2) -> m1
-            numpy.less(nodes, 2.0, out=m1)
-            # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
-            # tmp7 = numpy.minimum(tmp4, tmp6) -> r6
-            numpy.minimum(r4, r5, out=r6)
-            # tmp8 = numpy.where(tmp5, tmp4, tmp7) -> r7
-            numpy.copyto(r7, r6)
-            numpy.copyto(r7, r4, where=m1)
-            # tmp9 = 0.92*tmp8 -> r8
-            numpy.multiply(r7, 0.92, out=r8)
-            # tmp10 = numpy.minimum(tmp3, tmp9) -> r9
-            numpy.minimum(r3, r8, out=r9)
-            # tmp11 = b*inv0/cp -> r10
-            numpy.multiply(inv0, b, out=r10)
-            numpy.divide(r10, cp, out=r10)
-            # tmp12 = 2*tmp11 -> r11
-            numpy.multiply(r10, 2.0, out=r11)
-            # tmp13 = inv1*numpy.log(nodes) -> r12
-            numpy.log(nodes, out=r12)
-            numpy.multiply(r12, inv1, out=r12)
-            # tmp14 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp13 -> r13
-            numpy.multiply(r12, hop_net_tree_simple_s, out=r13)
-            numpy.add(r13, alpha_tree_simple_s, out=r13)
-            # tmp15 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp13 -> r14
-            numpy.multiply(r12, hop_net_tree_ll_s, out=r14)
-            numpy.add(r14, alpha_tree_ll_s, out=r14)
-            # tmp16 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r15
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r15)
-            # tmp17 = numpy.where(tmp5, 0.7777777777777778, 0.9375) -> r16
-            numpy.copyto(r16, 0.9375)
-            numpy.copyto(r16, 0.7777777777777778, where=m1)
-            # tmp18 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp13 -> r17
-            numpy.multiply(r12, hop_net_tree_ll128_s, out=r17)
-            numpy.add(r17, alpha_tree_ll128_s, out=r17)
-            # tmp19 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r12
-            numpy.maximum(1.0, r0, out=r12)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r12, out=r12)
-            # tmp21 = 2*t -> r18
-            numpy.multiply(t, 2.0, out=r18)
-            # tmp22 = tmp21 - 2 -> r19
-            numpy.subtract(r18, 2.0, out=r19)
-            # tmp23 = tmp11*tmp22 -> r20
-            numpy.multiply(r10, r19, out=r20)
-            # tmp24 = tmp23/t -> r21
-            numpy.divide(r20, t, out=r21)
-            # tmp25 = 2*nodes -> r22
-            numpy.multiply(nodes, 2.0, out=r22)
-            # tmp26 = 2*t - tmp25 -> r23
-            numpy.multiply(t, 2.0, out=r23)
-            numpy.subtract(r23, r22, out=r23)
-            # tmp27 = tmp25 - 2 -> r24
-            numpy.subtract(r22, 2.0, out=r24)
-            # tmp28 = numpy.equal(ranks_per_node, 1) -> m2
-            numpy.equal(ranks_per_node, 1.0, out=m2)
-            # tmp29 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r25
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r25)
-            # tmp30 = inv2/ring_channels -> r26
-            numpy.divide(inv2, ring_channels, out=r26)
-            # tmp32 = tmp11/ranks_per_node -> r27
-            numpy.divide(r10, ranks_per_node, out=r27)
-            # tmp33 = tmp1*tmp32 -> r28
-            numpy.multiply(r1, r27, out=r28)
-            # tmp34 = numpy.minimum(tmp4, tmp6/ranks_per_node) -> r29
-            numpy.divide(r5, ranks_per_node, out=r29)
-            numpy.minimum(r29, r4, out=r29)
-            # tmp35 = numpy.where(tmp5, tmp4, tmp34) -> r5
-            numpy.copyto(r5, r29)
-            numpy.copyto(r5, r4, where=m1)
-            # tmp36 = 0.92*tmp35 -> r30
-            numpy.multiply(r5, 0.92, out=r30)
-            # tmp37 = numpy.minimum(tmp3, tmp36) -> r31
-            numpy.minimum(r3, r30, out=r31)
-            # tmp38 = tmp12/ranks_per_node -> r3
-            numpy.divide(r11, ranks_per_node, out=r3)
-            # tmp39 = tmp32/nodes -> r32
-            numpy.divide(r27, nodes, out=r32)
-            # tmp40 = tmp27*tmp39 -> r33
-            numpy.multiply(r24, r32, out=r33)
-            # out = 4*m*(1 - numpy.minimum(1, sp - 1))*numpy.minimum(1,
-            #     tmp0)*numpy.minimum(hop_nvlink_tree_simple_s*tmp2 + tmp14 + tmp12/tmp10,
-            #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp2 + tmp12/numpy.minimum(tmp16,
-            #     tmp10*tmp17) + tmp18, numpy.minimum(hop_nvlink_tree_ll_s*tmp2 +
-            #     tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp10) + tmp15,
-            #     numpy.minimum(tmp24/numpy.minimum(tmp29, tmp9) + numpy.where(tmp5,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp22, alpha_ring_ll128_s +
-            #     inv3*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s)), numpy.minimum(numpy.where(numpy.logical_and(inv5_mask,
-            #     numpy.logical_and(tmp5, numpy.greater(t, 1))), hop_nvlink_nvls_s +
-            #     tmp23/((t*t)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp19,
-            #     inv4*tmp0*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp19)/t))), numpy.inf),
-            #     numpy.minimum(tmp24/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) +
-            #     numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22, alpha_ring_ll_s +
-            #     inv6*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_ll_s, hop_net_ring_ll_s)),
-            #     numpy.minimum(numpy.where(tmp5, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp22, alpha_ring_simple_s + inv7*tmp26 +
-            #     tmp27*numpy.where(tmp28, hop_net_tree_simple_s, hop_net_ring_simple_s)) +
-            #     tmp11*(tmp21 - 1.5)*numpy.where(tmp5, tmp30, 1/tmp7)/t,
-            #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp1 + tmp30*tmp32*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp1 +
-            #     tmp33/numpy.minimum(tmp29, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp1
-            #     + tmp33/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) + numpy.minimum(tmp14 +
-            #     tmp38/tmp37, numpy.minimum(tmp15 + tmp38/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*tmp37), numpy.minimum(tmp18 + tmp38/numpy.minimum(tmp16,
-            #     tmp17*tmp37), numpy.minimum(tmp40/numpy.minimum(tmp29, tmp36) + numpy.where(tmp5,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp27, alpha_ring_ll128_s +
-            #     hop_net_tree_ll128_s*tmp27),
-            #     numpy.minimum(tmp40/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp35) +
-            #     numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp27, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp27), tmp39*(tmp25 - 1.5)*numpy.where(tmp5, tmp30, 1/tmp34) +
-            #     numpy.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp27,
-            #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp27)))))), numpy.inf))))))))
-            numpy.subtract(sp, 1.0, out=r34)
-            numpy.minimum(r34, 1.0, out=r34)
-            numpy.subtract(1.0, r34, out=out)
-            numpy.minimum(1.0, r0, out=r34)
-            numpy.multiply(out, r34, out=out)
-            numpy.divide(r11, r9, out=r34)
-            numpy.multiply(r2, hop_nvlink_tree_simple_s, out=r35)
-            numpy.add(r34, r35, out=r34)
-            numpy.add(r34, r13, out=r34)
-            numpy.multiply(r9, r16, out=r35)
-            numpy.minimum(r35, r15, out=r35)
-            numpy.divide(r11, r35, out=r35)
-            numpy.multiply(r2, hop_nvlink_tree_ll128_s, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.add(r35, r17, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.multiply(r9, 0.2631578947368421, out=r35)
-            numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
-            numpy.divide(r11, r35, out=r35)
-            numpy.multiply(r2, hop_nvlink_tree_ll_s, out=r36)
-            numpy.add(r35, r36, out=r35)
-            numpy.add(r35, r14, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.minimum(r25, r8, out=r35)
-            numpy.divide(r21, r35, out=r35)
-            if not m1.all():
-                numpy.multiply(inv3, r23, out=r36)
-                numpy.copyto(r37, hop_net_ring_ll128_s)
-                numpy.copyto(r37, hop_net_tree_ll128_s, where=m2)
-                numpy.multiply(r37, r24, out=r37)
-                numpy.add(r36, r37, out=r36)
-                numpy.add(r36, alpha_ring_ll128_s, out=r36)
-            numpy.multiply(r19, hop_nvlink_ring_ll128_s, out=r37)
-            numpy.add(r37, alpha_ring_ll128_s, out=r37)
-            numpy.copyto(r36, r37, where=m1)
-            numpy.add(r35, r36, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.copyto(r35, numpy.inf)
-            numpy.greater(t, 1.0, out=m3)
-            numpy.logical_and(m3, m0, out=m3)
-            numpy.logical_and(m3, m1, out=m3)
-            numpy.multiply(t, t, out=r36)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r12, out=r37)
-            numpy.multiply(r37, inv4, out=r37)
-            numpy.multiply(r37, r0, out=r37)
-            numpy.divide(r37, t, out=r37)
-            numpy.minimum(r37, nvls_channel_max_bw_bytes_per_s, out=r37)
-            numpy.minimum(r37, r12, out=r37)
-            numpy.multiply(r36, r37, out=r36)
-            numpy.divide(r20, r36, out=r36)
-            numpy.add(r36, hop_nvlink_nvls_s, out=r36)
-            numpy.copyto(r35, r36, where=m3)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.multiply(r7, 0.5, out=r35)
-            numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
-            numpy.divide(r21, r35, out=r35)
-            if not m1.all():
-                numpy.multiply(inv6, r23, out=r36)
-                numpy.copyto(r37, hop_net_ring_ll_s)
-                numpy.copyto(r37, hop_net_tree_ll_s, where=m2)
-                numpy.multiply(r37, r24, out=r37)
-                numpy.add(r36, r37, out=r36)
-                numpy.add(r36, alpha_ring_ll_s, out=r36)
-            numpy.multiply(r19, hop_nvlink_ring_ll_s, out=r37)
-            numpy.add(r37, alpha_ring_ll_s, out=r37)
-            numpy.copyto(r36, r37, where=m1)
-            numpy.add(r35, r36, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.subtract(r18, 1.5, out=r35)
-            numpy.divide(1.0, r6, out=r36)
-            numpy.copyto(r36, r26, where=m1)
-            numpy.multiply(r35, r36, out=r35)
-            numpy.multiply(r35, r10, out=r35)
-            numpy.divide(r35, t, out=r35)
-            if not m1.all():
-                numpy.multiply(inv7, r23, out=r36)
-                numpy.copyto(r37, hop_net_ring_simple_s)
-                numpy.copyto(r37, hop_net_tree_simple_s, where=m2)
-                numpy.multiply(r37, r24, out=r37)
-                numpy.add(r36, r37, out=r36)
-                numpy.add(r36, alpha_ring_simple_s, out=r36)
-            numpy.multiply(r19, hop_nvlink_ring_simple_s, out=r37)
-            numpy.add(r37, alpha_ring_simple_s, out=r37)
-            numpy.copyto(r36, r37, where=m1)
-            numpy.add(r35, r36, out=r35)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.copyto(r35, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m3)
-            numpy.greater(ranks_per_node, 1.0, out=m4)
-            numpy.logical_and(m3, m4, out=m3)
-            numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r36)
-            numpy.subtract(ranks_per_node, 0.5, out=r37)
-            numpy.multiply(r37, r26, out=r37)
-            numpy.multiply(r37, r27, out=r37)
-            numpy.add(r36, r37, out=r36)
-            numpy.add(r36, alpha_ring_simple_s, out=r36)
-            numpy.multiply(r1, hop_nvlink_ring_ll128_s, out=r37)
-            numpy.multiply(r4, 0.92, out=r38)
-            numpy.minimum(r38, r25, out=r38)
-            numpy.divide(r28, r38, out=r38)
-            numpy.add(r37, r38, out=r37)
-            numpy.add(r37, alpha_ring_ll128_s, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.multiply(r1, hop_nvlink_ring_ll_s, out=r37)
-            numpy.multiply(r4, 0.5, out=r38)
-            numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
-            numpy.divide(r28, r38, out=r38)
-            numpy.add(r37, r38, out=r37)
-            numpy.add(r37, alpha_ring_ll_s, out=r37)
-            numpy.minimum(r36, r37, out=r36)
-            numpy.multiply(r36, 2.0, out=r36)
-            numpy.divide(r3, r31, out=r37)
-            numpy.add(r37, r13, out=r37)
-            numpy.multiply(r31, 0.2631578947368421, out=r38)
-            numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
-            numpy.divide(r3, r38, out=r38)
-            numpy.add(r38, r14, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.multiply(r16, r31, out=r38)
-            numpy.minimum(r38, r15, out=r38)
-            numpy.divide(r3, r38, out=r38)
-            numpy.add(r38, r17, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.minimum(r25, r30, out=r38)
-            numpy.divide(r33, r38, out=r38)
-            numpy.multiply(r24, hop_net_tree_ll128_s, out=r39)
-            numpy.add(r39, alpha_ring_ll128_s, out=r39)
-            numpy.multiply(r24, hop_nvlink_ring_ll128_s, out=r40)
-            numpy.add(r40, alpha_ring_ll128_s, out=r40)
-            numpy.copyto(r39, r40, where=m1)
-            numpy.add(r38, r39, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.multiply(r5, 0.5, out=r38)
-            numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
-            numpy.divide(r33, r38, out=r38)
-            numpy.multiply(r24, hop_net_tree_ll_s, out=r39)
-            numpy.add(r39, alpha_ring_ll_s, out=r39)
-            numpy.multiply(r24, hop_nvlink_ring_ll_s, out=r40)
-            numpy.add(r40, alpha_ring_ll_s, out=r40)
-            numpy.copyto(r39, r40, where=m1)
-            numpy.add(r38, r39, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.subtract(r22, 1.5, out=r38)
-            numpy.divide(1.0, r29, out=r39)
-            numpy.copyto(r39, r26, where=m1)
-            numpy.multiply(r38, r39, out=r38)
-            numpy.multiply(r38, r32, out=r38)
-            numpy.multiply(r24, hop_net_tree_simple_s, out=r39)
-            numpy.add(r39, alpha_ring_simple_s, out=r39)
-            numpy.multiply(r24, hop_nvlink_ring_simple_s, out=r40)
-            numpy.add(r40, alpha_ring_simple_s, out=r40)
-            numpy.copyto(r39, r40, where=m1)
-            numpy.add(r38, r39, out=r38)
-            numpy.minimum(r37, r38, out=r37)
-            numpy.add(r36, r37, out=r36)
-            numpy.copyto(r35, r36, where=m3)
-            numpy.minimum(r34, r35, out=r34)
-            numpy.multiply(out, r34, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _tp_all_reduce_stage_time_s_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_time_s_invariants(bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s, s):
+    """What tp_all_reduce_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+        inv1 = 2/numpy.log(2)
+        inv2 = 1/ring_channel_bw_bytes_per_s
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = 2*nvls_efficiency
+        inv5 = numpy.greater(nvls, 0)
+        inv6 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv7 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s, s) = _runtime.reals("tp_all_reduce_stage_time_s", ("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s", "s"), (bytes_compute, h, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, net_overhead_s, nvls, nvls_efficiency, ring_channel_bw_bytes_per_s, s))
+        inv0 = bytes_compute*h*s
+        inv1 = 2/numpy.log(2)
+        inv2 = 1/ring_channel_bw_bytes_per_s
+        inv3 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        inv4 = 2*nvls_efficiency
+        inv5 = numpy.greater(nvls, 0)
+        inv6 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        inv7 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1, inv2, inv3, inv4, inv6, inv7)
+
+
+def _tp_all_reduce_stage_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23, r24, r25, r26, r27, r28, r29, r30, r31, r32, r33, r34, r35, r36, r37, r38, r39, r40, m0, m1, m2, m3, m4, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, b, bytes_compute, cp, h, hop_net_ring_ll128_s, hop_net_ring_ll_s, hop_net_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_nvls_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll128_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, m, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, s, sp, t, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1, inv2, inv3, inv4, inv6, inv7):
+    """tp_all_reduce_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv5_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = t - 1 -> r0
+    numpy.subtract(t, 1.0, out=r0)
+    # tmp1 = ranks_per_node - 1 -> r1
+    numpy.subtract(ranks_per_node, 1.0, out=r1)
+    # tmp2 = 2*tmp1 -> r2
+    numpy.multiply(r1, 2.0, out=r2)
+    # tmp3 = ring_channels*tree_channel_max_bw_bytes_per_s -> r3
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r4
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
+    # tmp5 = numpy.less(nodes, 2) -> m1
+    numpy.less(nodes, 2.0, out=m1)
+    # tmp6 = nic_bw_bytes_per_s*nics_used -> r5
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
+    # tmp7 = numpy.minimum(tmp4, tmp6) -> r6
+    numpy.minimum(r4, r5, out=r6)
+    # tmp8 = numpy.where(tmp5, tmp4, tmp7) -> r7
+    numpy.copyto(r7, r6)
+    numpy.copyto(r7, r4, where=m1)
+    # tmp9 = 0.92*tmp8 -> r8
+    numpy.multiply(r7, 0.92, out=r8)
+    # tmp10 = numpy.minimum(tmp3, tmp9) -> r9
+    numpy.minimum(r3, r8, out=r9)
+    # tmp11 = b*inv0/cp -> r10
+    numpy.multiply(inv0, b, out=r10)
+    numpy.divide(r10, cp, out=r10)
+    # tmp12 = 2*tmp11 -> r11
+    numpy.multiply(r10, 2.0, out=r11)
+    # tmp13 = inv1*numpy.log(nodes) -> r12
+    numpy.log(nodes, out=r12)
+    numpy.multiply(r12, inv1, out=r12)
+    # tmp14 = alpha_tree_simple_s + hop_net_tree_simple_s*tmp13 -> r13
+    numpy.multiply(r12, hop_net_tree_simple_s, out=r13)
+    numpy.add(r13, alpha_tree_simple_s, out=r13)
+    # tmp15 = alpha_tree_ll_s + hop_net_tree_ll_s*tmp13 -> r14
+    numpy.multiply(r12, hop_net_tree_ll_s, out=r14)
+    numpy.add(r14, alpha_tree_ll_s, out=r14)
+    # tmp16 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r15
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r15)
+    # tmp17 = numpy.where(tmp5, 0.7777777777777778, 0.9375) -> r16
+    numpy.copyto(r16, 0.9375)
+    numpy.copyto(r16, 0.7777777777777778, where=m1)
+    # tmp18 = alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp13 -> r17
+    numpy.multiply(r12, hop_net_tree_ll128_s, out=r17)
+    numpy.add(r17, alpha_tree_ll128_s, out=r17)
+    # tmp19 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r12
+    numpy.maximum(1.0, r0, out=r12)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r12, out=r12)
+    # tmp21 = 2*t -> r18
+    numpy.multiply(t, 2.0, out=r18)
+    # tmp22 = tmp21 - 2 -> r19
+    numpy.subtract(r18, 2.0, out=r19)
+    # tmp23 = tmp11*tmp22 -> r20
+    numpy.multiply(r10, r19, out=r20)
+    # tmp24 = tmp23/t -> r21
+    numpy.divide(r20, t, out=r21)
+    # tmp25 = 2*nodes -> r22
+    numpy.multiply(nodes, 2.0, out=r22)
+    # tmp26 = 2*t - tmp25 -> r23
+    numpy.multiply(t, 2.0, out=r23)
+    numpy.subtract(r23, r22, out=r23)
+    # tmp27 = tmp25 - 2 -> r24
+    numpy.subtract(r22, 2.0, out=r24)
+    # tmp28 = numpy.equal(ranks_per_node, 1) -> m2
+    numpy.equal(ranks_per_node, 1.0, out=m2)
+    # tmp29 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r25
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r25)
+    # tmp30 = inv2/ring_channels -> r26
+    numpy.divide(inv2, ring_channels, out=r26)
+    # tmp32 = tmp11/ranks_per_node -> r27
+    numpy.divide(r10, ranks_per_node, out=r27)
+    # tmp33 = tmp1*tmp32 -> r28
+    numpy.multiply(r1, r27, out=r28)
+    # tmp34 = numpy.minimum(tmp4, tmp6/ranks_per_node) -> r29
+    numpy.divide(r5, ranks_per_node, out=r29)
+    numpy.minimum(r29, r4, out=r29)
+    # tmp35 = numpy.where(tmp5, tmp4, tmp34) -> r5
+    numpy.copyto(r5, r29)
+    numpy.copyto(r5, r4, where=m1)
+    # tmp36 = 0.92*tmp35 -> r30
+    numpy.multiply(r5, 0.92, out=r30)
+    # tmp37 = numpy.minimum(tmp3, tmp36) -> r31
+    numpy.minimum(r3, r30, out=r31)
+    # tmp38 = tmp12/ranks_per_node -> r3
+    numpy.divide(r11, ranks_per_node, out=r3)
+    # tmp39 = tmp32/nodes -> r32
+    numpy.divide(r27, nodes, out=r32)
+    # tmp40 = tmp27*tmp39 -> r33
+    numpy.multiply(r24, r32, out=r33)
+    # out = 4*m*(1 - numpy.minimum(1, sp - 1))*numpy.minimum(1,
+    #     tmp0)*numpy.minimum(hop_nvlink_tree_simple_s*tmp2 + tmp14 + tmp12/tmp10,
+    #     numpy.minimum(hop_nvlink_tree_ll128_s*tmp2 + tmp12/numpy.minimum(tmp16, tmp10*tmp17) +
+    #     tmp18, numpy.minimum(hop_nvlink_tree_ll_s*tmp2 +
+    #     tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp10) + tmp15,
+    #     numpy.minimum(tmp24/numpy.minimum(tmp29, tmp9) + numpy.where(tmp5, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp22, alpha_ring_ll128_s + inv3*tmp26 + tmp27*numpy.where(tmp28,
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s)),
+    #     numpy.minimum(numpy.where(numpy.logical_and(inv5_mask, numpy.logical_and(tmp5,
+    #     numpy.greater(t, 1))), hop_nvlink_nvls_s +
+    #     tmp23/((t*t)*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp19,
+    #     inv4*tmp0*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp19)/t))), numpy.inf),
+    #     numpy.minimum(tmp24/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp8) + numpy.where(tmp5,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp22, alpha_ring_ll_s + inv6*tmp26 +
+    #     tmp27*numpy.where(tmp28, hop_net_tree_ll_s, hop_net_ring_ll_s)),
+    #     numpy.minimum(numpy.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp22,
+    #     alpha_ring_simple_s + inv7*tmp26 + tmp27*numpy.where(tmp28, hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s)) + tmp11*(tmp21 - 1.5)*numpy.where(tmp5, tmp30, 1/tmp7)/t,
+    #     numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node, 1)),
+    #     2*numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp1 +
+    #     tmp30*tmp32*(ranks_per_node - 0.5), numpy.minimum(alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp1 + tmp33/numpy.minimum(tmp29, 0.92*tmp4), alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp1 + tmp33/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) +
+    #     numpy.minimum(tmp14 + tmp38/tmp37, numpy.minimum(tmp15 +
+    #     tmp38/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp37), numpy.minimum(tmp18
+    #     + tmp38/numpy.minimum(tmp16, tmp17*tmp37), numpy.minimum(tmp40/numpy.minimum(tmp29, tmp36)
+    #     + numpy.where(tmp5, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp27, alpha_ring_ll128_s
+    #     + hop_net_tree_ll128_s*tmp27), numpy.minimum(tmp40/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*tmp35) + numpy.where(tmp5, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp27,
+    #     alpha_ring_ll_s + hop_net_tree_ll_s*tmp27), tmp39*(tmp25 - 1.5)*numpy.where(tmp5, tmp30,
+    #     1/tmp34) + numpy.where(tmp5, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp27,
+    #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp27)))))), numpy.inf))))))))
+    numpy.subtract(sp, 1.0, out=r34)
+    numpy.minimum(r34, 1.0, out=r34)
+    numpy.subtract(1.0, r34, out=out)
+    numpy.minimum(1.0, r0, out=r34)
+    numpy.multiply(out, r34, out=out)
+    numpy.divide(r11, r9, out=r34)
+    numpy.multiply(r2, hop_nvlink_tree_simple_s, out=r35)
+    numpy.add(r34, r35, out=r34)
+    numpy.add(r34, r13, out=r34)
+    numpy.multiply(r9, r16, out=r35)
+    numpy.minimum(r35, r15, out=r35)
+    numpy.divide(r11, r35, out=r35)
+    numpy.multiply(r2, hop_nvlink_tree_ll128_s, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.add(r35, r17, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.multiply(r9, 0.2631578947368421, out=r35)
+    numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
+    numpy.divide(r11, r35, out=r35)
+    numpy.multiply(r2, hop_nvlink_tree_ll_s, out=r36)
+    numpy.add(r35, r36, out=r35)
+    numpy.add(r35, r14, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.minimum(r25, r8, out=r35)
+    numpy.divide(r21, r35, out=r35)
+    if not m1.all():
+        numpy.multiply(inv3, r23, out=r36)
+        numpy.copyto(r37, hop_net_ring_ll128_s)
+        numpy.copyto(r37, hop_net_tree_ll128_s, where=m2)
+        numpy.multiply(r37, r24, out=r37)
+        numpy.add(r36, r37, out=r36)
+        numpy.add(r36, alpha_ring_ll128_s, out=r36)
+    numpy.multiply(r19, hop_nvlink_ring_ll128_s, out=r37)
+    numpy.add(r37, alpha_ring_ll128_s, out=r37)
+    numpy.copyto(r36, r37, where=m1)
+    numpy.add(r35, r36, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.copyto(r35, numpy.inf)
+    numpy.greater(t, 1.0, out=m3)
+    numpy.logical_and(m3, m0, out=m3)
+    numpy.logical_and(m3, m1, out=m3)
+    numpy.multiply(t, t, out=r36)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r12, out=r37)
+    numpy.multiply(r37, inv4, out=r37)
+    numpy.multiply(r37, r0, out=r37)
+    numpy.divide(r37, t, out=r37)
+    numpy.minimum(r37, nvls_channel_max_bw_bytes_per_s, out=r37)
+    numpy.minimum(r37, r12, out=r37)
+    numpy.multiply(r36, r37, out=r36)
+    numpy.divide(r20, r36, out=r36)
+    numpy.add(r36, hop_nvlink_nvls_s, out=r36)
+    numpy.copyto(r35, r36, where=m3)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.multiply(r7, 0.5, out=r35)
+    numpy.minimum(r35, ll_max_bw_bytes_per_s, out=r35)
+    numpy.divide(r21, r35, out=r35)
+    if not m1.all():
+        numpy.multiply(inv6, r23, out=r36)
+        numpy.copyto(r37, hop_net_ring_ll_s)
+        numpy.copyto(r37, hop_net_tree_ll_s, where=m2)
+        numpy.multiply(r37, r24, out=r37)
+        numpy.add(r36, r37, out=r36)
+        numpy.add(r36, alpha_ring_ll_s, out=r36)
+    numpy.multiply(r19, hop_nvlink_ring_ll_s, out=r37)
+    numpy.add(r37, alpha_ring_ll_s, out=r37)
+    numpy.copyto(r36, r37, where=m1)
+    numpy.add(r35, r36, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.subtract(r18, 1.5, out=r35)
+    numpy.divide(1.0, r6, out=r36)
+    numpy.copyto(r36, r26, where=m1)
+    numpy.multiply(r35, r36, out=r35)
+    numpy.multiply(r35, r10, out=r35)
+    numpy.divide(r35, t, out=r35)
+    if not m1.all():
+        numpy.multiply(inv7, r23, out=r36)
+        numpy.copyto(r37, hop_net_ring_simple_s)
+        numpy.copyto(r37, hop_net_tree_simple_s, where=m2)
+        numpy.multiply(r37, r24, out=r37)
+        numpy.add(r36, r37, out=r36)
+        numpy.add(r36, alpha_ring_simple_s, out=r36)
+    numpy.multiply(r19, hop_nvlink_ring_simple_s, out=r37)
+    numpy.add(r37, alpha_ring_simple_s, out=r37)
+    numpy.copyto(r36, r37, where=m1)
+    numpy.add(r35, r36, out=r35)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.copyto(r35, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m3)
+    numpy.greater(ranks_per_node, 1.0, out=m4)
+    numpy.logical_and(m3, m4, out=m3)
+    numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r36)
+    numpy.subtract(ranks_per_node, 0.5, out=r37)
+    numpy.multiply(r37, r26, out=r37)
+    numpy.multiply(r37, r27, out=r37)
+    numpy.add(r36, r37, out=r36)
+    numpy.add(r36, alpha_ring_simple_s, out=r36)
+    numpy.multiply(r1, hop_nvlink_ring_ll128_s, out=r37)
+    numpy.multiply(r4, 0.92, out=r38)
+    numpy.minimum(r38, r25, out=r38)
+    numpy.divide(r28, r38, out=r38)
+    numpy.add(r37, r38, out=r37)
+    numpy.add(r37, alpha_ring_ll128_s, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.multiply(r1, hop_nvlink_ring_ll_s, out=r37)
+    numpy.multiply(r4, 0.5, out=r38)
+    numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
+    numpy.divide(r28, r38, out=r38)
+    numpy.add(r37, r38, out=r37)
+    numpy.add(r37, alpha_ring_ll_s, out=r37)
+    numpy.minimum(r36, r37, out=r36)
+    numpy.multiply(r36, 2.0, out=r36)
+    numpy.divide(r3, r31, out=r37)
+    numpy.add(r37, r13, out=r37)
+    numpy.multiply(r31, 0.2631578947368421, out=r38)
+    numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
+    numpy.divide(r3, r38, out=r38)
+    numpy.add(r38, r14, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.multiply(r16, r31, out=r38)
+    numpy.minimum(r38, r15, out=r38)
+    numpy.divide(r3, r38, out=r38)
+    numpy.add(r38, r17, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.minimum(r25, r30, out=r38)
+    numpy.divide(r33, r38, out=r38)
+    numpy.multiply(r24, hop_net_tree_ll128_s, out=r39)
+    numpy.add(r39, alpha_ring_ll128_s, out=r39)
+    numpy.multiply(r24, hop_nvlink_ring_ll128_s, out=r40)
+    numpy.add(r40, alpha_ring_ll128_s, out=r40)
+    numpy.copyto(r39, r40, where=m1)
+    numpy.add(r38, r39, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.multiply(r5, 0.5, out=r38)
+    numpy.minimum(r38, ll_max_bw_bytes_per_s, out=r38)
+    numpy.divide(r33, r38, out=r38)
+    numpy.multiply(r24, hop_net_tree_ll_s, out=r39)
+    numpy.add(r39, alpha_ring_ll_s, out=r39)
+    numpy.multiply(r24, hop_nvlink_ring_ll_s, out=r40)
+    numpy.add(r40, alpha_ring_ll_s, out=r40)
+    numpy.copyto(r39, r40, where=m1)
+    numpy.add(r38, r39, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.subtract(r22, 1.5, out=r38)
+    numpy.divide(1.0, r29, out=r39)
+    numpy.copyto(r39, r26, where=m1)
+    numpy.multiply(r38, r39, out=r38)
+    numpy.multiply(r38, r32, out=r38)
+    numpy.multiply(r24, hop_net_tree_simple_s, out=r39)
+    numpy.add(r39, alpha_ring_simple_s, out=r39)
+    numpy.multiply(r24, hop_nvlink_ring_simple_s, out=r40)
+    numpy.add(r40, alpha_ring_simple_s, out=r40)
+    numpy.copyto(r39, r40, where=m1)
+    numpy.add(r38, r39, out=r38)
+    numpy.minimum(r37, r38, out=r37)
+    numpy.add(r36, r37, out=r36)
+    numpy.copyto(r35, r36, where=m3)
+    numpy.minimum(r34, r35, out=r34)
+    numpy.multiply(out, r34, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_all_reduce_stage_time_s.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_time_s_block,
+    reals=41,
+    masks=5,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "b", "bytes_compute", "cp", "h", "hop_net_ring_ll128_s", "hop_net_ring_ll_s", "hop_net_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_nvls_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "m", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "s", "sp", "t", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv6", "inv7"),
+    invariants=_tp_all_reduce_stage_time_s_invariants,
+    widened=("bytes_compute", "h", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nvls", "nvls_efficiency", "ring_channel_bw_bytes_per_s", "s"),
+    quiet=True,
+)

@@ -49,6 +49,7 @@ Public API::
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
@@ -427,6 +428,14 @@ def _pipeline_is(pipeline: tuple[int, int] | None, p: Any, vp: Any) -> Any:
     return (p == pipeline[0]) & (vp == pipeline[1])
 
 
+def _inherited_os(os: int, d: Any) -> Any:
+    """The ``os`` a layout of DP degree *d* inherits from a default layout's *os*: that value where it
+    divides ``d``, else :data:`WHOLE_DP_GROUP` (as :func:`parse_layout` drops it)."""
+    # For a power of two, d & (os - 1) is d % os (floor modulo, negative d too) without a division.
+    rest = d & (os - 1) if os & (os - 1) == 0 else d % os
+    return np.where(rest == 0, os, WHOLE_DP_GROUP)
+
+
 def _gate_together(batch: Any) -> dict[str, int]:
     """The keys of *batch* whose columns pass the input gate, found with one reduction over them all,
     each with its column's largest value.
@@ -488,8 +497,10 @@ _DEFAULT_COLUMNS: dict[tuple[int, int], np.ndarray] = {}
 _DEFAULT_COLUMN_IDS: dict[str, set[int]] = {}
 
 
-def _checked_settings(values: tuple[Any, ...]) -> Any:
-    """The normalised offset of run settings (in :data:`_SHARED_KEYS` order) that pass Layout's own checks.
+def _checked_settings(values: tuple[Any, ...], pipelines: tuple[Any, Any] = (None, None)) -> Any:
+    """The normalised offset of run settings (in :data:`_SHARED_KEYS` order) that pass Layout's own checks,
+    with the batch's ``offset_pipeline`` and ``recompute_pipeline`` (*pipelines*: None or pairs of
+    whole numbers >= 1).
 
     A searcher builds many batches with the same settings: each set is checked once. The key holds
     each value's type and repr, so that ``1`` never stands in for ``True`` (they compare equal).
@@ -497,12 +508,19 @@ def _checked_settings(values: tuple[Any, ...]) -> Any:
     Raises:
         LayoutError: as :class:`Layout` does, naming the setting.
     """
-    # Settings hash as they are, with their types (so that 1 and True differ); the offset by its repr,
-    # since a nested True would equal a 1 inside a tuple.
+    # Settings hash as they are, with their types (so that 1 and True differ); the offset and the
+    # pipelines by their repr, since a nested True would equal a 1 inside a tuple.
     key = tuple((type(value), repr(value) if name == "offset" else value) for name, value in zip(_SHARED_KEYS, values))
+    key += (repr(pipelines),)
     offset = _SETTINGS_CHECKED.get(key, _UNCHECKED)
     if offset is _UNCHECKED:
         offset = Layout(d=1, t=1, p=1, m=1, **dict(zip(_SHARED_KEYS, values))).offset
+        for name, pipeline in zip(("offset_pipeline", "recompute_pipeline"), pipelines):
+            if pipeline is not None:
+                if not isinstance(pipeline, tuple) or len(pipeline) != 2:
+                    raise LayoutError(f"{name}: expected None or a pair (p, vp), got {pipeline!r}")
+                for k, value in zip(("p", "vp"), pipeline):
+                    _positive_int(f"{name} {k}", value)
         if len(_SETTINGS_CHECKED) >= 256:
             _SETTINGS_CHECKED.clear()
         _SETTINGS_CHECKED[key] = offset
@@ -582,14 +600,8 @@ class LayoutBatch:
         if any(name not in tops for name in _DEVICE_KEYS) or (
                 tops["d"] * tops["t"] * tops["cp"] * tops["p"] > DEVICES_MAX):
             check_devices(self.d, self.t, self.cp, self.p, error=LayoutError)  # no int64 product may wrap later
-        object.__setattr__(self, "offset", _checked_settings(tuple(getattr(self, name) for name in _SHARED_KEYS)))
-        for name in ("offset_pipeline", "recompute_pipeline"):
-            pipeline = getattr(self, name)
-            if pipeline is not None:
-                if not isinstance(pipeline, tuple) or len(pipeline) != 2:
-                    raise LayoutError(f"{name}: expected None or a pair (p, vp), got {pipeline!r}")
-                for key, value in zip(("p", "vp"), pipeline):
-                    _positive_int(f"{name} {key}", value)
+        object.__setattr__(self, "offset", _checked_settings(tuple(getattr(self, name) for name in _SHARED_KEYS),
+                                                            (self.offset_pipeline, self.recompute_pipeline)))
 
     @classmethod
     def from_arrays(
@@ -643,7 +655,7 @@ class LayoutBatch:
             if not (type(dp) is np.ndarray and dp.dtype == np.int64 and dp.ndim == 1):
                 # (an int64 column is used as it is: the batch gates it, and rejects it before this os is used)
                 dp = _int_column("d", dp, minimum=1)
-            columns["os"] = _per_value(lambda d: np.where(d % template.os == 0, template.os, WHOLE_DP_GROUP), dp)
+            columns["os"] = _per_value(functools.partial(_inherited_os, template.os), dp)
         stated = {"op": op, "grad_shard": grad_shard, "sp": sp, "fsdp": fsdp, "reshards": reshards,
                   "cp_algo": cp_algo, "s": s}
         settings = {name: getattr(template, name) if value is None else value for name, value in stated.items()}
@@ -946,11 +958,17 @@ def _float_column(value: Any, length: int) -> np.ndarray:
     return array.astype(np.float64) if array.shape == (length,) else np.full(length, array, dtype=np.float64)
 
 
+@functools.lru_cache(maxsize=256)
+def _layout_only(names: tuple[str, ...]) -> bool:
+    """Whether every one of *names* is a layout field (:data:`LAYOUT_FIELD_NAMES`)."""
+    return all(name in _FIELD_RULES for name in names)
+
+
 def _all_fields(model: ModelConfig, batch: LayoutBatch, network: System | None,
                 names: Sequence[str] | None = None, *, compact: bool = False) -> dict[str, Any]:
     """The fields of :func:`derive_fields_batch` (all, or *names*), without validating the batch."""
     n = len(batch)
-    if names is not None and all(name in _FIELD_RULES for name in names):
+    if names is not None and _layout_only(tuple(names)):
         # Layout fields alone (a pricer that keeps the shared ones from an earlier call of the same
         # settings): nothing of the model or the run settings to assemble.
         return {name: float(value) if compact and (type(value) is not np.ndarray or not value.ndim)

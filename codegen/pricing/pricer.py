@@ -28,6 +28,7 @@ beyond a layout's own ``p`` are NaN in the per-stage arrays.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -421,7 +422,11 @@ class StagePricer:
 
         As :meth:`_values` (whose plans decide which arguments are one number for a shape of batch),
         and per such shape each term's shared arguments are bound once: a later call derives, binds
-        and passes only the arguments that vary per layout.
+        and passes only the arguments that vary per layout. A term whose generated function has a
+        kernel (``generated._runtime.Kernel``) then runs its block statements directly: its
+        invariants computed once per shape, the arguments in place, buffers shared by the terms,
+        one ``errstate`` for them all: the function's own steps on the same values, without its
+        per-call checks (the values are the pricer's own floats and float64 columns).
         """
         shape = (sums, batch.settings(),
                  tuple(int(column[0]) if column.strides == (0,) else None
@@ -432,19 +437,37 @@ class StagePricer:
             varying = frozenset(name for name, value in values.items() if isinstance(value, np.ndarray) and value.ndim)
             calls = tuple((name, function, {a: values[a] for a in arguments if a not in varying},
                            tuple(a for a in arguments if a in varying)) for name, function, arguments in _calls(sums))
+            kernels = tuple(_kernel_plan(function, shared, own) for _name, function, shared, own in calls)
             if len(self._call_plans) >= 1024:
                 self._call_plans.clear()
-            self._call_plans[shape] = (calls, varying, _sources(varying))
+            self._call_plans[shape] = (calls, kernels, varying, _sources(varying))
             return {name: function(**shared, **{a: values[a] for a in own}) for name, function, shared, own in calls}
-        calls, varying, fields = plan
+        calls, kernels, varying, fields = plan
         derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
         values = bind(Fields(derived), varying, system=self.system, ttype=self.ttype, score=self._score)
-        evaluated = {}
+        n = len(batch)
+        evaluated: dict[str, np.ndarray] = {}
+        if n <= _runtime_block() and all(values[a].shape == (n,) and values[a].dtype == np.float64 for a in varying):
+            reals = [np.empty(n) for _ in range(max(k.reals if k else 0 for k in kernels))]
+            masks = [np.empty(n, dtype=bool) for _ in range(max(k.masks if k else 0 for k in kernels))]
+            quiet = []
+            for call, kernel in zip(calls, kernels):
+                if kernel is None:
+                    continue
+                if kernel.quiet:
+                    quiet.append((call[0], kernel))
+                else:
+                    evaluated[call[0]] = kernel.run(values, n, reals, masks)
+            if quiet:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    for name, kernel in quiet:
+                        evaluated[name] = kernel.run(values, n, reals, masks)
         for name, function, shared, own in calls:
-            arguments = shared.copy()
-            for a in own:
-                arguments[a] = values[a]
-            evaluated[name] = function(**arguments)
+            if name not in evaluated:
+                arguments = shared.copy()
+                for a in own:
+                    arguments[a] = values[a]
+                evaluated[name] = function(**arguments)
         return evaluated
 
     def _stages(self, batch: LayoutBatch, terms: Terms, outputs: Sequence[str], *, wrt: str | None = None,
@@ -470,6 +493,56 @@ class StagePricer:
             for name, value in stage_outputs(terms, picked, counts, outputs, wrt=wrt).items():
                 stages[name][rows, :p] = value
         return stages
+
+
+class _KernelPlan:
+    """One term's generated kernel with its shared arguments bound (see ``StagePricer._evaluate``)."""
+
+    __slots__ = ("block", "reals", "masks", "template", "slots", "quiet")
+
+    def __init__(self, block: Callable[..., None], reals: int, masks: int, template: list[Any],
+                 slots: tuple[tuple[int, str], ...], quiet: bool):
+        self.block, self.reals, self.masks, self.template, self.slots, self.quiet = (
+            block, reals, masks, template, slots, quiet)
+
+    def run(self, values: Mapping[str, np.ndarray], n: int, reals: Sequence[np.ndarray],
+            masks: Sequence[np.ndarray]) -> np.ndarray:
+        """The term for *n* layouts whose varying arguments are *values* (float64 arrays of length *n*)."""
+        arguments = self.template.copy()
+        for i, name in self.slots:
+            arguments[i] = values[name]
+        out = np.empty(n)
+        self.block(out, *reals[:self.reals], *masks[:self.masks], *arguments)
+        return out
+
+
+def _as_call_value(value: Any) -> Any:
+    """*value* as ``generated._runtime.Call`` hands it to the blocks: a float as it is, else a float64 array."""
+    return value if isinstance(value, float) else np.asarray(value, dtype=np.float64)
+
+
+def _kernel_plan(function: Callable[..., np.ndarray], shared: Mapping[str, Any], own: Sequence[str]
+                 ) -> _KernelPlan | None:
+    """*function*'s kernel with the *shared* arguments and its invariants bound, or None (no kernel, no
+    argument that varies, or invariants that read one)."""
+    kernel = getattr(function, "kernel", None)
+    if kernel is None or not own or any(a not in shared for a in kernel.widened):
+        return None
+    passed: tuple[Any, ...] = ()
+    if kernel.invariants is not None:
+        with np.errstate(divide="ignore", invalid="ignore") if kernel.quiet else contextlib.nullcontext():
+            passed = kernel.invariants(*(shared[a] for a in kernel.widened))
+    template = [_as_call_value(shared[a]) if a in shared else None for a in kernel.arguments]
+    template += [_as_call_value(value) for value in passed]
+    slots = tuple((i, a) for i, a in enumerate(kernel.arguments) if a not in shared)
+    return _KernelPlan(kernel.block, kernel.reals, kernel.masks, template, slots, kernel.quiet)
+
+
+def _runtime_block() -> int:
+    """The most elements the generated functions run as one block (``generated._runtime.BLOCK``)."""
+    from generated import _runtime
+
+    return _runtime.BLOCK
 
 
 @functools.lru_cache(maxsize=64)

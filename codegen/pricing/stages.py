@@ -224,6 +224,12 @@ BIND_SOURCES: dict[str, tuple[str, ...]] = {
 }
 
 
+@functools.lru_cache(maxsize=256)
+def _bind_order(names: frozenset[str]) -> tuple[str, ...]:
+    """The names :func:`bind` binds, in its order (sorted; layer counts are no arguments it binds)."""
+    return tuple(sorted(names - set(STAGE_COUNT_NAMES)))
+
+
 def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
          score: Callable[..., Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The values of the terms' arguments *names* (count names excepted): numbers or per-layout arrays.
@@ -240,7 +246,7 @@ def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
     if ttype not in TTYPES:
         raise ValueError(f"ttype: expected one of {', '.join(TTYPES)}, got {ttype!r}")
     values: dict[str, Any] = {}
-    for name in sorted(set(names) - set(STAGE_COUNT_NAMES)):
+    for name in _bind_order(names if isinstance(names, frozenset) else frozenset(names)):
         if name in values:
             continue
         if name.startswith(("zero2_", "zero3_")):
