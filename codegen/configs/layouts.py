@@ -698,7 +698,25 @@ class LayoutBatch:
 
     def settings(self) -> tuple[Any, ...]:
         """The run settings every layout of the batch shares (hashable): a key for what they decide."""
-        return tuple(getattr(self, name) for name in _SHARED_KEYS) + (self.offset_pipeline, self.recompute_pipeline)
+        # Made once per batch (the settings never change; a slice of the batch shares them).
+        known = self.__dict__.get("_settings")
+        if known is None:
+            known = (tuple(getattr(self, name) for name in _SHARED_KEYS)
+                     + (self.offset_pipeline, self.recompute_pipeline))
+            object.__setattr__(self, "_settings", known)
+        return known
+
+    def shared_keys(self) -> tuple[int | None, ...]:
+        """Per integer key (:data:`ARRAY_KEYS` order), its value where every layout shares it (a broadcast
+        column: a key given as one number or left to the defaults), else ``None``: with
+        :meth:`settings`, what decides which derived values are one number for the whole batch."""
+        known = self.__dict__.get("_shared_keys")
+        if known is None:
+            state = self.__dict__
+            known = tuple(int(column[0]) if column.strides == (0,) else None
+                          for column in (state[name] for name in _ARRAY_KEYS))
+            object.__setattr__(self, "_shared_keys", known)
+        return known
 
     @property
     def devices(self) -> np.ndarray:

@@ -398,9 +398,7 @@ class StagePricer:
         arguments that vary per layout.
         """
         needed = frozenset(needed)
-        shape = (needed, batch.settings(),
-                 tuple(int(column[0]) if column.strides == (0,) else None
-                       for column in (getattr(batch, key) for key in ARRAY_KEYS)))
+        shape = (needed, batch.settings(), batch.shared_keys())
         plan = self._value_plans.get(shape)
         if plan is not None:
             shared, varying, fields = plan
@@ -428,9 +426,7 @@ class StagePricer:
         one ``errstate`` for them all: the function's own steps on the same values, without its
         per-call checks (the values are the pricer's own floats and float64 columns).
         """
-        shape = (sums, batch.settings(),
-                 tuple(int(column[0]) if column.strides == (0,) else None
-                       for column in (getattr(batch, key) for key in ARRAY_KEYS)))
+        shape = (sums, batch.settings(), batch.shared_keys())
         plan = self._call_plans.get(shape)
         if plan is None:
             values = self._values(batch, _needed(sums))
