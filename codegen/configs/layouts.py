@@ -597,6 +597,7 @@ class LayoutBatch:
                 raise LayoutError(f"{name}: {len(column)} values, but d has {length}: a batch holds one value "
                                   f"of each key per layout")
             object.__setattr__(self, name, column)
+        object.__setattr__(self, "_tops", tops)  # (a slice of the batch drops them: see subset)
         if any(name not in tops for name in _DEVICE_KEYS) or (
                 tops["d"] * tops["t"] * tops["cp"] * tops["p"] > DEVICES_MAX):
             check_devices(self.d, self.t, self.cp, self.p, error=LayoutError)  # no int64 product may wrap later
@@ -706,6 +707,13 @@ class LayoutBatch:
             object.__setattr__(self, "_settings", known)
         return known
 
+    def top(self, name: str) -> int:
+        """The largest value of integer key *name* over the batch (known from the input gate, where it
+        ran over that column, without another pass)."""
+        known = self.__dict__.get("_tops")
+        value = known.get(name) if known else None
+        return int(getattr(self, name).max()) if value is None else value
+
     def shared_keys(self) -> tuple[int | None, ...]:
         """Per integer key (:data:`ARRAY_KEYS` order), its value where every layout shares it (a broadcast
         column: a key given as one number or left to the defaults), else ``None``: with
@@ -761,6 +769,7 @@ class LayoutBatch:
             # Views of columns and settings this batch has checked already: nothing to check again,
             # which matters to a caller walking millions of layouts block by block.
             view = copy.copy(self)
+            view.__dict__.pop("_tops", None)  # the largest values of the whole batch, not of the slice
             for name in _ARRAY_KEYS:
                 object.__setattr__(view, name, getattr(self, name)[selector])
             return view

@@ -45,6 +45,8 @@ from .stages import BIND_SOURCES, TTYPES, Fields, Terms, bind, stage_outputs, te
 
 __all__ = ["StagePricer", "StagePrices"]
 
+_FLOAT64 = np.dtype(np.float64)
+
 #: Layouts per block of the pricing loop: its temporaries (a few float64 arrays of a block) stay in the
 #: processor's cache, and the Python cost per block is spread over enough layouts.
 _BLOCK = 1 << 14
@@ -167,11 +169,11 @@ class _Pipelines:
         """The pipelines of *batch*; *known* keeps the shapes found for each range of ``p`` and ``vp``."""
         p, vp = batch.p, batch.vp
         single_p = p.strides == (0,)
-        p_range = (int(p[0]), int(p[0]) + 1) if single_p else (1, int(p.max()) + 1)
+        p_range = (int(p[0]), int(p[0]) + 1) if single_p else (1, batch.top("p") + 1)
         if vp.strides == (0,):
             index, radix, vp_range = (None if single_p else p), 0, (int(vp[0]), int(vp[0]) + 1)
         else:
-            radix = int(vp.max()) + 1
+            radix = batch.top("vp") + 1
             index, vp_range = p * radix + vp, (1, radix)
         key = (p_range, vp_range, single_p, radix, batch.offset, batch.offset_pipeline, batch.recompute,
                batch.recompute_pipeline)
@@ -320,7 +322,8 @@ class StagePricer:
             pipelines = _Pipelines.of(block, functools.partial(self._stage_counts, block), self._pipelines)
             sums, tables = self._plan(terms, block, pipelines)
             evaluated = self._evaluate(block, sums)
-            parts = [_add([evaluated[name] for name in group]) for group in sums.names]
+            # Each term is in one group and its array is this call's own: the group's sum goes into it.
+            parts = [_accumulate([evaluated[name] for name in group]) for group in sums.names]
             _combine(parts, tables, pipelines.index, bottleneck[rows], total_sum[rows], *scratch)
         stages = None
         if per_stage:
@@ -443,7 +446,7 @@ class StagePricer:
         values = bind(Fields(derived), varying, system=self.system, ttype=self.ttype, score=self._score)
         n = len(batch)
         evaluated: dict[str, np.ndarray] = {}
-        if n <= _runtime_block() and all(values[a].shape == (n,) and values[a].dtype == np.float64 for a in varying):
+        if n <= _runtime_block() and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
             reals = [np.empty(n) for _ in range(max(k.reals if k else 0 for k in kernels))]
             masks = [np.empty(n, dtype=bool) for _ in range(max(k.masks if k else 0 for k in kernels))]
             quiet = []
@@ -568,6 +571,20 @@ def _arguments(name: str) -> tuple[str, ...]:
     import generated
 
     return generated.FORMULAS[name]["arguments"]
+
+
+def _accumulate(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The sum of *parts*, added into the first where it has the sum's shape (the parts are the
+    caller's own fresh float64 arrays); else as :func:`_add`."""
+    out = parts[0]
+    if type(out) is not np.ndarray or out.dtype is not _FLOAT64 or not out.ndim:
+        return _add(parts)
+    for part in parts[1:]:
+        if part.shape != out.shape:
+            return _add(parts)
+    for part in parts[1:]:
+        np.add(out, part, out=out)
+    return out
 
 
 def _add(parts: Sequence[np.ndarray]) -> np.ndarray:
