@@ -588,7 +588,8 @@ class LayoutBatch:
                 column.flags.writeable = False
                 tops[name] = passed[name]
             elif id(column) in _DEFAULT_COLUMN_IDS.get(name, ()):  # a default from_arrays made passed already
-                tops[name] = int(column[0])
+                if len(column):
+                    tops[name] = int(column[0])
             else:
                 column = _int_column(name, column, minimum=_LOWEST[name])
             if length is None:
@@ -721,7 +722,7 @@ class LayoutBatch:
         known = self.__dict__.get("_shared_keys")
         if known is None:
             state = self.__dict__
-            known = tuple(int(column[0]) if column.strides == (0,) else None
+            known = tuple(int(column[0]) if column.strides == (0,) and len(column) else None
                           for column in (state[name] for name in _ARRAY_KEYS))
             object.__setattr__(self, "_shared_keys", known)
         return known
