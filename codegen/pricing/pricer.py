@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -436,31 +437,34 @@ class StagePricer:
             varying = frozenset(name for name, value in values.items() if isinstance(value, np.ndarray) and value.ndim)
             calls = tuple((name, function, {a: values[a] for a in arguments if a not in varying},
                            tuple(a for a in arguments if a in varying)) for name, function, arguments in _calls(sums))
-            kernels = tuple(_kernel_plan(function, shared, own) for _name, function, shared, own in calls)
+            kernels = [(name, _kernel_plan(function, shared, own)) for name, function, shared, own in calls]
+            kernels = [(name, kernel) for name, kernel in kernels if kernel is not None]
             if len(self._call_plans) >= 1024:
                 self._call_plans.clear()
-            self._call_plans[shape] = (calls, kernels, varying, _sources(varying))
+            self._call_plans[shape] = (
+                calls, varying, _sources(varying),
+                tuple((name, kernel) for name, kernel in kernels if not kernel.quiet),
+                tuple((name, kernel) for name, kernel in kernels if kernel.quiet),
+                max((kernel.reals for _name, kernel in kernels), default=0),
+                max((kernel.masks for _name, kernel in kernels), default=0),
+                len(kernels) == len(calls))
             return {name: function(**shared, **{a: values[a] for a in own}) for name, function, shared, own in calls}
-        calls, kernels, varying, fields = plan
+        calls, varying, fields, loud, quiet, reals, masks, every = plan
         derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
         values = bind(Fields(derived), varying, system=self.system, ttype=self.ttype, score=self._score)
         n = len(batch)
         evaluated: dict[str, np.ndarray] = {}
         if n <= _runtime_block() and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
-            reals = [np.empty(n) for _ in range(max(k.reals if k else 0 for k in kernels))]
-            masks = [np.empty(n, dtype=bool) for _ in range(max(k.masks if k else 0 for k in kernels))]
-            quiet = []
-            for call, kernel in zip(calls, kernels):
-                if kernel is None:
-                    continue
-                if kernel.quiet:
-                    quiet.append((call[0], kernel))
-                else:
-                    evaluated[call[0]] = kernel.run(values, n, reals, masks)
+            buffers = [np.empty(n) for _ in range(reals)]
+            flags = [np.empty(n, dtype=bool) for _ in range(masks)]
+            for name, kernel in loud:
+                evaluated[name] = kernel.run(values, n, buffers, flags)
             if quiet:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     for name, kernel in quiet:
-                        evaluated[name] = kernel.run(values, n, reals, masks)
+                        evaluated[name] = kernel.run(values, n, buffers, flags)
+            if every:
+                return evaluated
         for name, function, shared, own in calls:
             if name not in evaluated:
                 arguments = shared.copy()
@@ -539,9 +543,10 @@ def _kernel_plan(function: Callable[..., np.ndarray], shared: Mapping[str, Any],
 
 def _runtime_block() -> int:
     """The most elements the generated functions run as one block (``generated._runtime.BLOCK``)."""
-    from generated import _runtime
-
-    return _runtime.BLOCK
+    runtime = sys.modules.get("generated._runtime")
+    if runtime is None:
+        from generated import _runtime as runtime
+    return runtime.BLOCK
 
 
 @functools.lru_cache(maxsize=64)
