@@ -649,9 +649,14 @@ class LayoutBatch:
             raise LayoutError(f"defaults: must be a Layout or None, got {defaults!r}")
         ndim = {name: value.ndim if type(value) is np.ndarray else np.ndim(value) for name, value in given.items()}
         length = next((np.shape(given[name])[0] for name, k in ndim.items() if k >= 1), 1)
-        columns = {name: (given[name] if ndim[name] >= 1 else np.broadcast_to(given[name], (length,)))
-                   if name in given else _default_column(getattr(template, name) or 0, length)
-                   for name in _ARRAY_KEYS}
+        columns = {}
+        for name in _ARRAY_KEYS:
+            if name not in given:
+                columns[name] = _default_column(getattr(template, name) or 0, length)
+            elif ndim[name] >= 1:
+                columns[name] = given[name]
+            else:
+                columns[name] = np.broadcast_to(given[name], (length,))
         if "os" not in given and template.os is not None:
             dp = columns["d"]
             if not (type(dp) is np.ndarray and dp.dtype == np.int64 and dp.ndim == 1):
@@ -835,9 +840,19 @@ def _sequence_split(t: Any, sp: bool) -> np.ndarray:
     return t if sp else np.ones_like(t)
 
 
-def _comm_switches(t: Any, ep: Any, cp: Any, n_exp: int) -> tuple[Any, Any, Any]:
-    """``comm_t = [t > 1]``, ``comm_ep = [ep > 1 or n_exp > 1]``, ``comm_cp = [cp > 1]``."""
-    return t > 1, (ep > 1) | (n_exp > 1), cp > 1
+def _comm_t(t: Any) -> Any:
+    """``comm_t = [t > 1]``: the layer communicates over TP."""
+    return t > 1
+
+
+def _comm_ep(ep: Any, n_exp: int) -> Any:
+    """``comm_ep = [ep > 1 or n_exp > 1]``: the layer communicates over EP."""
+    return (ep > 1) | (n_exp > 1)
+
+
+def _comm_cp(cp: Any) -> Any:
+    """``comm_cp = [cp > 1]``: the layer communicates over CP."""
+    return cp > 1
 
 
 def _dp_comm_level(degree: Any, op: bool, grad_shard: bool) -> np.ndarray:
@@ -889,11 +904,12 @@ def _key_columns(batch: LayoutBatch, compact: bool) -> dict[str, Any]:
     The value is a NumPy integer, so that ``~``, ``&`` and ``|`` on the rules' comparisons stay
     logical, as on arrays.
     """
-    columns: dict[str, Any] = {}
-    for name in _ARRAY_KEYS:
-        column = getattr(batch, name)
-        columns[name] = column[0] if compact and len(column) and column.strides == (0,) else column
-    return columns
+    if not compact:
+        return {name: getattr(batch, name) for name in _ARRAY_KEYS}
+    # (a shared key: a broadcast column, as LayoutBatch.shared_keys finds once per batch)
+    return {name: column if value is None else column[0]
+            for name, column, value in zip(_ARRAY_KEYS, (getattr(batch, name) for name in _ARRAY_KEYS),
+                                           batch.shared_keys())}
 
 
 class _Derivation:
@@ -916,7 +932,6 @@ class _Derivation:
 _RULE_GROUPS: dict[str, Callable[[_Derivation], Any]] = {
     "experts": lambda x: _expert_degrees(x.keys["d"], x.keys["t"], x.keys["cp"], x.keys["ep"], x.keys["etp"]),
     "ranks": lambda x: _optimizer_ranks(x.keys["d"], x.keys["os"], x.batch.op),
-    "switches": lambda x: _comm_switches(x.keys["t"], x.keys["ep"], x.keys["cp"], x.model.n_exp),
     "shards": lambda x: _optimizer_shards(x.group("ranks"), x.keys["t"], x.keys["cp"], *x.group("experts"),
                                           x.model.n_exp, x.batch.op),
 }
@@ -928,9 +943,10 @@ _FIELD_RULES: dict[str, Callable[[_Derivation], Any]] = {
     "d_exp": lambda x: x.group("experts")[1],
     "sp": lambda x: _sequence_split(x.keys["t"], x.batch.sp),
     "os_max_shard": lambda x: x.group("ranks"),
-    "comm_t": lambda x: x.group("switches")[0],
-    "comm_ep": lambda x: x.group("switches")[1],
-    "comm_cp": lambda x: x.group("switches")[2],
+    # (each switch alone: a pricer usually reads one or two of them)
+    "comm_t": lambda x: _comm_t(x.keys["t"]),
+    "comm_ep": lambda x: _comm_ep(x.keys["ep"], x.model.n_exp),
+    "comm_cp": lambda x: _comm_cp(x.keys["cp"]),
     "comm_d_non_exp": lambda x: _dp_comm_level(x.keys["d"], x.batch.op, x.batch.grad_shard),
     "comm_d_exp": lambda x: _dp_comm_level(x.group("experts")[1], x.batch.op, x.batch.grad_shard),
     "shard_p_os_non_exp_partial": lambda x: x.group("shards")[0],
