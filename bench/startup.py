@@ -1,9 +1,10 @@
 """How long does a cold start take, beside ``python3 -c "import numpy"``? (issue: one pricer, compiled ahead of time)
 
 Each way runs in a fresh interpreter, bytecode caching as the environment has it (with
-``PYTHONDONTWRITEBYTECODE`` set, every module of ``generated/`` — its metadata table above all — is
-compiled from source on each start, which costs about 2.5× ``import numpy`` more), alternated round
-by round so that a slow spell of the machine hits each alike:
+``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__`` left by an earlier run, every module imported
+is compiled from source on each start: hence ``generated.FORMULAS`` is a JSON file read on first
+use, and a model's stage terms sit in one module per variant, so a pricer compiles only its own),
+alternated round by round so that a slow spell of the machine hits each alike:
 
 * ``import_numpy``: ``python3 -c "import numpy"``, the floor every way pays;
 * ``price_one_each``: import the pricer and price one layout (each model file's own) of each

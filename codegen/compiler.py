@@ -3,10 +3,16 @@
 ``render_tree`` turns the registry into ``{relative path: text}``:
 
 * one module per dimension (``cp.py``, ``attention.py``, … by
-  ``Formula.dimension``), functions in registry order;
-* ``__init__.py``, the ``FORMULAS`` table, re-exporting every function
-  (each dimension's module is imported on first use: importing the package
-  then costs only the table, even where no bytecode cache is written);
+  ``Formula.dimension``), functions in registry order; the dimensions of
+  :data:`SPLIT_DIMENSIONS` (a model's stage terms, many variants of which a
+  model selects one) get one module per variant instead
+  (``stage__colossalai_cp_gqa_softmax.py``: :func:`module_of`), so that a
+  pricer's cold start compiles only the variants it prices;
+* ``__init__.py``, re-exporting every function (each dimension's module is
+  imported on first use) and the ``FORMULAS`` table, which it reads from
+  ``formulas.json`` (:data:`TABLE`) on first use: JSON parses in milliseconds,
+  where the same table as a Python literal is compiled from source on every
+  start that writes no bytecode cache;
 * ``_runtime.py``, the calling convention the functions share;
 
 and the same files once more per further backend (``codegen.backends``),
@@ -33,6 +39,7 @@ import concurrent.futures
 import difflib
 import functools
 import hashlib
+import json
 import multiprocessing
 import os
 import shutil
@@ -55,6 +62,7 @@ U = TypeVar("U")
 
 __all__ = [
     "BLOCK",
+    "TABLE",
     "DEFAULT_DIRECTORY",
     "MARKER",
     "MARKER_LINE",
@@ -62,6 +70,8 @@ __all__ = [
     "check_output_directory",
     "TreeDiff",
     "render_tree",
+    "SPLIT_DIMENSIONS",
+    "module_of",
     "lower_formulas",
     "forked_map",
     "compare_tree",
@@ -72,6 +82,9 @@ __all__ = [
 
 #: Elements per block of the generated loops (see the runtime template).
 BLOCK = 16384
+
+#: The metadata table of the NumPy package (``generated.FORMULAS``), a JSON file beside its modules.
+TABLE = "formulas.json"
 
 #: Where the committed tree lives: ``generated/`` beside ``codegen/``.
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent.parent / "generated"
@@ -136,6 +149,19 @@ def check_output_directory(directory: str | Path) -> None:
         raise OutputDirectoryError(f"{directory}: holds {directory / foreign[0]}{more}, which symcost compile did "
                                    f"not write; move it away first, nothing was written")
 _RESERVED_MODULES = frozenset({"__init__", "_runtime"})
+
+#: Dimensions whose formulas the NumPy package holds in one module per variant (``Formula.algorithm``):
+#: a model prices one variant of each, and compiling a module from source (no bytecode cache) costs
+#: about 0.1 ms per kilobyte, so a cold pricer should not compile the other variants' hundreds.
+SPLIT_DIMENSIONS = frozenset({"stage", "stage_slope"})
+
+
+def module_of(formula: Formula | Lowered) -> str:
+    """The module of the NumPy package that holds *formula*'s function: its dimension, or for a dimension
+    of :data:`SPLIT_DIMENSIONS`, ``<dimension>__<algorithm>``."""
+    if formula.dimension in SPLIT_DIMENSIONS and formula.algorithm.isidentifier():
+        return f"{formula.dimension}__{formula.algorithm}"
+    return formula.dimension
 
 
 def _function_targets(f: Lowered) -> str:
@@ -278,7 +304,7 @@ def render_tree(formulas: Iterable[Formula] | None = None, *,
         if not module.isidentifier() or module in _RESERVED_MODULES | packages:
             raise CodegenError(f"formula {f.name}: dimension {module!r} cannot name a module of generated/")
         by_module.setdefault(module, []).append(f)
-    taken = set(by_module) | packages | {"FORMULAS", "MODULES", "importlib"}
+    taken = set(by_module) | {module_of(f) for f in formulas} | packages | {"FORMULAS", "MODULES", "importlib"}
     for f in formulas:
         if f.name in taken:
             raise CodegenError(f"formula {f.name}: its name would shadow a module or FORMULAS in generated/")
@@ -288,6 +314,9 @@ def render_tree(formulas: Iterable[Formula] | None = None, *,
     for backend in backends:
         files.update(_render_backend(env, backend, formulas, by_module, lowered[backend.name]))
     for path, text in files.items():
+        if path.endswith(".json"):
+            json.loads(text)  # written by json.dumps above: it parses
+            continue
         try:
             compile(text, f"generated/{path}", "exec")
         except SyntaxError as exc:
@@ -300,23 +329,50 @@ def _render_backend(env: jinja2.Environment, backend: Backend, formulas: list[Fo
     """The files of one backend's package: a module per dimension, ``__init__.py``, ``_runtime.py``."""
     formulas = [f for f in formulas if f.dimension not in backend.skip]
     by_module = {module: members for module, members in by_module.items() if module not in backend.skip}
+    if backend is NUMPY:  # (the other packages keep one module per dimension)
+        by_module = {}
+        for f in formulas:
+            by_module.setdefault(module_of(f), []).append(f)
     files: dict[str, str] = {}
     module_template, function_template = backend.template("module"), backend.template("function")
     for module in sorted(by_module):
         members = [lowered[f.name] for f in by_module[module]]
         functions = [_render_function(env, low, backend) for low in members]
-        body = _render(env, module_template, f"module {backend.path(module + '.py')}", dimension=module,
+        body = _render(env, module_template, f"module {backend.path(module + '.py')}", dimension=members[0].dimension,
+                       variant=members[0].algorithm if module != members[0].dimension else None,
                        formulas=members, functions=functions)
         files[backend.path(f"{module}.py")] = header([module_template, function_template],
                                                      fingerprint(by_module[module])) + "\n" + body
     init_template = backend.template("init")
     body = _render(env, init_template, backend.path("__init__.py"), modules=sorted(by_module),
-                   formulas=[lowered[f.name] for f in formulas])
+                   formulas=[lowered[f.name] for f in formulas], table=TABLE)
     files[backend.path("__init__.py")] = header([init_template], fingerprint(formulas)) + "\n" + body
+    if backend is NUMPY:  # the other packages read the NumPy package's table
+        files[backend.path(TABLE)] = _table_json([lowered[f.name] for f in formulas], fingerprint(formulas))
     runtime_template = backend.template("runtime")
     body = _render(env, runtime_template, backend.path("_runtime.py"), block=BLOCK)
     files[backend.path("_runtime.py")] = header([runtime_template], None) + "\n" + body
     return files
+
+
+def _table_json(formulas: Sequence[Lowered], digest: str) -> str:
+    """``formulas.json``: what wrote it, the formulas' fingerprint, and ``FORMULAS`` (one formula a line,
+    in registry order, so that ``compile --check`` shows a changed formula as a one-line diff).
+
+    Tuples are written as JSON lists; ``generated._formulas`` reads them back as tuples.
+    """
+    rows = []
+    for f in formulas:
+        meta: dict[str, object] = {"dimension": f.dimension, "module": module_of(f), "algorithm": f.algorithm,
+                                   "unit": f.unit, "doc": f.summary, "source": f.source, "arguments": list(f.arguments),
+                                   "ops": f.ops, "fingerprint": f.fingerprint}
+        if f.variant:
+            meta["variant"] = f.variant
+        rows.append(f"  {json.dumps(f.name)}: {json.dumps(meta, ensure_ascii=False)}")
+    head = {"generated_by": f"`{COMMAND}`: do not edit; change the formulas under symbolic/ and run it again",
+            "fingerprint": digest}
+    return ("{\n" + "".join(f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False)},\n" for k, v in head.items())
+            + '"formulas": {\n' + ",\n".join(rows) + "\n}}\n")
 
 
 def read_tree(directory: str | Path) -> dict[str, str]:
@@ -441,7 +497,7 @@ def compile_in_memory(formulas: Iterable[Formula]) -> dict[str, Callable[..., ob
     functions: dict[str, Callable[..., object]] = {}
     for path, text in files.items():
         module = path.removesuffix(".py")
-        if module in _RESERVED_MODULES:
+        if module in _RESERVED_MODULES or not path.endswith(".py"):
             continue
         namespace: dict[str, object] = {"__name__": f"{generated.__name__}._on_demand_{module}",
                                         "__package__": generated.__name__}

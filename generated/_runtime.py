@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import numpy
 
-__all__ = ["BLOCK", "Call", "reals", "namespace", "floats", "broadcast"]
+__all__ = ["BLOCK", "Call", "Kernel", "reals", "namespace", "floats", "broadcast"]
+
+#: The dtype of a float64 array (one object: an argument that has it is taken as it is).
+_FLOAT64 = numpy.dtype(numpy.float64)
 
 #: Elements per block: 16384 float64 values are 128 KiB, so a
 #: kernel's buffers and the arguments' slices of one block fit in a core's L2 cache.
@@ -57,21 +60,32 @@ class Call:
 
     def __init__(self, function: str, names: tuple[str, ...], values: tuple[object, ...], *,
                  reals: int, masks: int) -> None:
-        # One number (a model's field, most often) stays a float: no array to make.
-        arrays = []
-        shapes = set()
-        for name, value in zip(names, values):
-            if not isinstance(value, float):
-                value = _array(function, name, value)
-                if value.ndim:  # a 0-d array (a model-only value computed once per call) broadcasts anywhere
-                    shapes.add(value.shape)
-            arrays.append(value)
-        try:
-            # One shape (a pricer's columns of one batch, the usual call) needs no broadcasting rule.
-            shape = next(iter(shapes)) if len(shapes) == 1 else numpy.broadcast_shapes(*shapes)
-        except ValueError:
-            shapes = ", ".join(f"{n} {a.shape}" for n, a in zip(names, arrays) if not isinstance(a, float))
-            raise ValueError(f"{function}: arguments do not broadcast to one shape: {shapes}") from None
+        # One number (a model's field, most often) stays a float: no array to make; a float64
+        # array (a pricer's column) is taken as it is. This runs once per call of every generated
+        # function, so the usual types are told apart by identity first.
+        arrays = list(values)
+        shape = None
+        several = False
+        for i, value in enumerate(values):
+            kind = type(value)
+            if kind is float:
+                continue
+            if kind is not numpy.ndarray or value.dtype is not _FLOAT64:
+                if isinstance(value, float):
+                    continue
+                value = arrays[i] = _array(function, names[i], value)
+            if value.ndim:  # a 0-d array (a model-only value computed once per call) broadcasts anywhere
+                if shape is None:
+                    shape = value.shape
+                elif value.shape != shape:
+                    several = True
+        if several or shape is None:
+            # One shape (a pricer's columns of one batch, the usual call) needed no broadcasting rule.
+            try:
+                shape = numpy.broadcast_shapes(*{a.shape for a in arrays if not isinstance(a, float) and a.ndim})
+            except ValueError:
+                shapes = ", ".join(f"{n} {a.shape}" for n, a in zip(names, arrays) if not isinstance(a, float))
+                raise ValueError(f"{function}: arguments do not broadcast to one shape: {shapes}") from None
         self.function = function
         self.arrays = arrays
         self.reals = reals
@@ -79,14 +93,17 @@ class Call:
         self.out = numpy.empty(shape)
 
     def blocks(self):
-        """Yield ``(out, reals…, masks…, arguments…)`` per block; the statements fill ``out`` in place."""
+        """``(out, reals…, masks…, arguments…)`` per block (an iterable); the statements fill ``out`` in place."""
         out = self.out
         size = out.size
         if size <= BLOCK or any(not isinstance(a, float) and a.size not in (1, size) for a in self.arrays):
             shape = out.shape
-            yield (out, *[numpy.empty(shape) for _ in range(self.reals)],
-                   *[numpy.empty(shape, dtype=bool) for _ in range(self.masks)], *self.arrays)
-            return
+            return ((out, *[numpy.empty(shape) for _ in range(self.reals)],
+                     *[numpy.empty(shape, dtype=bool) for _ in range(self.masks)], *self.arrays),)
+        return self._blocks(size)
+
+    def _blocks(self, size: int):
+        out = self.out
         # Every argument is one value or the whole output in the same element order (broadcasting
         # without growing the size only prepends ones), so flat views line up block for block.
         flat = [a if isinstance(a, float) else a.reshape(-1) if a.size == size else a.reshape(()) for a in self.arrays]
@@ -101,6 +118,42 @@ class Call:
                 reals = [r[:n] for r in reals]
                 masks = [m[:n] for m in masks]
             yield (flat_out[start:stop], *reals, *masks, *[a[start:stop] if c else a for a, c in zip(flat, cut)])
+
+
+class Kernel:
+    """A generated function's parts (``<function>.kernel``), for a caller that evaluates it again and again
+    with the same model and run fields (the pricer).
+
+    The function itself is ``invariants`` once, then ``block`` over ``Call.blocks()``; a caller that
+    passes floats and float64 arrays of one shape (no more than ``BLOCK`` elements) may do the same
+    itself: ``passed = invariants(*widened values)`` (computed once while those values stay), then
+    ``block(out, reals…, masks…, arguments…, passed…)`` with float64 buffers of ``out``'s shape for
+    ``reals`` and boolean ones for ``masks``, under ``numpy.errstate(divide="ignore",
+    invalid="ignore")`` when ``quiet``. The numbers are the function's.
+
+    Attributes:
+        block: the statements of one block; they fill ``out`` in place.
+        reals, masks: how many float64 and boolean buffers ``block`` takes.
+        arguments: the function's arguments, in ``block``'s order.
+        passed: the names of what ``invariants`` gives, in ``block``'s order (after the arguments).
+        invariants: the values that depend on the model's and the run's fields alone, from the
+            arguments ``widened`` (None when ``passed`` is empty).
+        widened: the arguments ``invariants`` reads, in its order.
+        quiet: the function evaluates under ``errstate`` (a Piecewise: a dead branch may divide by zero).
+    """
+
+    __slots__ = ("block", "reals", "masks", "arguments", "passed", "invariants", "widened", "quiet")
+
+    def __init__(self, block, *, reals: int, masks: int, arguments: tuple[str, ...], passed: tuple[str, ...],
+                 invariants, widened: tuple[str, ...], quiet: bool) -> None:
+        self.block = block
+        self.reals = reals
+        self.masks = masks
+        self.arguments = arguments
+        self.passed = passed
+        self.invariants = invariants
+        self.widened = widened
+        self.quiet = quiet
 
 
 def reals(function: str, names: tuple[str, ...], values: tuple[object, ...]) -> tuple[object, ...]:
@@ -122,6 +175,8 @@ _PLAIN = frozenset((float, numpy.ndarray, numpy.float64, int))
 
 def namespace(values: tuple[object, ...]):
     """The array-API namespace of *values* when one is an array of another library, else None (NumPy's path)."""
+    if _PLAIN.issuperset(map(type, values)):  # the usual call: one pass in C
+        return None
     for value in values:
         if type(value) not in _PLAIN and not isinstance(value, _NUMPY_VALUES):
             return _foreign_namespace([v for v in values if not isinstance(v, _NUMPY_VALUES)])

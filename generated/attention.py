@@ -61,12 +61,29 @@ def attention_head_width_elements(*, a, dh, h):
             reals=0,
             masks=1,
         )
-        for out, m0, a, dh, h in call.blocks():
-            # out = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            numpy.divide(h, a, out=out)
-            numpy.not_equal(dh, 0.0, out=m0)
-            numpy.copyto(out, dh, where=m0)
+        for block in call.blocks():
+            _attention_head_width_elements_block(*block)
     return call.out
+
+
+def _attention_head_width_elements_block(out, m0, a, dh, h):
+    """attention_head_width_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+    numpy.divide(h, a, out=out)
+    numpy.not_equal(dh, 0.0, out=m0)
+    numpy.copyto(out, dh, where=m0)
+
+
+attention_head_width_elements.kernel = _runtime.Kernel(
+    _attention_head_width_elements_block,
+    reals=0,
+    masks=1,
+    arguments=("a", "dh", "h"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def attention_mha_kv_width_elements(*, h, t):
@@ -102,10 +119,27 @@ def attention_mha_kv_width_elements(*, h, t):
         reals=0,
         masks=0,
     )
-    for out, h, t in call.blocks():
-        # out = h/t
-        numpy.divide(h, t, out=out)
+    for block in call.blocks():
+        _attention_mha_kv_width_elements_block(*block)
     return call.out
+
+
+def _attention_mha_kv_width_elements_block(out, h, t):
+    """attention_mha_kv_width_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = h/t
+    numpy.divide(h, t, out=out)
+
+
+attention_mha_kv_width_elements.kernel = _runtime.Kernel(
+    _attention_mha_kv_width_elements_block,
+    reals=0,
+    masks=0,
+    arguments=("h", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def attention_gqa_kv_width_elements(*, a, dh, n_kv, t):
@@ -139,12 +173,7 @@ def attention_gqa_kv_width_elements(*, a, dh, n_kv, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, n_kv) = _runtime.reals("attention_gqa_kv_width_elements", ("a", "dh", "n_kv"), (a, dh, n_kv))
-            inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _attention_gqa_kv_width_elements_invariants(a, dh, n_kv)
         call = _runtime.Call(
             "attention_gqa_kv_width_elements",
             ("a", "dh", "n_kv", "t", "inv0"),
@@ -152,10 +181,37 @@ def attention_gqa_kv_width_elements(*, a, dh, n_kv, t):
             reals=0,
             masks=0,
         )
-        for out, a, dh, n_kv, t, inv0 in call.blocks():
-            # out = inv0/t
-            numpy.divide(inv0, t, out=out)
+        for block in call.blocks():
+            _attention_gqa_kv_width_elements_block(*block)
     return call.out
+
+
+def _attention_gqa_kv_width_elements_invariants(a, dh, n_kv):
+    """What attention_gqa_kv_width_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, n_kv) = _runtime.reals("attention_gqa_kv_width_elements", ("a", "dh", "n_kv"), (a, dh, n_kv))
+        inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _attention_gqa_kv_width_elements_block(out, a, dh, n_kv, t, inv0):
+    """attention_gqa_kv_width_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/t
+    numpy.divide(inv0, t, out=out)
+
+
+attention_gqa_kv_width_elements.kernel = _runtime.Kernel(
+    _attention_gqa_kv_width_elements_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dh", "n_kv", "t"),
+    passed=("inv0",),
+    invariants=_attention_gqa_kv_width_elements_invariants,
+    widened=("a", "dh", "n_kv"),
+    quiet=True,
+)
 
 
 def attention_mqa_kv_width_elements(*, dh, t):
@@ -191,10 +247,27 @@ def attention_mqa_kv_width_elements(*, dh, t):
         reals=0,
         masks=0,
     )
-    for out, dh, t in call.blocks():
-        # out = dh/t
-        numpy.divide(dh, t, out=out)
+    for block in call.blocks():
+        _attention_mqa_kv_width_elements_block(*block)
     return call.out
+
+
+def _attention_mqa_kv_width_elements_block(out, dh, t):
+    """attention_mqa_kv_width_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = dh/t
+    numpy.divide(dh, t, out=out)
+
+
+attention_mqa_kv_width_elements.kernel = _runtime.Kernel(
+    _attention_mqa_kv_width_elements_block,
+    reals=0,
+    masks=0,
+    arguments=("dh", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def attention_mla_kv_width_elements(*, dh, dhr, n_kv, t):
@@ -225,12 +298,7 @@ def attention_mla_kv_width_elements(*, dh, dhr, n_kv, t):
         (dh, dhr, n_kv, t) = _runtime.floats(xp, (dh, dhr, n_kv, t))
         out = 0.5*(n_kv*(2*dh + dhr)/t)
         return _runtime.broadcast(xp, out, (dh, dhr, n_kv, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 0.5*(n_kv*(2*dh + dhr))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (dh, dhr, n_kv) = _runtime.reals("attention_mla_kv_width_elements", ("dh", "dhr", "n_kv"), (dh, dhr, n_kv))
-        inv0 = 0.5*(n_kv*(2*dh + dhr))
+    (inv0,) = _attention_mla_kv_width_elements_invariants(dh, dhr, n_kv)
     call = _runtime.Call(
         "attention_mla_kv_width_elements",
         ("dh", "dhr", "n_kv", "t", "inv0"),
@@ -238,7 +306,34 @@ def attention_mla_kv_width_elements(*, dh, dhr, n_kv, t):
         reals=0,
         masks=0,
     )
-    for out, dh, dhr, n_kv, t, inv0 in call.blocks():
-        # out = inv0/t
-        numpy.divide(inv0, t, out=out)
+    for block in call.blocks():
+        _attention_mla_kv_width_elements_block(*block)
     return call.out
+
+
+def _attention_mla_kv_width_elements_invariants(dh, dhr, n_kv):
+    """What attention_mla_kv_width_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.5*(n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, dhr, n_kv) = _runtime.reals("attention_mla_kv_width_elements", ("dh", "dhr", "n_kv"), (dh, dhr, n_kv))
+        inv0 = 0.5*(n_kv*(2*dh + dhr))
+    return (inv0,)
+
+
+def _attention_mla_kv_width_elements_block(out, dh, dhr, n_kv, t, inv0):
+    """attention_mla_kv_width_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/t
+    numpy.divide(inv0, t, out=out)
+
+
+attention_mla_kv_width_elements.kernel = _runtime.Kernel(
+    _attention_mla_kv_width_elements_block,
+    reals=0,
+    masks=0,
+    arguments=("dh", "dhr", "n_kv", "t"),
+    passed=("inv0",),
+    invariants=_attention_mla_kv_width_elements_invariants,
+    widened=("dh", "dhr", "n_kv"),
+    quiet=False,
+)

@@ -223,14 +223,7 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*hop_nvlink_tree_ll_s
-            inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_net_tree_ll_s, hop_nvlink_tree_ll_s) = _runtime.reals("collective_all_reduce_tree_ll_time_s", ("hop_net_tree_ll_s", "hop_nvlink_tree_ll_s"), (hop_net_tree_ll_s, hop_nvlink_tree_ll_s))
-            inv0 = 2*hop_nvlink_tree_ll_s
-            inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
+        (inv0, inv1) = _collective_all_reduce_tree_ll_time_s_invariants(hop_net_tree_ll_s, hop_nvlink_tree_ll_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_ll_time_s",
             ("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
@@ -238,33 +231,62 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = alpha_tree_ll_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
-            #     2*msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
-            #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used))))
-            numpy.subtract(ranks_per_node, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.multiply(r1, 0.2631578947368421, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.log(nodes, out=r1)
-            numpy.multiply(r1, inv1, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.add(out, alpha_tree_ll_s, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll_time_s_invariants(hop_net_tree_ll_s, hop_nvlink_tree_ll_s):
+    """What collective_all_reduce_tree_ll_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_nvlink_tree_ll_s
+        inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_net_tree_ll_s, hop_nvlink_tree_ll_s) = _runtime.reals("collective_all_reduce_tree_ll_time_s", ("hop_net_tree_ll_s", "hop_nvlink_tree_ll_s"), (hop_net_tree_ll_s, hop_nvlink_tree_ll_s))
+        inv0 = 2*hop_nvlink_tree_ll_s
+        inv1 = 2*hop_net_tree_ll_s/numpy.log(2)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_tree_ll_time_s_block(out, r0, r1, r2, m0, alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1):
+    """collective_all_reduce_tree_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = alpha_tree_ll_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
+    #     2*msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.2631578947368421*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
+    #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used))))
+    numpy.subtract(ranks_per_node, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.multiply(r1, 0.2631578947368421, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    numpy.multiply(r1, 2.0, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.log(nodes, out=r1)
+    numpy.multiply(r1, inv1, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.add(out, alpha_tree_ll_s, out=out)
+
+
+collective_all_reduce_tree_ll_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll_time_s_block,
+    reals=3,
+    masks=1,
+    arguments=("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_tree_ll_time_s_invariants,
+    widened=("hop_net_tree_ll_s", "hop_nvlink_tree_ll_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -317,14 +339,7 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*hop_nvlink_tree_ll128_s
-            inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s) = _runtime.reals("collective_all_reduce_tree_ll128_time_s", ("hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s"), (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s))
-            inv0 = 2*hop_nvlink_tree_ll128_s
-            inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
+        (inv0, inv1) = _collective_all_reduce_tree_ll128_time_s_invariants(hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_ll128_time_s",
             ("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
@@ -332,37 +347,66 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
             reals=4,
             masks=1,
         )
-        for out, r0, r1, r2, r3, m0, alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = alpha_tree_ll128_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
-            #     2*msg_bytes/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-            #     numpy.where(tmp0, 0.7777777777777778,
-            #     0.9375)*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
-            #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))))
-            numpy.subtract(ranks_per_node, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
-            numpy.minimum(r3, r0, out=r3)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.92, out=r3)
-            numpy.minimum(r2, r3, out=r2)
-            numpy.copyto(r3, 0.9375)
-            numpy.copyto(r3, 0.7777777777777778, where=m0)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.log(nodes, out=r1)
-            numpy.multiply(r1, inv1, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.add(out, alpha_tree_ll128_s, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_ll128_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll128_time_s_invariants(hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s):
+    """What collective_all_reduce_tree_ll128_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_nvlink_tree_ll128_s
+        inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s) = _runtime.reals("collective_all_reduce_tree_ll128_time_s", ("hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s"), (hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s))
+        inv0 = 2*hop_nvlink_tree_ll128_s
+        inv1 = 2*hop_net_tree_ll128_s/numpy.log(2)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_tree_ll128_time_s_block(out, r0, r1, r2, r3, m0, alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1):
+    """collective_all_reduce_tree_ll128_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = alpha_tree_ll128_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
+    #     2*msg_bytes/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
+    #     numpy.where(tmp0, 0.7777777777777778,
+    #     0.9375)*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
+    #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))))
+    numpy.subtract(ranks_per_node, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
+    numpy.minimum(r3, r0, out=r3)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.92, out=r3)
+    numpy.minimum(r2, r3, out=r2)
+    numpy.copyto(r3, 0.9375)
+    numpy.copyto(r3, 0.7777777777777778, where=m0)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    numpy.multiply(r1, 2.0, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.log(nodes, out=r1)
+    numpy.multiply(r1, inv1, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.add(out, alpha_tree_ll128_s, out=out)
+
+
+collective_all_reduce_tree_ll128_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll128_time_s_block,
+    reals=4,
+    masks=1,
+    arguments=("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_tree_ll128_time_s_invariants,
+    widened=("hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
@@ -411,14 +455,7 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*hop_nvlink_tree_simple_s
-            inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_net_tree_simple_s, hop_nvlink_tree_simple_s) = _runtime.reals("collective_all_reduce_tree_simple_time_s", ("hop_net_tree_simple_s", "hop_nvlink_tree_simple_s"), (hop_net_tree_simple_s, hop_nvlink_tree_simple_s))
-            inv0 = 2*hop_nvlink_tree_simple_s
-            inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
+        (inv0, inv1) = _collective_all_reduce_tree_simple_time_s_invariants(hop_net_tree_simple_s, hop_nvlink_tree_simple_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_simple_time_s",
             ("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
@@ -426,30 +463,59 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = alpha_tree_simple_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
-            #     2*msg_bytes/numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
-            #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used)))
-            numpy.subtract(ranks_per_node, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.log(nodes, out=r1)
-            numpy.multiply(r1, inv1, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.add(out, alpha_tree_simple_s, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_simple_time_s_invariants(hop_net_tree_simple_s, hop_nvlink_tree_simple_s):
+    """What collective_all_reduce_tree_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_nvlink_tree_simple_s
+        inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_net_tree_simple_s, hop_nvlink_tree_simple_s) = _runtime.reals("collective_all_reduce_tree_simple_time_s", ("hop_net_tree_simple_s", "hop_nvlink_tree_simple_s"), (hop_net_tree_simple_s, hop_nvlink_tree_simple_s))
+        inv0 = 2*hop_nvlink_tree_simple_s
+        inv1 = 2*hop_net_tree_simple_s/numpy.log(2)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_tree_simple_time_s_block(out, r0, r1, r2, m0, alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1):
+    """collective_all_reduce_tree_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = alpha_tree_simple_s + inv0*(ranks_per_node - 1) + inv1*numpy.log(nodes) +
+    #     2*msg_bytes/numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
+    #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used)))
+    numpy.subtract(ranks_per_node, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    numpy.multiply(r1, 2.0, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.log(nodes, out=r1)
+    numpy.multiply(r1, inv1, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.add(out, alpha_tree_simple_s, out=out)
+
+
+collective_all_reduce_tree_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_simple_time_s_block,
+    reals=3,
+    masks=1,
+    arguments=("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_tree_simple_time_s_invariants,
+    widened=("hop_net_tree_simple_s", "hop_nvlink_tree_simple_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -507,12 +573,7 @@ def collective_all_reduce_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        (inv0,) = _collective_all_reduce_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -520,43 +581,69 @@ def collective_all_reduce_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = 2*ranks - 2 -> r1
-            numpy.multiply(ranks, 2.0, out=r1)
-            numpy.subtract(r1, 2.0, out=r1)
-            # out = msg_bytes*tmp2/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1,
-            #     tmp0, numpy.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp1,
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp2, alpha_ring_ll_s + inv0*(-nodes +
-            #     ranks) + 2*(nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_ll_s, hop_net_ring_ll_s))
-            numpy.multiply(r1, msg_bytes, out=out)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.5, out=r2)
-            numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.multiply(r2, 2.0, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll_s, out=r2)
-            numpy.multiply(r1, hop_nvlink_ring_ll_s, out=r3)
-            numpy.add(r3, alpha_ring_ll_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_all_reduce_ring_ll_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_reduce_ring_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = 2*ranks - 2 -> r1
+    numpy.multiply(ranks, 2.0, out=r1)
+    numpy.subtract(r1, 2.0, out=r1)
+    # out = msg_bytes*tmp2/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
+    #     numpy.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp1, alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp2, alpha_ring_ll_s + inv0*(-nodes + ranks) + 2*(nodes -
+    #     1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
+    numpy.multiply(r1, msg_bytes, out=out)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.5, out=r2)
+    numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.multiply(r2, 2.0, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll_s, out=r2)
+    numpy.multiply(r1, hop_nvlink_ring_ll_s, out=r3)
+    numpy.add(r3, alpha_ring_ll_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_all_reduce_ring_ll_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll_time_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -615,12 +702,7 @@ def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        (inv0,) = _collective_all_reduce_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll128_time_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -628,46 +710,71 @@ def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = 2*ranks - 2 -> r1
-            numpy.multiply(ranks, 2.0, out=r1)
-            numpy.subtract(r1, 2.0, out=r1)
-            # out =
-            #     msg_bytes*tmp2/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels
-            #     , 0.92*numpy.where(tmp1, tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp1, alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp2, alpha_ring_ll128_s + inv0*(-nodes + ranks) +
-            #     2*(nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s))
-            numpy.multiply(r1, msg_bytes, out=out)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
-            numpy.minimum(r3, r0, out=r3)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.92, out=r3)
-            numpy.minimum(r2, r3, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll128_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.multiply(r2, 2.0, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll128_s, out=r2)
-            numpy.multiply(r1, hop_nvlink_ring_ll128_s, out=r3)
-            numpy.add(r3, alpha_ring_ll128_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll128_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_all_reduce_ring_ll128_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll128_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_reduce_ring_ll128_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = 2*ranks - 2 -> r1
+    numpy.multiply(ranks, 2.0, out=r1)
+    numpy.subtract(r1, 2.0, out=r1)
+    # out = msg_bytes*tmp2/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(tmp1, tmp0, numpy.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))) +
+    #     numpy.where(tmp1, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp2, alpha_ring_ll128_s +
+    #     inv0*(-nodes + ranks) + 2*(nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s))
+    numpy.multiply(r1, msg_bytes, out=out)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
+    numpy.minimum(r3, r0, out=r3)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.92, out=r3)
+    numpy.minimum(r2, r3, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll128_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.multiply(r2, 2.0, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll128_s, out=r2)
+    numpy.multiply(r1, hop_nvlink_ring_ll128_s, out=r3)
+    numpy.add(r3, alpha_ring_ll128_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_all_reduce_ring_ll128_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll128_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll128_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -723,14 +830,7 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1) = _collective_all_reduce_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -738,47 +838,76 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = 2*ranks -> r0
-            numpy.multiply(ranks, 2.0, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = 2*nodes -> r1
-            numpy.multiply(nodes, 2.0, out=r1)
-            # out = msg_bytes*(tmp0 - 1.5)*numpy.where(tmp1, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp1,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*(tmp0 - 2), alpha_ring_simple_s +
-            #     inv1*(2*ranks - tmp2) + (tmp2 - 2)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_simple_s, hop_net_ring_simple_s))
-            numpy.subtract(r0, 1.5, out=out)
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-                numpy.minimum(r2, r3, out=r2)
-                numpy.divide(1.0, r2, out=r2)
-            numpy.divide(inv0, ring_channels, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
-            if not m0.all():
-                numpy.subtract(r1, 2.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_simple_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_simple_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.multiply(ranks, 2.0, out=r3)
-                numpy.subtract(r3, r1, out=r3)
-                numpy.multiply(r3, inv1, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_simple_s, out=r2)
-            numpy.subtract(r0, 2.0, out=r3)
-            numpy.multiply(r3, hop_nvlink_ring_simple_s, out=r3)
-            numpy.add(r3, alpha_ring_simple_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_ring_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_ring_simple_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_reduce_ring_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 2*ranks -> r0
+    numpy.multiply(ranks, 2.0, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = 2*nodes -> r1
+    numpy.multiply(nodes, 2.0, out=r1)
+    # out = msg_bytes*(tmp0 - 1.5)*numpy.where(tmp1, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp1, alpha_ring_simple_s
+    #     + hop_nvlink_ring_simple_s*(tmp0 - 2), alpha_ring_simple_s + inv1*(2*ranks - tmp2) + (tmp2
+    #     - 2)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))
+    numpy.subtract(r0, 1.5, out=out)
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+        numpy.minimum(r2, r3, out=r2)
+        numpy.divide(1.0, r2, out=r2)
+    numpy.divide(inv0, ring_channels, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+    if not m0.all():
+        numpy.subtract(r1, 2.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_simple_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_simple_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.multiply(ranks, 2.0, out=r3)
+        numpy.subtract(r3, r1, out=r3)
+        numpy.multiply(r3, inv1, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_simple_s, out=r2)
+    numpy.subtract(r0, 2.0, out=r3)
+    numpy.multiply(r3, hop_nvlink_ring_simple_s, out=r3)
+    numpy.add(r3, alpha_ring_simple_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_all_reduce_ring_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_simple_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_ring_simple_time_s_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -833,14 +962,7 @@ def collective_all_reduce_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ri
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_ring_simple_price_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1) = _collective_all_reduce_ring_simple_price_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_simple_price_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -848,44 +970,73 @@ def collective_all_reduce_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ri
             reals=3,
             masks=2,
         )
-        for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = 2*ranks - 2 -> r0
-            numpy.multiply(ranks, 2.0, out=r0)
-            numpy.subtract(r0, 2.0, out=r0)
-            # out = msg_bytes*tmp1*numpy.where(tmp0, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp0,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp1, alpha_ring_simple_s +
-            #     inv1*(-nodes + ranks) + 2*(nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_simple_s, hop_net_ring_simple_s))
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
-                numpy.minimum(r1, r2, out=r1)
-                numpy.divide(1.0, r1, out=out)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(out, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r1)
-                numpy.copyto(r2, hop_net_ring_simple_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r2, hop_net_tree_simple_s, where=m1)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.multiply(r1, 2.0, out=r1)
-                numpy.subtract(ranks, nodes, out=r2)
-                numpy.multiply(r2, inv1, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.add(r1, alpha_ring_simple_s, out=r1)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r2)
-            numpy.add(r2, alpha_ring_simple_s, out=r2)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_simple_price_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_simple_price_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_ring_simple_price_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_ring_simple_price_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_ring_simple_price_s_block(out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_reduce_ring_simple_price_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = 2*ranks - 2 -> r0
+    numpy.multiply(ranks, 2.0, out=r0)
+    numpy.subtract(r0, 2.0, out=r0)
+    # out = msg_bytes*tmp1*numpy.where(tmp0, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp0, alpha_ring_simple_s
+    #     + hop_nvlink_ring_simple_s*tmp1, alpha_ring_simple_s + inv1*(-nodes + ranks) + 2*(nodes -
+    #     1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
+        numpy.minimum(r1, r2, out=r1)
+        numpy.divide(1.0, r1, out=out)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(out, r1, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r1)
+        numpy.copyto(r2, hop_net_ring_simple_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r2, hop_net_tree_simple_s, where=m1)
+        numpy.multiply(r1, r2, out=r1)
+        numpy.multiply(r1, 2.0, out=r1)
+        numpy.subtract(ranks, nodes, out=r2)
+        numpy.multiply(r2, inv1, out=r2)
+        numpy.add(r1, r2, out=r1)
+        numpy.add(r1, alpha_ring_simple_s, out=r1)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r2)
+    numpy.add(r2, alpha_ring_simple_s, out=r2)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.add(out, r1, out=out)
+
+
+collective_all_reduce_ring_simple_price_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_simple_price_s_block,
+    reals=3,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_ring_simple_price_s_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -936,12 +1087,6 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_all_reduce_nvls_simple_time_s", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_reduce_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -949,40 +1094,56 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             reals=5,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = 2*tmp0 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
-            #     msg_bytes*tmp2/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
-            #     nvls_efficiency*tmp2*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/ranks))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.multiply(r2, msg_bytes, out=r0)
-            numpy.multiply(ranks, ranks, out=r3)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r4)
-            numpy.multiply(r4, r2, out=r4)
-            numpy.multiply(r4, nvls_efficiency, out=r4)
-            numpy.divide(r4, ranks, out=r4)
-            numpy.minimum(r4, nvls_channel_max_bw_bytes_per_s, out=r4)
-            numpy.minimum(r4, r1, out=r4)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.divide(r0, r3, out=r0)
-            numpy.add(r0, hop_nvlink_nvls_s, out=r0)
-            numpy.copyto(out, r0, where=m1)
+        for block in call.blocks():
+            _collective_all_reduce_nvls_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_nvls_simple_time_s_block(out, r0, r1, r2, r3, r4, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_all_reduce_nvls_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = 2*tmp0 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))), hop_nvlink_nvls_s +
+    #     msg_bytes*tmp2/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     numpy.minimum(tmp1, nvls_efficiency*tmp2*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/ranks))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.multiply(r2, msg_bytes, out=r0)
+    numpy.multiply(ranks, ranks, out=r3)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r4)
+    numpy.multiply(r4, r2, out=r4)
+    numpy.multiply(r4, nvls_efficiency, out=r4)
+    numpy.divide(r4, ranks, out=r4)
+    numpy.minimum(r4, nvls_channel_max_bw_bytes_per_s, out=r4)
+    numpy.minimum(r4, r1, out=r4)
+    numpy.multiply(r3, r4, out=r3)
+    numpy.divide(r0, r3, out=r0)
+    numpy.add(r0, hop_nvlink_nvls_s, out=r0)
+    numpy.copyto(out, r0, where=m1)
+
+
+collective_all_reduce_nvls_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_nvls_simple_time_s_block,
+    reals=5,
+    masks=3,
+    arguments=("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -1101,14 +1262,7 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 2/numpy.log(2)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 2/numpy.log(2)
+        (inv0, inv1) = _collective_all_reduce_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_hierarchical_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
@@ -1116,146 +1270,173 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
             reals=21,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = inv0/ring_channels -> r1
-            numpy.divide(inv0, ring_channels, out=r1)
-            # tmp3 = msg_bytes/ranks_per_node -> r2
-            numpy.divide(msg_bytes, ranks_per_node, out=r2)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = tmp0*tmp3 -> r4
-            numpy.multiply(r0, r2, out=r4)
-            # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
-            # tmp7 = inv1*numpy.log(nodes) -> r6
-            numpy.log(nodes, out=r6)
-            numpy.multiply(r6, inv1, out=r6)
-            # tmp8 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
-            numpy.divide(r7, ranks_per_node, out=r7)
-            numpy.minimum(r7, r3, out=r7)
-            # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
-            numpy.copyto(r8, r7)
-            numpy.copyto(r8, r3, where=m0)
-            # tmp11 = 0.92*tmp10 -> r9
-            numpy.multiply(r8, 0.92, out=r9)
-            # tmp12 = numpy.minimum(tmp11, ring_channels*tree_channel_max_bw_bytes_per_s) -> r10
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r10)
-            numpy.minimum(r10, r9, out=r10)
-            # tmp13 = 2*tmp3 -> r11
-            numpy.multiply(r2, 2.0, out=r11)
-            # tmp14 = 2*nodes -> r12
-            numpy.multiply(nodes, 2.0, out=r12)
-            # tmp15 = tmp14 - 2 -> r13
-            numpy.subtract(r12, 2.0, out=r13)
-            # tmp16 = tmp3/nodes -> r14
-            numpy.divide(r2, nodes, out=r14)
-            # tmp17 = tmp15*tmp16 -> r15
-            numpy.multiply(r13, r14, out=r15)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp3*(ranks_per_node - 0.5),
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 +
-            #     tmp5/numpy.minimum(tmp6, 0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
-            #     tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) +
-            #     numpy.minimum(alpha_tree_simple_s + hop_net_tree_simple_s*tmp7 + tmp13/tmp12,
-            #     numpy.minimum(alpha_tree_ll_s + hop_net_tree_ll_s*tmp7 +
-            #     tmp13/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp12),
-            #     numpy.minimum(alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp7 +
-            #     tmp13/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-            #     tmp12*numpy.where(tmp8, 0.7777777777777778, 0.9375)),
-            #     numpy.minimum(tmp17/numpy.minimum(tmp11, tmp6) + numpy.where(tmp8,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp15, alpha_ring_ll128_s +
-            #     hop_net_tree_ll128_s*tmp15),
-            #     numpy.minimum(tmp17/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) +
-            #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp15), tmp16*(tmp14 - 1.5)*numpy.where(tmp8, tmp1, 1/tmp9) +
-            #     numpy.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15,
-            #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp15)))))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m1)
-            numpy.greater(ranks_per_node, 1.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r16)
-            numpy.subtract(ranks_per_node, 0.5, out=r17)
-            numpy.multiply(r17, r1, out=r17)
-            numpy.multiply(r17, r2, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(r16, alpha_ring_simple_s, out=r16)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r17)
-            numpy.multiply(r3, 0.92, out=r18)
-            numpy.minimum(r18, r5, out=r18)
-            numpy.divide(r4, r18, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.add(r17, alpha_ring_ll128_s, out=r17)
-            numpy.minimum(r16, r17, out=r16)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r17)
-            numpy.multiply(r3, 0.5, out=r18)
-            numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
-            numpy.divide(r4, r18, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.add(r17, alpha_ring_ll_s, out=r17)
-            numpy.minimum(r16, r17, out=r16)
-            numpy.multiply(r16, 2.0, out=r16)
-            numpy.divide(r11, r10, out=r17)
-            numpy.multiply(r6, hop_net_tree_simple_s, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.add(r17, alpha_tree_simple_s, out=r17)
-            numpy.multiply(r10, 0.2631578947368421, out=r18)
-            numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
-            numpy.divide(r11, r18, out=r18)
-            numpy.multiply(r6, hop_net_tree_ll_s, out=r19)
-            numpy.add(r18, r19, out=r18)
-            numpy.add(r18, alpha_tree_ll_s, out=r18)
-            numpy.minimum(r17, r18, out=r17)
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r18)
-            numpy.copyto(r19, 0.9375)
-            numpy.copyto(r19, 0.7777777777777778, where=m0)
-            numpy.multiply(r19, r10, out=r19)
-            numpy.minimum(r18, r19, out=r18)
-            numpy.divide(r11, r18, out=r18)
-            numpy.multiply(r6, hop_net_tree_ll128_s, out=r19)
-            numpy.add(r18, r19, out=r18)
-            numpy.add(r18, alpha_tree_ll128_s, out=r18)
-            numpy.minimum(r17, r18, out=r17)
-            numpy.minimum(r9, r5, out=r18)
-            numpy.divide(r15, r18, out=r18)
-            numpy.multiply(r13, hop_net_tree_ll128_s, out=r19)
-            numpy.add(r19, alpha_ring_ll128_s, out=r19)
-            numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r20)
-            numpy.add(r20, alpha_ring_ll128_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(r17, r18, out=r17)
-            numpy.multiply(r8, 0.5, out=r18)
-            numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
-            numpy.divide(r15, r18, out=r18)
-            numpy.multiply(r13, hop_net_tree_ll_s, out=r19)
-            numpy.add(r19, alpha_ring_ll_s, out=r19)
-            numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r20)
-            numpy.add(r20, alpha_ring_ll_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(r17, r18, out=r17)
-            numpy.subtract(r12, 1.5, out=r18)
-            numpy.divide(1.0, r7, out=r19)
-            numpy.copyto(r19, r1, where=m0)
-            numpy.multiply(r18, r19, out=r18)
-            numpy.multiply(r18, r14, out=r18)
-            numpy.multiply(r13, hop_net_tree_simple_s, out=r19)
-            numpy.add(r19, alpha_ring_simple_s, out=r19)
-            numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r20)
-            numpy.add(r20, alpha_ring_simple_s, out=r20)
-            numpy.copyto(r19, r20, where=m0)
-            numpy.add(r18, r19, out=r18)
-            numpy.minimum(r17, r18, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.copyto(out, r16, where=m1)
+        for block in call.blocks():
+            _collective_all_reduce_hierarchical_time_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_hierarchical_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 2/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 2/numpy.log(2)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_hierarchical_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1):
+    """collective_all_reduce_hierarchical_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = inv0/ring_channels -> r1
+    numpy.divide(inv0, ring_channels, out=r1)
+    # tmp3 = msg_bytes/ranks_per_node -> r2
+    numpy.divide(msg_bytes, ranks_per_node, out=r2)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = tmp0*tmp3 -> r4
+    numpy.multiply(r0, r2, out=r4)
+    # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
+    # tmp7 = inv1*numpy.log(nodes) -> r6
+    numpy.log(nodes, out=r6)
+    numpy.multiply(r6, inv1, out=r6)
+    # tmp8 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
+    numpy.divide(r7, ranks_per_node, out=r7)
+    numpy.minimum(r7, r3, out=r7)
+    # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
+    numpy.copyto(r8, r7)
+    numpy.copyto(r8, r3, where=m0)
+    # tmp11 = 0.92*tmp10 -> r9
+    numpy.multiply(r8, 0.92, out=r9)
+    # tmp12 = numpy.minimum(tmp11, ring_channels*tree_channel_max_bw_bytes_per_s) -> r10
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r10)
+    numpy.minimum(r10, r9, out=r10)
+    # tmp13 = 2*tmp3 -> r11
+    numpy.multiply(r2, 2.0, out=r11)
+    # tmp14 = 2*nodes -> r12
+    numpy.multiply(nodes, 2.0, out=r12)
+    # tmp15 = tmp14 - 2 -> r13
+    numpy.subtract(r12, 2.0, out=r13)
+    # tmp16 = tmp3/nodes -> r14
+    numpy.divide(r2, nodes, out=r14)
+    # tmp17 = tmp15*tmp16 -> r15
+    numpy.multiply(r13, r14, out=r15)
+    # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node,
+    #     1)), 2*numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 +
+    #     tmp1*tmp3*(ranks_per_node - 0.5), numpy.minimum(alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp0 + tmp5/numpy.minimum(tmp6, 0.92*tmp4), alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp0 + tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))) +
+    #     numpy.minimum(alpha_tree_simple_s + hop_net_tree_simple_s*tmp7 + tmp13/tmp12,
+    #     numpy.minimum(alpha_tree_ll_s + hop_net_tree_ll_s*tmp7 +
+    #     tmp13/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp12),
+    #     numpy.minimum(alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp7 +
+    #     tmp13/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
+    #     tmp12*numpy.where(tmp8, 0.7777777777777778, 0.9375)),
+    #     numpy.minimum(tmp17/numpy.minimum(tmp11, tmp6) + numpy.where(tmp8, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp15, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp15),
+    #     numpy.minimum(tmp17/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) + numpy.where(tmp8,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp15, alpha_ring_ll_s + hop_net_tree_ll_s*tmp15),
+    #     tmp16*(tmp14 - 1.5)*numpy.where(tmp8, tmp1, 1/tmp9) + numpy.where(tmp8,
+    #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp15, alpha_ring_simple_s +
+    #     hop_net_tree_simple_s*tmp15)))))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m1)
+    numpy.greater(ranks_per_node, 1.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r16)
+    numpy.subtract(ranks_per_node, 0.5, out=r17)
+    numpy.multiply(r17, r1, out=r17)
+    numpy.multiply(r17, r2, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.add(r16, alpha_ring_simple_s, out=r16)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r17)
+    numpy.multiply(r3, 0.92, out=r18)
+    numpy.minimum(r18, r5, out=r18)
+    numpy.divide(r4, r18, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.add(r17, alpha_ring_ll128_s, out=r17)
+    numpy.minimum(r16, r17, out=r16)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r17)
+    numpy.multiply(r3, 0.5, out=r18)
+    numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
+    numpy.divide(r4, r18, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.add(r17, alpha_ring_ll_s, out=r17)
+    numpy.minimum(r16, r17, out=r16)
+    numpy.multiply(r16, 2.0, out=r16)
+    numpy.divide(r11, r10, out=r17)
+    numpy.multiply(r6, hop_net_tree_simple_s, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.add(r17, alpha_tree_simple_s, out=r17)
+    numpy.multiply(r10, 0.2631578947368421, out=r18)
+    numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
+    numpy.divide(r11, r18, out=r18)
+    numpy.multiply(r6, hop_net_tree_ll_s, out=r19)
+    numpy.add(r18, r19, out=r18)
+    numpy.add(r18, alpha_tree_ll_s, out=r18)
+    numpy.minimum(r17, r18, out=r17)
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r18)
+    numpy.copyto(r19, 0.9375)
+    numpy.copyto(r19, 0.7777777777777778, where=m0)
+    numpy.multiply(r19, r10, out=r19)
+    numpy.minimum(r18, r19, out=r18)
+    numpy.divide(r11, r18, out=r18)
+    numpy.multiply(r6, hop_net_tree_ll128_s, out=r19)
+    numpy.add(r18, r19, out=r18)
+    numpy.add(r18, alpha_tree_ll128_s, out=r18)
+    numpy.minimum(r17, r18, out=r17)
+    numpy.minimum(r9, r5, out=r18)
+    numpy.divide(r15, r18, out=r18)
+    numpy.multiply(r13, hop_net_tree_ll128_s, out=r19)
+    numpy.add(r19, alpha_ring_ll128_s, out=r19)
+    numpy.multiply(r13, hop_nvlink_ring_ll128_s, out=r20)
+    numpy.add(r20, alpha_ring_ll128_s, out=r20)
+    numpy.copyto(r19, r20, where=m0)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(r17, r18, out=r17)
+    numpy.multiply(r8, 0.5, out=r18)
+    numpy.minimum(r18, ll_max_bw_bytes_per_s, out=r18)
+    numpy.divide(r15, r18, out=r18)
+    numpy.multiply(r13, hop_net_tree_ll_s, out=r19)
+    numpy.add(r19, alpha_ring_ll_s, out=r19)
+    numpy.multiply(r13, hop_nvlink_ring_ll_s, out=r20)
+    numpy.add(r20, alpha_ring_ll_s, out=r20)
+    numpy.copyto(r19, r20, where=m0)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(r17, r18, out=r17)
+    numpy.subtract(r12, 1.5, out=r18)
+    numpy.divide(1.0, r7, out=r19)
+    numpy.copyto(r19, r1, where=m0)
+    numpy.multiply(r18, r19, out=r18)
+    numpy.multiply(r18, r14, out=r18)
+    numpy.multiply(r13, hop_net_tree_simple_s, out=r19)
+    numpy.add(r19, alpha_ring_simple_s, out=r19)
+    numpy.multiply(r13, hop_nvlink_ring_simple_s, out=r20)
+    numpy.add(r20, alpha_ring_simple_s, out=r20)
+    numpy.copyto(r19, r20, where=m0)
+    numpy.add(r18, r19, out=r18)
+    numpy.minimum(r17, r18, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.copyto(out, r16, where=m1)
+
+
+collective_all_reduce_hierarchical_time_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_hierarchical_time_s_block,
+    reals=21,
+    masks=3,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_hierarchical_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -1374,14 +1555,7 @@ def collective_all_reduce_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 2/numpy.log(2)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_hierarchical_price_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 2/numpy.log(2)
+        (inv0, inv1) = _collective_all_reduce_hierarchical_price_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_hierarchical_price_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
@@ -1389,140 +1563,166 @@ def collective_all_reduce_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring
             reals=18,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1 in call.blocks():
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = inv0/ring_channels -> r1
-            numpy.divide(inv0, ring_channels, out=r1)
-            # tmp3 = msg_bytes/ranks_per_node -> r2
-            numpy.divide(msg_bytes, ranks_per_node, out=r2)
-            # tmp4 = tmp0*tmp3 -> r3
-            numpy.multiply(r0, r2, out=r3)
-            # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
-            # tmp7 = inv1*numpy.log(nodes) -> r6
-            numpy.log(nodes, out=r6)
-            numpy.multiply(r6, inv1, out=r6)
-            # tmp8 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp9 = numpy.minimum(tmp5, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
-            numpy.divide(r7, ranks_per_node, out=r7)
-            numpy.minimum(r7, r4, out=r7)
-            # tmp10 = numpy.where(tmp8, tmp5, tmp9) -> r8
-            numpy.copyto(r8, r7)
-            numpy.copyto(r8, r4, where=m0)
-            # tmp11 = 0.92*tmp10 -> r9
-            numpy.multiply(r8, 0.92, out=r9)
-            # tmp12 = numpy.minimum(tmp11, ring_channels*tree_channel_max_bw_bytes_per_s) -> r10
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r10)
-            numpy.minimum(r10, r9, out=r10)
-            # tmp13 = 2*tmp3 -> r11
-            numpy.multiply(r2, 2.0, out=r11)
-            # tmp14 = 2*nodes - 2 -> r12
-            numpy.multiply(nodes, 2.0, out=r12)
-            numpy.subtract(r12, 2.0, out=r12)
-            # tmp15 = tmp14*tmp3/nodes -> r13
-            numpy.multiply(r12, r2, out=r13)
-            numpy.divide(r13, nodes, out=r13)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)), 2*numpy.minimum(alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4, numpy.minimum(alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp0 + tmp4/numpy.minimum(tmp6, 0.92*tmp5),
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
-            #     tmp4/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))) +
-            #     numpy.minimum(alpha_tree_simple_s + hop_net_tree_simple_s*tmp7 + tmp13/tmp12,
-            #     numpy.minimum(alpha_tree_ll_s + hop_net_tree_ll_s*tmp7 +
-            #     tmp13/numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*tmp12),
-            #     numpy.minimum(alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp7 +
-            #     tmp13/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-            #     tmp12*numpy.where(tmp8, 0.7777777777777778, 0.9375)),
-            #     numpy.minimum(tmp15/numpy.minimum(tmp11, tmp6) + numpy.where(tmp8,
-            #     alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp14, alpha_ring_ll128_s +
-            #     hop_net_tree_ll128_s*tmp14),
-            #     numpy.minimum(tmp15/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) +
-            #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp14), tmp15*numpy.where(tmp8, tmp1, 1/tmp9) +
-            #     numpy.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp14,
-            #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp14)))))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m1)
-            numpy.greater(ranks_per_node, 1.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r2)
-            numpy.multiply(r1, r3, out=r14)
-            numpy.add(r2, r14, out=r2)
-            numpy.add(r2, alpha_ring_simple_s, out=r2)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r14)
-            numpy.multiply(r4, 0.92, out=r15)
-            numpy.minimum(r15, r5, out=r15)
-            numpy.divide(r3, r15, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(r14, alpha_ring_ll128_s, out=r14)
-            numpy.minimum(r2, r14, out=r2)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r14)
-            numpy.multiply(r4, 0.5, out=r15)
-            numpy.minimum(r15, ll_max_bw_bytes_per_s, out=r15)
-            numpy.divide(r3, r15, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(r14, alpha_ring_ll_s, out=r14)
-            numpy.minimum(r2, r14, out=r2)
-            numpy.multiply(r2, 2.0, out=r2)
-            numpy.divide(r11, r10, out=r14)
-            numpy.multiply(r6, hop_net_tree_simple_s, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(r14, alpha_tree_simple_s, out=r14)
-            numpy.multiply(r10, 0.2631578947368421, out=r15)
-            numpy.minimum(r15, ll_max_bw_bytes_per_s, out=r15)
-            numpy.divide(r11, r15, out=r15)
-            numpy.multiply(r6, hop_net_tree_ll_s, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.add(r15, alpha_tree_ll_s, out=r15)
-            numpy.minimum(r14, r15, out=r14)
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r15)
-            numpy.copyto(r16, 0.9375)
-            numpy.copyto(r16, 0.7777777777777778, where=m0)
-            numpy.multiply(r16, r10, out=r16)
-            numpy.minimum(r15, r16, out=r15)
-            numpy.divide(r11, r15, out=r15)
-            numpy.multiply(r6, hop_net_tree_ll128_s, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.add(r15, alpha_tree_ll128_s, out=r15)
-            numpy.minimum(r14, r15, out=r14)
-            numpy.minimum(r9, r5, out=r15)
-            numpy.divide(r13, r15, out=r15)
-            numpy.multiply(r12, hop_net_tree_ll128_s, out=r16)
-            numpy.add(r16, alpha_ring_ll128_s, out=r16)
-            numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r17)
-            numpy.add(r17, alpha_ring_ll128_s, out=r17)
-            numpy.copyto(r16, r17, where=m0)
-            numpy.add(r15, r16, out=r15)
-            numpy.minimum(r14, r15, out=r14)
-            numpy.multiply(r8, 0.5, out=r15)
-            numpy.minimum(r15, ll_max_bw_bytes_per_s, out=r15)
-            numpy.divide(r13, r15, out=r15)
-            numpy.multiply(r12, hop_net_tree_ll_s, out=r16)
-            numpy.add(r16, alpha_ring_ll_s, out=r16)
-            numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r17)
-            numpy.add(r17, alpha_ring_ll_s, out=r17)
-            numpy.copyto(r16, r17, where=m0)
-            numpy.add(r15, r16, out=r15)
-            numpy.minimum(r14, r15, out=r14)
-            numpy.divide(1.0, r7, out=r15)
-            numpy.copyto(r15, r1, where=m0)
-            numpy.multiply(r15, r13, out=r15)
-            numpy.multiply(r12, hop_net_tree_simple_s, out=r16)
-            numpy.add(r16, alpha_ring_simple_s, out=r16)
-            numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r17)
-            numpy.add(r17, alpha_ring_simple_s, out=r17)
-            numpy.copyto(r16, r17, where=m0)
-            numpy.add(r15, r16, out=r15)
-            numpy.minimum(r14, r15, out=r14)
-            numpy.add(r2, r14, out=r2)
-            numpy.copyto(out, r2, where=m1)
+        for block in call.blocks():
+            _collective_all_reduce_hierarchical_price_s_block(*block)
     return call.out
+
+
+def _collective_all_reduce_hierarchical_price_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_hierarchical_price_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 2/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_hierarchical_price_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 2/numpy.log(2)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_hierarchical_price_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1):
+    """collective_all_reduce_hierarchical_price_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = inv0/ring_channels -> r1
+    numpy.divide(inv0, ring_channels, out=r1)
+    # tmp3 = msg_bytes/ranks_per_node -> r2
+    numpy.divide(msg_bytes, ranks_per_node, out=r2)
+    # tmp4 = tmp0*tmp3 -> r3
+    numpy.multiply(r0, r2, out=r3)
+    # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
+    # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
+    # tmp7 = inv1*numpy.log(nodes) -> r6
+    numpy.log(nodes, out=r6)
+    numpy.multiply(r6, inv1, out=r6)
+    # tmp8 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp9 = numpy.minimum(tmp5, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
+    numpy.divide(r7, ranks_per_node, out=r7)
+    numpy.minimum(r7, r4, out=r7)
+    # tmp10 = numpy.where(tmp8, tmp5, tmp9) -> r8
+    numpy.copyto(r8, r7)
+    numpy.copyto(r8, r4, where=m0)
+    # tmp11 = 0.92*tmp10 -> r9
+    numpy.multiply(r8, 0.92, out=r9)
+    # tmp12 = numpy.minimum(tmp11, ring_channels*tree_channel_max_bw_bytes_per_s) -> r10
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r10)
+    numpy.minimum(r10, r9, out=r10)
+    # tmp13 = 2*tmp3 -> r11
+    numpy.multiply(r2, 2.0, out=r11)
+    # tmp14 = 2*nodes - 2 -> r12
+    numpy.multiply(nodes, 2.0, out=r12)
+    numpy.subtract(r12, 2.0, out=r12)
+    # tmp15 = tmp14*tmp3/nodes -> r13
+    numpy.multiply(r12, r2, out=r13)
+    numpy.divide(r13, nodes, out=r13)
+    # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node,
+    #     1)), 2*numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4,
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp4/numpy.minimum(tmp6,
+    #     0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
+    #     tmp4/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))) + numpy.minimum(alpha_tree_simple_s
+    #     + hop_net_tree_simple_s*tmp7 + tmp13/tmp12, numpy.minimum(alpha_tree_ll_s +
+    #     hop_net_tree_ll_s*tmp7 + tmp13/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.2631578947368421*tmp12), numpy.minimum(alpha_tree_ll128_s + hop_net_tree_ll128_s*tmp7 +
+    #     tmp13/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
+    #     tmp12*numpy.where(tmp8, 0.7777777777777778, 0.9375)),
+    #     numpy.minimum(tmp15/numpy.minimum(tmp11, tmp6) + numpy.where(tmp8, alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp14, alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp14),
+    #     numpy.minimum(tmp15/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) + numpy.where(tmp8,
+    #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp14, alpha_ring_ll_s + hop_net_tree_ll_s*tmp14),
+    #     tmp15*numpy.where(tmp8, tmp1, 1/tmp9) + numpy.where(tmp8, alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp14, alpha_ring_simple_s + hop_net_tree_simple_s*tmp14)))))),
+    #     numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m1)
+    numpy.greater(ranks_per_node, 1.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r2)
+    numpy.multiply(r1, r3, out=r14)
+    numpy.add(r2, r14, out=r2)
+    numpy.add(r2, alpha_ring_simple_s, out=r2)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r14)
+    numpy.multiply(r4, 0.92, out=r15)
+    numpy.minimum(r15, r5, out=r15)
+    numpy.divide(r3, r15, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.add(r14, alpha_ring_ll128_s, out=r14)
+    numpy.minimum(r2, r14, out=r2)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r14)
+    numpy.multiply(r4, 0.5, out=r15)
+    numpy.minimum(r15, ll_max_bw_bytes_per_s, out=r15)
+    numpy.divide(r3, r15, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.add(r14, alpha_ring_ll_s, out=r14)
+    numpy.minimum(r2, r14, out=r2)
+    numpy.multiply(r2, 2.0, out=r2)
+    numpy.divide(r11, r10, out=r14)
+    numpy.multiply(r6, hop_net_tree_simple_s, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.add(r14, alpha_tree_simple_s, out=r14)
+    numpy.multiply(r10, 0.2631578947368421, out=r15)
+    numpy.minimum(r15, ll_max_bw_bytes_per_s, out=r15)
+    numpy.divide(r11, r15, out=r15)
+    numpy.multiply(r6, hop_net_tree_ll_s, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.add(r15, alpha_tree_ll_s, out=r15)
+    numpy.minimum(r14, r15, out=r14)
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r15)
+    numpy.copyto(r16, 0.9375)
+    numpy.copyto(r16, 0.7777777777777778, where=m0)
+    numpy.multiply(r16, r10, out=r16)
+    numpy.minimum(r15, r16, out=r15)
+    numpy.divide(r11, r15, out=r15)
+    numpy.multiply(r6, hop_net_tree_ll128_s, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.add(r15, alpha_tree_ll128_s, out=r15)
+    numpy.minimum(r14, r15, out=r14)
+    numpy.minimum(r9, r5, out=r15)
+    numpy.divide(r13, r15, out=r15)
+    numpy.multiply(r12, hop_net_tree_ll128_s, out=r16)
+    numpy.add(r16, alpha_ring_ll128_s, out=r16)
+    numpy.multiply(r12, hop_nvlink_ring_ll128_s, out=r17)
+    numpy.add(r17, alpha_ring_ll128_s, out=r17)
+    numpy.copyto(r16, r17, where=m0)
+    numpy.add(r15, r16, out=r15)
+    numpy.minimum(r14, r15, out=r14)
+    numpy.multiply(r8, 0.5, out=r15)
+    numpy.minimum(r15, ll_max_bw_bytes_per_s, out=r15)
+    numpy.divide(r13, r15, out=r15)
+    numpy.multiply(r12, hop_net_tree_ll_s, out=r16)
+    numpy.add(r16, alpha_ring_ll_s, out=r16)
+    numpy.multiply(r12, hop_nvlink_ring_ll_s, out=r17)
+    numpy.add(r17, alpha_ring_ll_s, out=r17)
+    numpy.copyto(r16, r17, where=m0)
+    numpy.add(r15, r16, out=r15)
+    numpy.minimum(r14, r15, out=r14)
+    numpy.divide(1.0, r7, out=r15)
+    numpy.copyto(r15, r1, where=m0)
+    numpy.multiply(r15, r13, out=r15)
+    numpy.multiply(r12, hop_net_tree_simple_s, out=r16)
+    numpy.add(r16, alpha_ring_simple_s, out=r16)
+    numpy.multiply(r12, hop_nvlink_ring_simple_s, out=r17)
+    numpy.add(r17, alpha_ring_simple_s, out=r17)
+    numpy.copyto(r16, r17, where=m0)
+    numpy.add(r15, r16, out=r15)
+    numpy.minimum(r14, r15, out=r14)
+    numpy.add(r2, r14, out=r2)
+    numpy.copyto(out, r2, where=m1)
+
+
+collective_all_reduce_hierarchical_price_s.kernel = _runtime.Kernel(
+    _collective_all_reduce_hierarchical_price_s_block,
+    reals=18,
+    masks=3,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_hierarchical_price_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_nccl_busbw_factor_ratio(*, ranks):
@@ -1556,12 +1756,29 @@ def collective_all_reduce_nccl_busbw_factor_ratio(*, ranks):
         reals=0,
         masks=0,
     )
-    for out, ranks in call.blocks():
-        # out = (2*ranks - 2)/ranks
-        numpy.multiply(ranks, 2.0, out=out)
-        numpy.subtract(out, 2.0, out=out)
-        numpy.divide(out, ranks, out=out)
+    for block in call.blocks():
+        _collective_all_reduce_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_all_reduce_nccl_busbw_factor_ratio_block(out, ranks):
+    """collective_all_reduce_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (2*ranks - 2)/ranks
+    numpy.multiply(ranks, 2.0, out=out)
+    numpy.subtract(out, 2.0, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_reduce_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_all_reduce_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=("ranks",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -1618,12 +1835,7 @@ def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        (inv0,) = _collective_all_gather_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -1631,41 +1843,67 @@ def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp2,
-            #     tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2,
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + inv0*(-nodes +
-            #     ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_ll_s, hop_net_ring_ll_s))
-            numpy.multiply(r0, msg_bytes, out=out)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r1, out=r2)
-            numpy.copyto(r2, r1, where=m0)
-            numpy.multiply(r2, 0.5, out=r2)
-            numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll_s, out=r2)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r3)
-            numpy.add(r3, alpha_ring_ll_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_all_gather_ring_ll_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp2, tmp1,
+    #     numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2, alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + inv0*(-nodes + ranks) + (nodes -
+    #     1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
+    numpy.multiply(r0, msg_bytes, out=out)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r1, out=r2)
+    numpy.copyto(r2, r1, where=m0)
+    numpy.multiply(r2, 0.5, out=r2)
+    numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll_s, out=r2)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r3)
+    numpy.add(r3, alpha_ring_ll_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_all_gather_ring_ll_time_s.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll_time_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -1724,12 +1962,7 @@ def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        (inv0,) = _collective_all_gather_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll128_time_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -1737,44 +1970,69 @@ def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out =
-            #     msg_bytes*tmp0/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels
-            #     , 0.92*numpy.where(tmp2, tmp1, numpy.minimum(tmp1,
-            #     nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2, alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv0*(-nodes + ranks) + (nodes
-            #     - 1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s))
-            numpy.multiply(r0, msg_bytes, out=out)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
-            numpy.minimum(r3, r1, out=r3)
-            numpy.copyto(r3, r1, where=m0)
-            numpy.multiply(r3, 0.92, out=r3)
-            numpy.minimum(r2, r3, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll128_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll128_s, out=r2)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r3)
-            numpy.add(r3, alpha_ring_ll128_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll128_time_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_all_gather_ring_ll128_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll128_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_ll128_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(tmp2, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) +
+    #     numpy.where(tmp2, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s +
+    #     inv0*(-nodes + ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s))
+    numpy.multiply(r0, msg_bytes, out=out)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
+    numpy.minimum(r3, r1, out=r3)
+    numpy.copyto(r3, r1, where=m0)
+    numpy.multiply(r3, 0.92, out=r3)
+    numpy.minimum(r2, r3, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll128_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll128_s, out=r2)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r3)
+    numpy.add(r3, alpha_ring_ll128_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_all_gather_ring_ll128_time_s.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll128_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll128_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -1828,14 +2086,7 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1) = _collective_all_gather_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -1843,42 +2094,71 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = msg_bytes*(ranks - 0.5)*numpy.where(tmp0, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp0,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), alpha_ring_simple_s +
-            #     inv1*(-nodes + ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_simple_s, hop_net_ring_simple_s))
-            numpy.subtract(ranks, 0.5, out=out)
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=r0)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r0)
-                numpy.copyto(r1, hop_net_ring_simple_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r1, hop_net_tree_simple_s, where=m1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.subtract(ranks, nodes, out=r1)
-                numpy.multiply(r1, inv1, out=r1)
-                numpy.add(r0, r1, out=r0)
-                numpy.add(r0, alpha_ring_simple_s, out=r0)
-            numpy.subtract(ranks, 1.0, out=r1)
-            numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r1)
-            numpy.add(r1, alpha_ring_simple_s, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_ring_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_all_gather_ring_simple_time_s_block(out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_gather_ring_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*(ranks - 0.5)*numpy.where(tmp0, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp0, alpha_ring_simple_s
+    #     + hop_nvlink_ring_simple_s*(ranks - 1), alpha_ring_simple_s + inv1*(-nodes + ranks) +
+    #     (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))
+    numpy.subtract(ranks, 0.5, out=out)
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=r0)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r0)
+        numpy.copyto(r1, hop_net_ring_simple_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r1, hop_net_tree_simple_s, where=m1)
+        numpy.multiply(r0, r1, out=r0)
+        numpy.subtract(ranks, nodes, out=r1)
+        numpy.multiply(r1, inv1, out=r1)
+        numpy.add(r0, r1, out=r0)
+        numpy.add(r0, alpha_ring_simple_s, out=r0)
+    numpy.subtract(ranks, 1.0, out=r1)
+    numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r1)
+    numpy.add(r1, alpha_ring_simple_s, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.add(out, r0, out=out)
+
+
+collective_all_gather_ring_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_simple_time_s_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_gather_ring_simple_time_s_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -1933,14 +2213,7 @@ def collective_all_gather_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ri
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_ring_simple_price_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1) = _collective_all_gather_ring_simple_price_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_ring_simple_price_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -1948,42 +2221,71 @@ def collective_all_gather_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ri
             reals=3,
             masks=2,
         )
-        for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = msg_bytes*tmp0*numpy.where(tmp1, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp1,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv1*(-nodes + ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_simple_s, hop_net_ring_simple_s))
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
-                numpy.minimum(r1, r2, out=r1)
-                numpy.divide(1.0, r1, out=out)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(out, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r1)
-                numpy.copyto(r2, hop_net_ring_simple_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r2, hop_net_tree_simple_s, where=m1)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.subtract(ranks, nodes, out=r2)
-                numpy.multiply(r2, inv1, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.add(r1, alpha_ring_simple_s, out=r1)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r2)
-            numpy.add(r2, alpha_ring_simple_s, out=r2)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_simple_price_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_simple_price_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_ring_simple_price_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_ring_simple_price_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_all_gather_ring_simple_price_s_block(out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_gather_ring_simple_price_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*tmp0*numpy.where(tmp1, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp1, alpha_ring_simple_s
+    #     + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv1*(-nodes + ranks) + (nodes -
+    #     1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
+        numpy.minimum(r1, r2, out=r1)
+        numpy.divide(1.0, r1, out=out)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(out, r1, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r1)
+        numpy.copyto(r2, hop_net_ring_simple_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r2, hop_net_tree_simple_s, where=m1)
+        numpy.multiply(r1, r2, out=r1)
+        numpy.subtract(ranks, nodes, out=r2)
+        numpy.multiply(r2, inv1, out=r2)
+        numpy.add(r1, r2, out=r1)
+        numpy.add(r1, alpha_ring_simple_s, out=r1)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r2)
+    numpy.add(r2, alpha_ring_simple_s, out=r2)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.add(out, r1, out=out)
+
+
+collective_all_gather_ring_simple_price_s.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_simple_price_s_block,
+    reals=3,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_gather_ring_simple_price_s_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -2032,12 +2334,6 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_all_gather_nvls_simple_time_s", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_gather_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -2045,38 +2341,54 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             reals=4,
             masks=3,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
-            #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks)))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.multiply(r0, r0, out=r2)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r2, nvls_efficiency, out=r2)
-            numpy.multiply(ranks, ranks, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
-            numpy.minimum(r2, r1, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(msg_bytes, r2, out=r2)
-            numpy.add(r2, hop_nvlink_nvls_s, out=r2)
-            numpy.copyto(out, r2, where=m1)
+        for block in call.blocks():
+            _collective_all_gather_nvls_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_nvls_simple_time_s_block(out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_all_gather_nvls_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))), hop_nvlink_nvls_s +
+    #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks)))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.multiply(r0, r0, out=r2)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.multiply(r2, nvls_efficiency, out=r2)
+    numpy.multiply(ranks, ranks, out=r3)
+    numpy.divide(r2, r3, out=r2)
+    numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
+    numpy.minimum(r2, r1, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(msg_bytes, r2, out=r2)
+    numpy.add(r2, hop_nvlink_nvls_s, out=r2)
+    numpy.copyto(out, r2, where=m1)
+
+
+collective_all_gather_nvls_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_gather_nvls_simple_time_s_block,
+    reals=4,
+    masks=3,
+    arguments=("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -2166,12 +2478,7 @@ def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_gather_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_hierarchical_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -2179,106 +2486,131 @@ def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
             reals=15,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = inv0/ring_channels -> r1
-            numpy.divide(inv0, ring_channels, out=r1)
-            # tmp3 = msg_bytes/ranks_per_node -> r2
-            numpy.divide(msg_bytes, ranks_per_node, out=r2)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = tmp0*tmp3 -> r4
-            numpy.multiply(r0, r2, out=r4)
-            # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
-            # tmp7 = nodes - 1 -> r6
-            numpy.subtract(nodes, 1.0, out=r6)
-            # tmp8 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
-            numpy.divide(r7, ranks_per_node, out=r7)
-            numpy.minimum(r7, r3, out=r7)
-            # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
-            numpy.copyto(r8, r7)
-            numpy.copyto(r8, r3, where=m0)
-            # tmp11 = tmp3/nodes -> r9
-            numpy.divide(r2, nodes, out=r9)
-            # tmp12 = tmp11*tmp7 -> r10
-            numpy.multiply(r9, r6, out=r10)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) +
-            #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp12/numpy.minimum(tmp6, 0.92*tmp10) +
-            #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp11*(nodes -
-            #     0.5)*numpy.where(tmp8, tmp1, 1/tmp9) + numpy.where(tmp8, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s + hop_net_tree_simple_s*tmp7)))
-            #     + numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 +
-            #     tmp1*tmp3*(ranks_per_node - 0.5), numpy.minimum(alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp0 + tmp5/numpy.minimum(tmp6, 0.92*tmp4),
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
-            #     tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m1)
-            numpy.greater(ranks_per_node, 1.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.multiply(r8, 0.5, out=r11)
-            numpy.minimum(r11, ll_max_bw_bytes_per_s, out=r11)
-            numpy.divide(r10, r11, out=r11)
-            numpy.multiply(r6, hop_net_tree_ll_s, out=r12)
-            numpy.add(r12, alpha_ring_ll_s, out=r12)
-            numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r13)
-            numpy.add(r13, alpha_ring_ll_s, out=r13)
-            numpy.copyto(r12, r13, where=m0)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r8, 0.92, out=r12)
-            numpy.minimum(r12, r5, out=r12)
-            numpy.divide(r10, r12, out=r12)
-            numpy.multiply(r6, hop_net_tree_ll128_s, out=r13)
-            numpy.add(r13, alpha_ring_ll128_s, out=r13)
-            numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r14)
-            numpy.add(r14, alpha_ring_ll128_s, out=r14)
-            numpy.copyto(r13, r14, where=m0)
-            numpy.add(r12, r13, out=r12)
-            numpy.minimum(r11, r12, out=r11)
-            numpy.subtract(nodes, 0.5, out=r12)
-            numpy.divide(1.0, r7, out=r13)
-            numpy.copyto(r13, r1, where=m0)
-            numpy.multiply(r12, r13, out=r12)
-            numpy.multiply(r12, r9, out=r12)
-            numpy.multiply(r6, hop_net_tree_simple_s, out=r13)
-            numpy.add(r13, alpha_ring_simple_s, out=r13)
-            numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r14)
-            numpy.add(r14, alpha_ring_simple_s, out=r14)
-            numpy.copyto(r13, r14, where=m0)
-            numpy.add(r12, r13, out=r12)
-            numpy.minimum(r11, r12, out=r11)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r12)
-            numpy.subtract(ranks_per_node, 0.5, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.add(r12, alpha_ring_simple_s, out=r12)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r13)
-            numpy.multiply(r3, 0.92, out=r14)
-            numpy.minimum(r14, r5, out=r14)
-            numpy.divide(r4, r14, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, alpha_ring_ll128_s, out=r13)
-            numpy.minimum(r12, r13, out=r12)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r13)
-            numpy.multiply(r3, 0.5, out=r14)
-            numpy.minimum(r14, ll_max_bw_bytes_per_s, out=r14)
-            numpy.divide(r4, r14, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, alpha_ring_ll_s, out=r13)
-            numpy.minimum(r12, r13, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.copyto(out, r11, where=m1)
+        for block in call.blocks():
+            _collective_all_gather_hierarchical_time_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_hierarchical_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_gather_hierarchical_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_hierarchical_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = inv0/ring_channels -> r1
+    numpy.divide(inv0, ring_channels, out=r1)
+    # tmp3 = msg_bytes/ranks_per_node -> r2
+    numpy.divide(msg_bytes, ranks_per_node, out=r2)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = tmp0*tmp3 -> r4
+    numpy.multiply(r0, r2, out=r4)
+    # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
+    # tmp7 = nodes - 1 -> r6
+    numpy.subtract(nodes, 1.0, out=r6)
+    # tmp8 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
+    numpy.divide(r7, ranks_per_node, out=r7)
+    numpy.minimum(r7, r3, out=r7)
+    # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
+    numpy.copyto(r8, r7)
+    numpy.copyto(r8, r3, where=m0)
+    # tmp11 = tmp3/nodes -> r9
+    numpy.divide(r2, nodes, out=r9)
+    # tmp12 = tmp11*tmp7 -> r10
+    numpy.multiply(r9, r6, out=r10)
+    # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node,
+    #     1)), numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) +
+    #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
+    #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp12/numpy.minimum(tmp6, 0.92*tmp10) +
+    #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp7), tmp11*(nodes - 0.5)*numpy.where(tmp8, tmp1, 1/tmp9) +
+    #     numpy.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s
+    #     + hop_net_tree_simple_s*tmp7))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp3*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp5/numpy.minimum(tmp6,
+    #     0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
+    #     tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m1)
+    numpy.greater(ranks_per_node, 1.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.multiply(r8, 0.5, out=r11)
+    numpy.minimum(r11, ll_max_bw_bytes_per_s, out=r11)
+    numpy.divide(r10, r11, out=r11)
+    numpy.multiply(r6, hop_net_tree_ll_s, out=r12)
+    numpy.add(r12, alpha_ring_ll_s, out=r12)
+    numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r13)
+    numpy.add(r13, alpha_ring_ll_s, out=r13)
+    numpy.copyto(r12, r13, where=m0)
+    numpy.add(r11, r12, out=r11)
+    numpy.multiply(r8, 0.92, out=r12)
+    numpy.minimum(r12, r5, out=r12)
+    numpy.divide(r10, r12, out=r12)
+    numpy.multiply(r6, hop_net_tree_ll128_s, out=r13)
+    numpy.add(r13, alpha_ring_ll128_s, out=r13)
+    numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r14)
+    numpy.add(r14, alpha_ring_ll128_s, out=r14)
+    numpy.copyto(r13, r14, where=m0)
+    numpy.add(r12, r13, out=r12)
+    numpy.minimum(r11, r12, out=r11)
+    numpy.subtract(nodes, 0.5, out=r12)
+    numpy.divide(1.0, r7, out=r13)
+    numpy.copyto(r13, r1, where=m0)
+    numpy.multiply(r12, r13, out=r12)
+    numpy.multiply(r12, r9, out=r12)
+    numpy.multiply(r6, hop_net_tree_simple_s, out=r13)
+    numpy.add(r13, alpha_ring_simple_s, out=r13)
+    numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r14)
+    numpy.add(r14, alpha_ring_simple_s, out=r14)
+    numpy.copyto(r13, r14, where=m0)
+    numpy.add(r12, r13, out=r12)
+    numpy.minimum(r11, r12, out=r11)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r12)
+    numpy.subtract(ranks_per_node, 0.5, out=r13)
+    numpy.multiply(r13, r1, out=r13)
+    numpy.multiply(r13, r2, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.add(r12, alpha_ring_simple_s, out=r12)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r13)
+    numpy.multiply(r3, 0.92, out=r14)
+    numpy.minimum(r14, r5, out=r14)
+    numpy.divide(r4, r14, out=r14)
+    numpy.add(r13, r14, out=r13)
+    numpy.add(r13, alpha_ring_ll128_s, out=r13)
+    numpy.minimum(r12, r13, out=r12)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r13)
+    numpy.multiply(r3, 0.5, out=r14)
+    numpy.minimum(r14, ll_max_bw_bytes_per_s, out=r14)
+    numpy.divide(r4, r14, out=r14)
+    numpy.add(r13, r14, out=r13)
+    numpy.add(r13, alpha_ring_ll_s, out=r13)
+    numpy.minimum(r12, r13, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.copyto(out, r11, where=m1)
+
+
+collective_all_gather_hierarchical_time_s.kernel = _runtime.Kernel(
+    _collective_all_gather_hierarchical_time_s_block,
+    reals=15,
+    masks=3,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_hierarchical_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_gather_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -2369,12 +2701,7 @@ def collective_all_gather_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_hierarchical_price_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_gather_hierarchical_price_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_hierarchical_price_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -2382,100 +2709,126 @@ def collective_all_gather_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring
             reals=13,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = inv0/ring_channels -> r1
-            numpy.divide(inv0, ring_channels, out=r1)
-            # tmp3 = msg_bytes/ranks_per_node -> r2
-            numpy.divide(msg_bytes, ranks_per_node, out=r2)
-            # tmp4 = tmp0*tmp3 -> r3
-            numpy.multiply(r0, r2, out=r3)
-            # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
-            # tmp7 = nodes - 1 -> r6
-            numpy.subtract(nodes, 1.0, out=r6)
-            # tmp8 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp9 = numpy.minimum(tmp5, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
-            numpy.divide(r7, ranks_per_node, out=r7)
-            numpy.minimum(r7, r4, out=r7)
-            # tmp10 = tmp3*tmp7/nodes -> r8
-            numpy.multiply(r2, r6, out=r8)
-            numpy.divide(r8, nodes, out=r8)
-            # tmp11 = numpy.where(tmp8, tmp5, tmp9) -> r2
-            numpy.copyto(r2, r7)
-            numpy.copyto(r2, r4, where=m0)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp10/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) +
-            #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp10/numpy.minimum(tmp6, 0.92*tmp11) +
-            #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp10*numpy.where(tmp8, tmp1,
-            #     1/tmp9) + numpy.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7,
-            #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp7))) +
-            #     numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4,
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 +
-            #     tmp4/numpy.minimum(tmp6, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
-            #     tmp4/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m1)
-            numpy.greater(ranks_per_node, 1.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.multiply(r2, 0.5, out=r9)
-            numpy.minimum(r9, ll_max_bw_bytes_per_s, out=r9)
-            numpy.divide(r8, r9, out=r9)
-            numpy.multiply(r6, hop_net_tree_ll_s, out=r10)
-            numpy.add(r10, alpha_ring_ll_s, out=r10)
-            numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r11)
-            numpy.add(r11, alpha_ring_ll_s, out=r11)
-            numpy.copyto(r10, r11, where=m0)
-            numpy.add(r9, r10, out=r9)
-            numpy.multiply(r2, 0.92, out=r10)
-            numpy.minimum(r10, r5, out=r10)
-            numpy.divide(r8, r10, out=r10)
-            numpy.multiply(r6, hop_net_tree_ll128_s, out=r11)
-            numpy.add(r11, alpha_ring_ll128_s, out=r11)
-            numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r12)
-            numpy.add(r12, alpha_ring_ll128_s, out=r12)
-            numpy.copyto(r11, r12, where=m0)
-            numpy.add(r10, r11, out=r10)
-            numpy.minimum(r9, r10, out=r9)
-            numpy.divide(1.0, r7, out=r10)
-            numpy.copyto(r10, r1, where=m0)
-            numpy.multiply(r10, r8, out=r10)
-            numpy.multiply(r6, hop_net_tree_simple_s, out=r11)
-            numpy.add(r11, alpha_ring_simple_s, out=r11)
-            numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r12)
-            numpy.add(r12, alpha_ring_simple_s, out=r12)
-            numpy.copyto(r11, r12, where=m0)
-            numpy.add(r10, r11, out=r10)
-            numpy.minimum(r9, r10, out=r9)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r10)
-            numpy.multiply(r1, r3, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r10, alpha_ring_simple_s, out=r10)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r11)
-            numpy.multiply(r4, 0.92, out=r12)
-            numpy.minimum(r12, r5, out=r12)
-            numpy.divide(r3, r12, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.add(r11, alpha_ring_ll128_s, out=r11)
-            numpy.minimum(r10, r11, out=r10)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r11)
-            numpy.multiply(r4, 0.5, out=r12)
-            numpy.minimum(r12, ll_max_bw_bytes_per_s, out=r12)
-            numpy.divide(r3, r12, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.add(r11, alpha_ring_ll_s, out=r11)
-            numpy.minimum(r10, r11, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.copyto(out, r9, where=m1)
+        for block in call.blocks():
+            _collective_all_gather_hierarchical_price_s_block(*block)
     return call.out
+
+
+def _collective_all_gather_hierarchical_price_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_hierarchical_price_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_hierarchical_price_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_gather_hierarchical_price_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_hierarchical_price_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = inv0/ring_channels -> r1
+    numpy.divide(inv0, ring_channels, out=r1)
+    # tmp3 = msg_bytes/ranks_per_node -> r2
+    numpy.divide(msg_bytes, ranks_per_node, out=r2)
+    # tmp4 = tmp0*tmp3 -> r3
+    numpy.multiply(r0, r2, out=r3)
+    # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
+    # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
+    # tmp7 = nodes - 1 -> r6
+    numpy.subtract(nodes, 1.0, out=r6)
+    # tmp8 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp9 = numpy.minimum(tmp5, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
+    numpy.divide(r7, ranks_per_node, out=r7)
+    numpy.minimum(r7, r4, out=r7)
+    # tmp10 = tmp3*tmp7/nodes -> r8
+    numpy.multiply(r2, r6, out=r8)
+    numpy.divide(r8, nodes, out=r8)
+    # tmp11 = numpy.where(tmp8, tmp5, tmp9) -> r2
+    numpy.copyto(r2, r7)
+    numpy.copyto(r2, r4, where=m0)
+    # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node,
+    #     1)), numpy.minimum(tmp10/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) +
+    #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
+    #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp10/numpy.minimum(tmp6, 0.92*tmp11) +
+    #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp7), tmp10*numpy.where(tmp8, tmp1, 1/tmp9) + numpy.where(tmp8,
+    #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s +
+    #     hop_net_tree_simple_s*tmp7))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4, numpy.minimum(alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp0 + tmp4/numpy.minimum(tmp6, 0.92*tmp5), alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp0 + tmp4/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))),
+    #     numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m1)
+    numpy.greater(ranks_per_node, 1.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.multiply(r2, 0.5, out=r9)
+    numpy.minimum(r9, ll_max_bw_bytes_per_s, out=r9)
+    numpy.divide(r8, r9, out=r9)
+    numpy.multiply(r6, hop_net_tree_ll_s, out=r10)
+    numpy.add(r10, alpha_ring_ll_s, out=r10)
+    numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r11)
+    numpy.add(r11, alpha_ring_ll_s, out=r11)
+    numpy.copyto(r10, r11, where=m0)
+    numpy.add(r9, r10, out=r9)
+    numpy.multiply(r2, 0.92, out=r10)
+    numpy.minimum(r10, r5, out=r10)
+    numpy.divide(r8, r10, out=r10)
+    numpy.multiply(r6, hop_net_tree_ll128_s, out=r11)
+    numpy.add(r11, alpha_ring_ll128_s, out=r11)
+    numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r12)
+    numpy.add(r12, alpha_ring_ll128_s, out=r12)
+    numpy.copyto(r11, r12, where=m0)
+    numpy.add(r10, r11, out=r10)
+    numpy.minimum(r9, r10, out=r9)
+    numpy.divide(1.0, r7, out=r10)
+    numpy.copyto(r10, r1, where=m0)
+    numpy.multiply(r10, r8, out=r10)
+    numpy.multiply(r6, hop_net_tree_simple_s, out=r11)
+    numpy.add(r11, alpha_ring_simple_s, out=r11)
+    numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r12)
+    numpy.add(r12, alpha_ring_simple_s, out=r12)
+    numpy.copyto(r11, r12, where=m0)
+    numpy.add(r10, r11, out=r10)
+    numpy.minimum(r9, r10, out=r9)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r10)
+    numpy.multiply(r1, r3, out=r11)
+    numpy.add(r10, r11, out=r10)
+    numpy.add(r10, alpha_ring_simple_s, out=r10)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r11)
+    numpy.multiply(r4, 0.92, out=r12)
+    numpy.minimum(r12, r5, out=r12)
+    numpy.divide(r3, r12, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.add(r11, alpha_ring_ll128_s, out=r11)
+    numpy.minimum(r10, r11, out=r10)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r11)
+    numpy.multiply(r4, 0.5, out=r12)
+    numpy.minimum(r12, ll_max_bw_bytes_per_s, out=r12)
+    numpy.divide(r3, r12, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.add(r11, alpha_ring_ll_s, out=r11)
+    numpy.minimum(r10, r11, out=r10)
+    numpy.add(r9, r10, out=r9)
+    numpy.copyto(out, r9, where=m1)
+
+
+collective_all_gather_hierarchical_price_s.kernel = _runtime.Kernel(
+    _collective_all_gather_hierarchical_price_s_block,
+    reals=13,
+    masks=3,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_hierarchical_price_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_gather_nccl_busbw_factor_ratio(*, ranks):
@@ -2509,11 +2862,28 @@ def collective_all_gather_nccl_busbw_factor_ratio(*, ranks):
         reals=0,
         masks=0,
     )
-    for out, ranks in call.blocks():
-        # out = (ranks - 1)/ranks
-        numpy.subtract(ranks, 1.0, out=out)
-        numpy.divide(out, ranks, out=out)
+    for block in call.blocks():
+        _collective_all_gather_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_all_gather_nccl_busbw_factor_ratio_block(out, ranks):
+    """collective_all_gather_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (ranks - 1)/ranks
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_gather_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_all_gather_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=("ranks",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -2570,12 +2940,7 @@ def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        (inv0,) = _collective_reduce_scatter_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -2583,41 +2948,67 @@ def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp2,
-            #     tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2,
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + inv0*(-nodes +
-            #     ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_ll_s, hop_net_ring_ll_s))
-            numpy.multiply(r0, msg_bytes, out=out)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r1, out=r2)
-            numpy.copyto(r2, r1, where=m0)
-            numpy.multiply(r2, 0.5, out=r2)
-            numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll_s, out=r2)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r3)
-            numpy.add(r3, alpha_ring_ll_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll_time_s_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_ll_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp2, tmp1,
+    #     numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2, alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp0, alpha_ring_ll_s + inv0*(-nodes + ranks) + (nodes -
+    #     1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll_s, hop_net_ring_ll_s))
+    numpy.multiply(r0, msg_bytes, out=out)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r1, out=r2)
+    numpy.copyto(r2, r1, where=m0)
+    numpy.multiply(r2, 0.5, out=r2)
+    numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll_s, out=r2)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r3)
+    numpy.add(r3, alpha_ring_ll_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_reduce_scatter_ring_ll_time_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll_time_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -2676,12 +3067,7 @@ def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_r
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        (inv0,) = _collective_reduce_scatter_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll128_time_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -2689,44 +3075,69 @@ def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_r
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out =
-            #     msg_bytes*tmp0/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels
-            #     , 0.92*numpy.where(tmp2, tmp1, numpy.minimum(tmp1,
-            #     nic_bw_bytes_per_s*nics_used)))) + numpy.where(tmp2, alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s + inv0*(-nodes + ranks) + (nodes
-            #     - 1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll128_s,
-            #     hop_net_ring_ll128_s))
-            numpy.multiply(r0, msg_bytes, out=out)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
-            numpy.minimum(r3, r1, out=r3)
-            numpy.copyto(r3, r1, where=m0)
-            numpy.multiply(r3, 0.92, out=r3)
-            numpy.minimum(r2, r3, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(out, r2, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r2)
-                numpy.copyto(r3, hop_net_ring_ll128_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
-                numpy.multiply(r2, r3, out=r2)
-                numpy.subtract(ranks, nodes, out=r3)
-                numpy.multiply(r3, inv0, out=r3)
-                numpy.add(r2, r3, out=r2)
-                numpy.add(r2, alpha_ring_ll128_s, out=r2)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r3)
-            numpy.add(r3, alpha_ring_ll128_s, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll128_time_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll128_time_s_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_ll128_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll128_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_ll128_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*tmp0/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(tmp2, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))) +
+    #     numpy.where(tmp2, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0, alpha_ring_ll128_s +
+    #     inv0*(-nodes + ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s))
+    numpy.multiply(r0, msg_bytes, out=out)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
+    numpy.minimum(r3, r1, out=r3)
+    numpy.copyto(r3, r1, where=m0)
+    numpy.multiply(r3, 0.92, out=r3)
+    numpy.minimum(r2, r3, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(out, r2, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r2)
+        numpy.copyto(r3, hop_net_ring_ll128_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r3, hop_net_tree_ll128_s, where=m1)
+        numpy.multiply(r2, r3, out=r2)
+        numpy.subtract(ranks, nodes, out=r3)
+        numpy.multiply(r3, inv0, out=r3)
+        numpy.add(r2, r3, out=r2)
+        numpy.add(r2, alpha_ring_ll128_s, out=r2)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r3)
+    numpy.add(r3, alpha_ring_ll128_s, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(out, r2, out=out)
+
+
+collective_reduce_scatter_ring_ll128_time_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll128_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll128_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -2780,14 +3191,7 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1) = _collective_reduce_scatter_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -2795,42 +3199,71 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = msg_bytes*(ranks - 0.5)*numpy.where(tmp0, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp0,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), alpha_ring_simple_s +
-            #     inv1*(-nodes + ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_simple_s, hop_net_ring_simple_s))
-            numpy.subtract(ranks, 0.5, out=out)
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=r0)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r0)
-                numpy.copyto(r1, hop_net_ring_simple_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r1, hop_net_tree_simple_s, where=m1)
-                numpy.multiply(r0, r1, out=r0)
-                numpy.subtract(ranks, nodes, out=r1)
-                numpy.multiply(r1, inv1, out=r1)
-                numpy.add(r0, r1, out=r0)
-                numpy.add(r0, alpha_ring_simple_s, out=r0)
-            numpy.subtract(ranks, 1.0, out=r1)
-            numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r1)
-            numpy.add(r1, alpha_ring_simple_s, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_simple_time_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_ring_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_reduce_scatter_ring_simple_time_s_block(out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_reduce_scatter_ring_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*(ranks - 0.5)*numpy.where(tmp0, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp0, alpha_ring_simple_s
+    #     + hop_nvlink_ring_simple_s*(ranks - 1), alpha_ring_simple_s + inv1*(-nodes + ranks) +
+    #     (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))
+    numpy.subtract(ranks, 0.5, out=out)
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=r0)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r0)
+        numpy.copyto(r1, hop_net_ring_simple_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r1, hop_net_tree_simple_s, where=m1)
+        numpy.multiply(r0, r1, out=r0)
+        numpy.subtract(ranks, nodes, out=r1)
+        numpy.multiply(r1, inv1, out=r1)
+        numpy.add(r0, r1, out=r0)
+        numpy.add(r0, alpha_ring_simple_s, out=r0)
+    numpy.subtract(ranks, 1.0, out=r1)
+    numpy.multiply(r1, hop_nvlink_ring_simple_s, out=r1)
+    numpy.add(r1, alpha_ring_simple_s, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.add(out, r0, out=out)
+
+
+collective_reduce_scatter_ring_simple_time_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_simple_time_s_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_reduce_scatter_ring_simple_time_s_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -2885,14 +3318,7 @@ def collective_reduce_scatter_ring_simple_price_s(*, alpha_ring_simple_s, hop_ne
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_ring_simple_price_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1) = _collective_reduce_scatter_ring_simple_price_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_simple_price_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -2900,42 +3326,71 @@ def collective_reduce_scatter_ring_simple_price_s(*, alpha_ring_simple_s, hop_ne
             reals=3,
             masks=2,
         )
-        for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = msg_bytes*tmp0*numpy.where(tmp1, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp1,
-            #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s +
-            #     inv1*(-nodes + ranks) + (nodes - 1)*numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_simple_s, hop_net_ring_simple_s))
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
-                numpy.minimum(r1, r2, out=r1)
-                numpy.divide(1.0, r1, out=out)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(out, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
-            if not m0.all():
-                numpy.subtract(nodes, 1.0, out=r1)
-                numpy.copyto(r2, hop_net_ring_simple_s)
-                numpy.equal(ranks_per_node, 1.0, out=m1)
-                numpy.copyto(r2, hop_net_tree_simple_s, where=m1)
-                numpy.multiply(r1, r2, out=r1)
-                numpy.subtract(ranks, nodes, out=r2)
-                numpy.multiply(r2, inv1, out=r2)
-                numpy.add(r1, r2, out=r1)
-                numpy.add(r1, alpha_ring_simple_s, out=r1)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r2)
-            numpy.add(r2, alpha_ring_simple_s, out=r2)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_simple_price_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_simple_price_s_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_ring_simple_price_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_ring_simple_price_s", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_reduce_scatter_ring_simple_price_s_block(out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_reduce_scatter_ring_simple_price_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = msg_bytes*tmp0*numpy.where(tmp1, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks + numpy.where(tmp1, alpha_ring_simple_s
+    #     + hop_nvlink_ring_simple_s*tmp0, alpha_ring_simple_s + inv1*(-nodes + ranks) + (nodes -
+    #     1)*numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_simple_s,
+    #     hop_net_ring_simple_s))
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r2)
+        numpy.minimum(r1, r2, out=r1)
+        numpy.divide(1.0, r1, out=out)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(out, r1, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+    if not m0.all():
+        numpy.subtract(nodes, 1.0, out=r1)
+        numpy.copyto(r2, hop_net_ring_simple_s)
+        numpy.equal(ranks_per_node, 1.0, out=m1)
+        numpy.copyto(r2, hop_net_tree_simple_s, where=m1)
+        numpy.multiply(r1, r2, out=r1)
+        numpy.subtract(ranks, nodes, out=r2)
+        numpy.multiply(r2, inv1, out=r2)
+        numpy.add(r1, r2, out=r1)
+        numpy.add(r1, alpha_ring_simple_s, out=r1)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r2)
+    numpy.add(r2, alpha_ring_simple_s, out=r2)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.add(out, r1, out=out)
+
+
+collective_reduce_scatter_ring_simple_price_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_simple_price_s_block,
+    reals=3,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_reduce_scatter_ring_simple_price_s_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -2984,12 +3439,6 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_reduce_scatter_nvls_simple_time_s", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_reduce_scatter_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -2997,38 +3446,54 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
             reals=4,
             masks=3,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))), hop_nvlink_nvls_s +
-            #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks)))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.multiply(r0, r0, out=r2)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r2, nvls_efficiency, out=r2)
-            numpy.multiply(ranks, ranks, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
-            numpy.minimum(r2, r1, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(msg_bytes, r2, out=r2)
-            numpy.add(r2, hop_nvlink_nvls_s, out=r2)
-            numpy.copyto(out, r2, where=m1)
+        for block in call.blocks():
+            _collective_reduce_scatter_nvls_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_nvls_simple_time_s_block(out, r0, r1, r2, r3, m0, m1, m2, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_reduce_scatter_nvls_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))), hop_nvlink_nvls_s +
+    #     msg_bytes/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks)))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.multiply(r0, r0, out=r2)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.multiply(r2, nvls_efficiency, out=r2)
+    numpy.multiply(ranks, ranks, out=r3)
+    numpy.divide(r2, r3, out=r2)
+    numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
+    numpy.minimum(r2, r1, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(msg_bytes, r2, out=r2)
+    numpy.add(r2, hop_nvlink_nvls_s, out=r2)
+    numpy.copyto(out, r2, where=m1)
+
+
+collective_reduce_scatter_nvls_simple_time_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_nvls_simple_time_s_block,
+    reals=4,
+    masks=3,
+    arguments=("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -3118,12 +3583,7 @@ def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_r
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_reduce_scatter_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_hierarchical_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -3131,106 +3591,131 @@ def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_r
             reals=15,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = inv0/ring_channels -> r1
-            numpy.divide(inv0, ring_channels, out=r1)
-            # tmp3 = msg_bytes/ranks_per_node -> r2
-            numpy.divide(msg_bytes, ranks_per_node, out=r2)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = tmp0*tmp3 -> r4
-            numpy.multiply(r0, r2, out=r4)
-            # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
-            # tmp7 = nodes - 1 -> r6
-            numpy.subtract(nodes, 1.0, out=r6)
-            # tmp8 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
-            numpy.divide(r7, ranks_per_node, out=r7)
-            numpy.minimum(r7, r3, out=r7)
-            # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
-            numpy.copyto(r8, r7)
-            numpy.copyto(r8, r3, where=m0)
-            # tmp11 = tmp3/nodes -> r9
-            numpy.divide(r2, nodes, out=r9)
-            # tmp12 = tmp11*tmp7 -> r10
-            numpy.multiply(r9, r6, out=r10)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) +
-            #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp12/numpy.minimum(tmp6, 0.92*tmp10) +
-            #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp11*(nodes -
-            #     0.5)*numpy.where(tmp8, tmp1, 1/tmp9) + numpy.where(tmp8, alpha_ring_simple_s +
-            #     hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s + hop_net_tree_simple_s*tmp7)))
-            #     + numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 +
-            #     tmp1*tmp3*(ranks_per_node - 0.5), numpy.minimum(alpha_ring_ll128_s +
-            #     hop_nvlink_ring_ll128_s*tmp0 + tmp5/numpy.minimum(tmp6, 0.92*tmp4),
-            #     alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
-            #     tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m1)
-            numpy.greater(ranks_per_node, 1.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.multiply(r8, 0.5, out=r11)
-            numpy.minimum(r11, ll_max_bw_bytes_per_s, out=r11)
-            numpy.divide(r10, r11, out=r11)
-            numpy.multiply(r6, hop_net_tree_ll_s, out=r12)
-            numpy.add(r12, alpha_ring_ll_s, out=r12)
-            numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r13)
-            numpy.add(r13, alpha_ring_ll_s, out=r13)
-            numpy.copyto(r12, r13, where=m0)
-            numpy.add(r11, r12, out=r11)
-            numpy.multiply(r8, 0.92, out=r12)
-            numpy.minimum(r12, r5, out=r12)
-            numpy.divide(r10, r12, out=r12)
-            numpy.multiply(r6, hop_net_tree_ll128_s, out=r13)
-            numpy.add(r13, alpha_ring_ll128_s, out=r13)
-            numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r14)
-            numpy.add(r14, alpha_ring_ll128_s, out=r14)
-            numpy.copyto(r13, r14, where=m0)
-            numpy.add(r12, r13, out=r12)
-            numpy.minimum(r11, r12, out=r11)
-            numpy.subtract(nodes, 0.5, out=r12)
-            numpy.divide(1.0, r7, out=r13)
-            numpy.copyto(r13, r1, where=m0)
-            numpy.multiply(r12, r13, out=r12)
-            numpy.multiply(r12, r9, out=r12)
-            numpy.multiply(r6, hop_net_tree_simple_s, out=r13)
-            numpy.add(r13, alpha_ring_simple_s, out=r13)
-            numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r14)
-            numpy.add(r14, alpha_ring_simple_s, out=r14)
-            numpy.copyto(r13, r14, where=m0)
-            numpy.add(r12, r13, out=r12)
-            numpy.minimum(r11, r12, out=r11)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r12)
-            numpy.subtract(ranks_per_node, 0.5, out=r13)
-            numpy.multiply(r13, r1, out=r13)
-            numpy.multiply(r13, r2, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.add(r12, alpha_ring_simple_s, out=r12)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r13)
-            numpy.multiply(r3, 0.92, out=r14)
-            numpy.minimum(r14, r5, out=r14)
-            numpy.divide(r4, r14, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, alpha_ring_ll128_s, out=r13)
-            numpy.minimum(r12, r13, out=r12)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r13)
-            numpy.multiply(r3, 0.5, out=r14)
-            numpy.minimum(r14, ll_max_bw_bytes_per_s, out=r14)
-            numpy.divide(r4, r14, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, alpha_ring_ll_s, out=r13)
-            numpy.minimum(r12, r13, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.copyto(out, r11, where=m1)
+        for block in call.blocks():
+            _collective_reduce_scatter_hierarchical_time_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_hierarchical_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_hierarchical_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_hierarchical_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_reduce_scatter_hierarchical_time_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_hierarchical_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = inv0/ring_channels -> r1
+    numpy.divide(inv0, ring_channels, out=r1)
+    # tmp3 = msg_bytes/ranks_per_node -> r2
+    numpy.divide(msg_bytes, ranks_per_node, out=r2)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = tmp0*tmp3 -> r4
+    numpy.multiply(r0, r2, out=r4)
+    # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
+    # tmp7 = nodes - 1 -> r6
+    numpy.subtract(nodes, 1.0, out=r6)
+    # tmp8 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp9 = numpy.minimum(tmp4, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
+    numpy.divide(r7, ranks_per_node, out=r7)
+    numpy.minimum(r7, r3, out=r7)
+    # tmp10 = numpy.where(tmp8, tmp4, tmp9) -> r8
+    numpy.copyto(r8, r7)
+    numpy.copyto(r8, r3, where=m0)
+    # tmp11 = tmp3/nodes -> r9
+    numpy.divide(r2, nodes, out=r9)
+    # tmp12 = tmp11*tmp7 -> r10
+    numpy.multiply(r9, r6, out=r10)
+    # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node,
+    #     1)), numpy.minimum(tmp12/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp10) +
+    #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
+    #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp12/numpy.minimum(tmp6, 0.92*tmp10) +
+    #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp7), tmp11*(nodes - 0.5)*numpy.where(tmp8, tmp1, 1/tmp9) +
+    #     numpy.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s
+    #     + hop_net_tree_simple_s*tmp7))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp3*(ranks_per_node - 0.5),
+    #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 + tmp5/numpy.minimum(tmp6,
+    #     0.92*tmp4), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
+    #     tmp5/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp4))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m1)
+    numpy.greater(ranks_per_node, 1.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.multiply(r8, 0.5, out=r11)
+    numpy.minimum(r11, ll_max_bw_bytes_per_s, out=r11)
+    numpy.divide(r10, r11, out=r11)
+    numpy.multiply(r6, hop_net_tree_ll_s, out=r12)
+    numpy.add(r12, alpha_ring_ll_s, out=r12)
+    numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r13)
+    numpy.add(r13, alpha_ring_ll_s, out=r13)
+    numpy.copyto(r12, r13, where=m0)
+    numpy.add(r11, r12, out=r11)
+    numpy.multiply(r8, 0.92, out=r12)
+    numpy.minimum(r12, r5, out=r12)
+    numpy.divide(r10, r12, out=r12)
+    numpy.multiply(r6, hop_net_tree_ll128_s, out=r13)
+    numpy.add(r13, alpha_ring_ll128_s, out=r13)
+    numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r14)
+    numpy.add(r14, alpha_ring_ll128_s, out=r14)
+    numpy.copyto(r13, r14, where=m0)
+    numpy.add(r12, r13, out=r12)
+    numpy.minimum(r11, r12, out=r11)
+    numpy.subtract(nodes, 0.5, out=r12)
+    numpy.divide(1.0, r7, out=r13)
+    numpy.copyto(r13, r1, where=m0)
+    numpy.multiply(r12, r13, out=r12)
+    numpy.multiply(r12, r9, out=r12)
+    numpy.multiply(r6, hop_net_tree_simple_s, out=r13)
+    numpy.add(r13, alpha_ring_simple_s, out=r13)
+    numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r14)
+    numpy.add(r14, alpha_ring_simple_s, out=r14)
+    numpy.copyto(r13, r14, where=m0)
+    numpy.add(r12, r13, out=r12)
+    numpy.minimum(r11, r12, out=r11)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r12)
+    numpy.subtract(ranks_per_node, 0.5, out=r13)
+    numpy.multiply(r13, r1, out=r13)
+    numpy.multiply(r13, r2, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.add(r12, alpha_ring_simple_s, out=r12)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r13)
+    numpy.multiply(r3, 0.92, out=r14)
+    numpy.minimum(r14, r5, out=r14)
+    numpy.divide(r4, r14, out=r14)
+    numpy.add(r13, r14, out=r13)
+    numpy.add(r13, alpha_ring_ll128_s, out=r13)
+    numpy.minimum(r12, r13, out=r12)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r13)
+    numpy.multiply(r3, 0.5, out=r14)
+    numpy.minimum(r14, ll_max_bw_bytes_per_s, out=r14)
+    numpy.divide(r4, r14, out=r14)
+    numpy.add(r13, r14, out=r13)
+    numpy.add(r13, alpha_ring_ll_s, out=r13)
+    numpy.minimum(r12, r13, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.copyto(out, r11, where=m1)
+
+
+collective_reduce_scatter_hierarchical_time_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_hierarchical_time_s_block,
+    reals=15,
+    masks=3,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_hierarchical_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -3321,12 +3806,7 @@ def collective_reduce_scatter_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_hierarchical_price_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_reduce_scatter_hierarchical_price_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_hierarchical_price_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -3334,100 +3814,126 @@ def collective_reduce_scatter_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_
             reals=13,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ranks_per_node - 1 -> r0
-            numpy.subtract(ranks_per_node, 1.0, out=r0)
-            # tmp1 = inv0/ring_channels -> r1
-            numpy.divide(inv0, ring_channels, out=r1)
-            # tmp3 = msg_bytes/ranks_per_node -> r2
-            numpy.divide(msg_bytes, ranks_per_node, out=r2)
-            # tmp4 = tmp0*tmp3 -> r3
-            numpy.multiply(r0, r2, out=r3)
-            # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
-            # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
-            # tmp7 = nodes - 1 -> r6
-            numpy.subtract(nodes, 1.0, out=r6)
-            # tmp8 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp9 = numpy.minimum(tmp5, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
-            numpy.divide(r7, ranks_per_node, out=r7)
-            numpy.minimum(r7, r4, out=r7)
-            # tmp10 = tmp3*tmp7/nodes -> r8
-            numpy.multiply(r2, r6, out=r8)
-            numpy.divide(r8, nodes, out=r8)
-            # tmp11 = numpy.where(tmp8, tmp5, tmp9) -> r2
-            numpy.copyto(r2, r7)
-            numpy.copyto(r2, r4, where=m0)
-            # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1),
-            #     numpy.greater(ranks_per_node, 1)),
-            #     numpy.minimum(tmp10/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) +
-            #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
-            #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp10/numpy.minimum(tmp6, 0.92*tmp11) +
-            #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7,
-            #     alpha_ring_ll128_s + hop_net_tree_ll128_s*tmp7), tmp10*numpy.where(tmp8, tmp1,
-            #     1/tmp9) + numpy.where(tmp8, alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7,
-            #     alpha_ring_simple_s + hop_net_tree_simple_s*tmp7))) +
-            #     numpy.minimum(alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4,
-            #     numpy.minimum(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp0 +
-            #     tmp4/numpy.minimum(tmp6, 0.92*tmp5), alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp0 +
-            #     tmp4/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater(nodes, 1.0, out=m1)
-            numpy.greater(ranks_per_node, 1.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.multiply(r2, 0.5, out=r9)
-            numpy.minimum(r9, ll_max_bw_bytes_per_s, out=r9)
-            numpy.divide(r8, r9, out=r9)
-            numpy.multiply(r6, hop_net_tree_ll_s, out=r10)
-            numpy.add(r10, alpha_ring_ll_s, out=r10)
-            numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r11)
-            numpy.add(r11, alpha_ring_ll_s, out=r11)
-            numpy.copyto(r10, r11, where=m0)
-            numpy.add(r9, r10, out=r9)
-            numpy.multiply(r2, 0.92, out=r10)
-            numpy.minimum(r10, r5, out=r10)
-            numpy.divide(r8, r10, out=r10)
-            numpy.multiply(r6, hop_net_tree_ll128_s, out=r11)
-            numpy.add(r11, alpha_ring_ll128_s, out=r11)
-            numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r12)
-            numpy.add(r12, alpha_ring_ll128_s, out=r12)
-            numpy.copyto(r11, r12, where=m0)
-            numpy.add(r10, r11, out=r10)
-            numpy.minimum(r9, r10, out=r9)
-            numpy.divide(1.0, r7, out=r10)
-            numpy.copyto(r10, r1, where=m0)
-            numpy.multiply(r10, r8, out=r10)
-            numpy.multiply(r6, hop_net_tree_simple_s, out=r11)
-            numpy.add(r11, alpha_ring_simple_s, out=r11)
-            numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r12)
-            numpy.add(r12, alpha_ring_simple_s, out=r12)
-            numpy.copyto(r11, r12, where=m0)
-            numpy.add(r10, r11, out=r10)
-            numpy.minimum(r9, r10, out=r9)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r10)
-            numpy.multiply(r1, r3, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.add(r10, alpha_ring_simple_s, out=r10)
-            numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r11)
-            numpy.multiply(r4, 0.92, out=r12)
-            numpy.minimum(r12, r5, out=r12)
-            numpy.divide(r3, r12, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.add(r11, alpha_ring_ll128_s, out=r11)
-            numpy.minimum(r10, r11, out=r10)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r11)
-            numpy.multiply(r4, 0.5, out=r12)
-            numpy.minimum(r12, ll_max_bw_bytes_per_s, out=r12)
-            numpy.divide(r3, r12, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.add(r11, alpha_ring_ll_s, out=r11)
-            numpy.minimum(r10, r11, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.copyto(out, r9, where=m1)
+        for block in call.blocks():
+            _collective_reduce_scatter_hierarchical_price_s_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_hierarchical_price_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_hierarchical_price_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_hierarchical_price_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_reduce_scatter_hierarchical_price_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_hierarchical_price_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ranks_per_node - 1 -> r0
+    numpy.subtract(ranks_per_node, 1.0, out=r0)
+    # tmp1 = inv0/ring_channels -> r1
+    numpy.divide(inv0, ring_channels, out=r1)
+    # tmp3 = msg_bytes/ranks_per_node -> r2
+    numpy.divide(msg_bytes, ranks_per_node, out=r2)
+    # tmp4 = tmp0*tmp3 -> r3
+    numpy.multiply(r0, r2, out=r3)
+    # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r4
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r4)
+    # tmp6 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r5
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r5)
+    # tmp7 = nodes - 1 -> r6
+    numpy.subtract(nodes, 1.0, out=r6)
+    # tmp8 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp9 = numpy.minimum(tmp5, nic_bw_bytes_per_s*nics_used/ranks_per_node) -> r7
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r7)
+    numpy.divide(r7, ranks_per_node, out=r7)
+    numpy.minimum(r7, r4, out=r7)
+    # tmp10 = tmp3*tmp7/nodes -> r8
+    numpy.multiply(r2, r6, out=r8)
+    numpy.divide(r8, nodes, out=r8)
+    # tmp11 = numpy.where(tmp8, tmp5, tmp9) -> r2
+    numpy.copyto(r2, r7)
+    numpy.copyto(r2, r4, where=m0)
+    # out = numpy.where(numpy.logical_and(numpy.greater(nodes, 1), numpy.greater(ranks_per_node,
+    #     1)), numpy.minimum(tmp10/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp11) +
+    #     numpy.where(tmp8, alpha_ring_ll_s + hop_nvlink_ring_ll_s*tmp7, alpha_ring_ll_s +
+    #     hop_net_tree_ll_s*tmp7), numpy.minimum(tmp10/numpy.minimum(tmp6, 0.92*tmp11) +
+    #     numpy.where(tmp8, alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*tmp7, alpha_ring_ll128_s +
+    #     hop_net_tree_ll128_s*tmp7), tmp10*numpy.where(tmp8, tmp1, 1/tmp9) + numpy.where(tmp8,
+    #     alpha_ring_simple_s + hop_nvlink_ring_simple_s*tmp7, alpha_ring_simple_s +
+    #     hop_net_tree_simple_s*tmp7))) + numpy.minimum(alpha_ring_simple_s +
+    #     hop_nvlink_ring_simple_s*tmp0 + tmp1*tmp4, numpy.minimum(alpha_ring_ll128_s +
+    #     hop_nvlink_ring_ll128_s*tmp0 + tmp4/numpy.minimum(tmp6, 0.92*tmp5), alpha_ring_ll_s +
+    #     hop_nvlink_ring_ll_s*tmp0 + tmp4/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp5))),
+    #     numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater(nodes, 1.0, out=m1)
+    numpy.greater(ranks_per_node, 1.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.multiply(r2, 0.5, out=r9)
+    numpy.minimum(r9, ll_max_bw_bytes_per_s, out=r9)
+    numpy.divide(r8, r9, out=r9)
+    numpy.multiply(r6, hop_net_tree_ll_s, out=r10)
+    numpy.add(r10, alpha_ring_ll_s, out=r10)
+    numpy.multiply(r6, hop_nvlink_ring_ll_s, out=r11)
+    numpy.add(r11, alpha_ring_ll_s, out=r11)
+    numpy.copyto(r10, r11, where=m0)
+    numpy.add(r9, r10, out=r9)
+    numpy.multiply(r2, 0.92, out=r10)
+    numpy.minimum(r10, r5, out=r10)
+    numpy.divide(r8, r10, out=r10)
+    numpy.multiply(r6, hop_net_tree_ll128_s, out=r11)
+    numpy.add(r11, alpha_ring_ll128_s, out=r11)
+    numpy.multiply(r6, hop_nvlink_ring_ll128_s, out=r12)
+    numpy.add(r12, alpha_ring_ll128_s, out=r12)
+    numpy.copyto(r11, r12, where=m0)
+    numpy.add(r10, r11, out=r10)
+    numpy.minimum(r9, r10, out=r9)
+    numpy.divide(1.0, r7, out=r10)
+    numpy.copyto(r10, r1, where=m0)
+    numpy.multiply(r10, r8, out=r10)
+    numpy.multiply(r6, hop_net_tree_simple_s, out=r11)
+    numpy.add(r11, alpha_ring_simple_s, out=r11)
+    numpy.multiply(r6, hop_nvlink_ring_simple_s, out=r12)
+    numpy.add(r12, alpha_ring_simple_s, out=r12)
+    numpy.copyto(r11, r12, where=m0)
+    numpy.add(r10, r11, out=r10)
+    numpy.minimum(r9, r10, out=r9)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r10)
+    numpy.multiply(r1, r3, out=r11)
+    numpy.add(r10, r11, out=r10)
+    numpy.add(r10, alpha_ring_simple_s, out=r10)
+    numpy.multiply(r0, hop_nvlink_ring_ll128_s, out=r11)
+    numpy.multiply(r4, 0.92, out=r12)
+    numpy.minimum(r12, r5, out=r12)
+    numpy.divide(r3, r12, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.add(r11, alpha_ring_ll128_s, out=r11)
+    numpy.minimum(r10, r11, out=r10)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r11)
+    numpy.multiply(r4, 0.5, out=r12)
+    numpy.minimum(r12, ll_max_bw_bytes_per_s, out=r12)
+    numpy.divide(r3, r12, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.add(r11, alpha_ring_ll_s, out=r11)
+    numpy.minimum(r10, r11, out=r10)
+    numpy.add(r9, r10, out=r9)
+    numpy.copyto(out, r9, where=m1)
+
+
+collective_reduce_scatter_hierarchical_price_s.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_hierarchical_price_s_block,
+    reals=13,
+    masks=3,
+    arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_hierarchical_price_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_nccl_busbw_factor_ratio(*, ranks):
@@ -3461,11 +3967,28 @@ def collective_reduce_scatter_nccl_busbw_factor_ratio(*, ranks):
         reals=0,
         masks=0,
     )
-    for out, ranks in call.blocks():
-        # out = (ranks - 1)/ranks
-        numpy.subtract(ranks, 1.0, out=out)
-        numpy.divide(out, ranks, out=out)
+    for block in call.blocks():
+        _collective_reduce_scatter_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_nccl_busbw_factor_ratio_block(out, ranks):
+    """collective_reduce_scatter_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (ranks - 1)/ranks
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_reduce_scatter_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=("ranks",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def collective_broadcast_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -3525,28 +4048,45 @@ def collective_broadcast_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = alpha_ring_ll_s + msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) +
-            #     numpy.where(tmp0, hop_nvlink_ring_ll_s, numpy.where(numpy.equal(ranks_per_node,
-            #     1), hop_net_tree_ll_s, hop_net_ring_ll_s))
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            numpy.copyto(r1, r0, where=m0)
-            numpy.multiply(r1, 0.5, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.divide(msg_bytes, r1, out=out)
-            numpy.copyto(r1, hop_net_ring_ll_s)
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            numpy.copyto(r1, hop_net_tree_ll_s, where=m1)
-            numpy.copyto(r1, hop_nvlink_ring_ll_s, where=m0)
-            numpy.add(out, r1, out=out)
-            numpy.add(out, alpha_ring_ll_s, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll_time_s_block(out, r0, r1, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_broadcast_ring_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = alpha_ring_ll_s + msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp0,
+    #     tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) + numpy.where(tmp0,
+    #     hop_nvlink_ring_ll_s, numpy.where(numpy.equal(ranks_per_node, 1), hop_net_tree_ll_s,
+    #     hop_net_ring_ll_s))
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    numpy.copyto(r1, r0, where=m0)
+    numpy.multiply(r1, 0.5, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.divide(msg_bytes, r1, out=out)
+    numpy.copyto(r1, hop_net_ring_ll_s)
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    numpy.copyto(r1, hop_net_tree_ll_s, where=m1)
+    numpy.copyto(r1, hop_nvlink_ring_ll_s, where=m0)
+    numpy.add(out, r1, out=out)
+    numpy.add(out, alpha_ring_ll_s, out=out)
+
+
+collective_broadcast_ring_ll_time_s.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll_time_s_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -3607,30 +4147,47 @@ def collective_broadcast_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_l
             reals=3,
             masks=2,
         )
-        for out, r0, r1, r2, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = alpha_ring_ll128_s +
-            #     msg_bytes/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
-            #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) +
-            #     numpy.where(tmp0, hop_nvlink_ring_ll128_s, numpy.where(numpy.equal(ranks_per_node,
-            #     1), hop_net_tree_ll128_s, hop_net_ring_ll128_s))
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(msg_bytes, r1, out=out)
-            numpy.copyto(r1, hop_net_ring_ll128_s)
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            numpy.copyto(r1, hop_net_tree_ll128_s, where=m1)
-            numpy.copyto(r1, hop_nvlink_ring_ll128_s, where=m0)
-            numpy.add(out, r1, out=out)
-            numpy.add(out, alpha_ring_ll128_s, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll128_time_s_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll128_time_s_block(out, r0, r1, r2, m0, m1, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_broadcast_ring_ll128_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = alpha_ring_ll128_s +
+    #     msg_bytes/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) +
+    #     numpy.where(tmp0, hop_nvlink_ring_ll128_s, numpy.where(numpy.equal(ranks_per_node, 1),
+    #     hop_net_tree_ll128_s, hop_net_ring_ll128_s))
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(msg_bytes, r1, out=out)
+    numpy.copyto(r1, hop_net_ring_ll128_s)
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    numpy.copyto(r1, hop_net_tree_ll128_s, where=m1)
+    numpy.copyto(r1, hop_nvlink_ring_ll128_s, where=m0)
+    numpy.add(out, r1, out=out)
+    numpy.add(out, alpha_ring_ll128_s, out=out)
+
+
+collective_broadcast_ring_ll128_time_s.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll128_time_s_block,
+    reals=3,
+    masks=2,
+    arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -3680,12 +4237,7 @@ def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_broadcast_ring_simple_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_broadcast_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -3693,29 +4245,55 @@ def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # out = alpha_ring_simple_s + msg_bytes*numpy.where(tmp0, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels)) + numpy.where(tmp0,
-            #     hop_nvlink_ring_simple_s, numpy.where(numpy.equal(ranks_per_node, 1),
-            #     hop_net_tree_simple_s, hop_net_ring_simple_s))
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=out)
-            numpy.divide(inv0, ring_channels, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r0, hop_net_ring_simple_s)
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            numpy.copyto(r0, hop_net_tree_simple_s, where=m1)
-            numpy.copyto(r0, hop_nvlink_ring_simple_s, where=m0)
-            numpy.add(out, r0, out=out)
-            numpy.add(out, alpha_ring_simple_s, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_simple_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_broadcast_ring_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_broadcast_ring_simple_time_s_block(out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_broadcast_ring_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # out = alpha_ring_simple_s + msg_bytes*numpy.where(tmp0, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))
+    #     + numpy.where(tmp0, hop_nvlink_ring_simple_s, numpy.where(numpy.equal(ranks_per_node, 1),
+    #     hop_net_tree_simple_s, hop_net_ring_simple_s))
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=out)
+    numpy.divide(inv0, ring_channels, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r0, hop_net_ring_simple_s)
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    numpy.copyto(r0, hop_net_tree_simple_s, where=m1)
+    numpy.copyto(r0, hop_nvlink_ring_simple_s, where=m0)
+    numpy.add(out, r0, out=out)
+    numpy.add(out, alpha_ring_simple_s, out=out)
+
+
+collective_broadcast_ring_simple_time_s.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_simple_time_s_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_broadcast_ring_simple_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_broadcast_nccl_busbw_factor_ratio():
@@ -3740,10 +4318,27 @@ def collective_broadcast_nccl_busbw_factor_ratio():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _collective_broadcast_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_broadcast_nccl_busbw_factor_ratio_block(out,):
+    """collective_broadcast_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+collective_broadcast_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_broadcast_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def collective_all_to_all_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -3807,39 +4402,56 @@ def collective_all_to_all_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = msg_bytes/ranks -> r1
-            numpy.divide(msg_bytes, ranks, out=r1)
-            # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp1), alpha_ring_ll_s +
-            #     numpy.where(numpy.less(nodes, 2), hop_nvlink_ring_ll_s, hop_net_ring_ll_s) +
-            #     numpy.maximum(tmp1*(ranks_per_node - 1)/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*tmp0), tmp1*(ranks - ranks_per_node)/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.minimum(tmp0, nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.greater_equal(p2p_ll_threshold_bytes, r1, out=m0)
-            numpy.subtract(ranks_per_node, 1.0, out=r2)
-            numpy.multiply(r2, r1, out=r2)
-            numpy.multiply(r0, 0.5, out=r3)
-            numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            numpy.subtract(ranks, ranks_per_node, out=r3)
-            numpy.multiply(r3, r1, out=r3)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            numpy.divide(r4, ranks_per_node, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, 0.5, out=r4)
-            numpy.minimum(r4, ll_max_bw_bytes_per_s, out=r4)
-            numpy.divide(r3, r4, out=r3)
-            numpy.maximum(r2, r3, out=r2)
-            numpy.copyto(r3, hop_net_ring_ll_s)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.copyto(r3, hop_nvlink_ring_ll_s, where=m1)
-            numpy.add(r2, r3, out=r2)
-            numpy.add(r2, alpha_ring_ll_s, out=r2)
-            numpy.copyto(out, r2, where=m0)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_ll_time_s_block(out, r0, r1, r2, r3, r4, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_to_all_p2p_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = msg_bytes/ranks -> r1
+    numpy.divide(msg_bytes, ranks, out=r1)
+    # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp1), alpha_ring_ll_s +
+    #     numpy.where(numpy.less(nodes, 2), hop_nvlink_ring_ll_s, hop_net_ring_ll_s) +
+    #     numpy.maximum(tmp1*(ranks_per_node - 1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp0),
+    #     tmp1*(ranks - ranks_per_node)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used/ranks_per_node))), numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.greater_equal(p2p_ll_threshold_bytes, r1, out=m0)
+    numpy.subtract(ranks_per_node, 1.0, out=r2)
+    numpy.multiply(r2, r1, out=r2)
+    numpy.multiply(r0, 0.5, out=r3)
+    numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
+    numpy.divide(r2, r3, out=r2)
+    numpy.subtract(ranks, ranks_per_node, out=r3)
+    numpy.multiply(r3, r1, out=r3)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    numpy.divide(r4, ranks_per_node, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, 0.5, out=r4)
+    numpy.minimum(r4, ll_max_bw_bytes_per_s, out=r4)
+    numpy.divide(r3, r4, out=r3)
+    numpy.maximum(r2, r3, out=r2)
+    numpy.copyto(r3, hop_net_ring_ll_s)
+    numpy.less(nodes, 2.0, out=m1)
+    numpy.copyto(r3, hop_nvlink_ring_ll_s, where=m1)
+    numpy.add(r2, r3, out=r2)
+    numpy.add(r2, alpha_ring_ll_s, out=r2)
+    numpy.copyto(out, r2, where=m0)
+
+
+collective_all_to_all_p2p_ll_time_s.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_ll_time_s_block,
+    reals=5,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -3892,14 +4504,7 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 1/nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 1/nic_bw_bytes_per_s
+        (inv0, inv1) = _collective_all_to_all_p2p_simple_time_s_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_to_all_p2p_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -3907,32 +4512,61 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = msg_bytes/ranks -> r0
-            numpy.divide(msg_bytes, ranks, out=r0)
-            # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp0), numpy.inf,
-            #     alpha_ring_simple_s + numpy.where(numpy.less(nodes, 2), hop_nvlink_ring_simple_s,
-            #     hop_net_ring_simple_s) + numpy.maximum(inv0*tmp0*(ranks_per_node -
-            #     0.5)/ring_channels, inv1*ranks_per_node*tmp0*(ranks - ranks_per_node)/nics_used))
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            if not m0.all():
-                numpy.subtract(ranks_per_node, 0.5, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.divide(out, ring_channels, out=out)
-                numpy.subtract(ranks, ranks_per_node, out=r1)
-                numpy.multiply(r1, inv1, out=r1)
-                numpy.multiply(r1, r0, out=r1)
-                numpy.multiply(r1, ranks_per_node, out=r1)
-                numpy.divide(r1, nics_used, out=r1)
-                numpy.maximum(out, r1, out=out)
-                numpy.copyto(r1, hop_net_ring_simple_s)
-                numpy.less(nodes, 2.0, out=m1)
-                numpy.copyto(r1, hop_nvlink_ring_simple_s, where=m1)
-                numpy.add(out, r1, out=out)
-                numpy.add(out, alpha_ring_simple_s, out=out)
-            numpy.copyto(out, numpy.inf, where=m0)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_simple_time_s_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_to_all_p2p_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 1/nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 1/nic_bw_bytes_per_s
+    return (inv0, inv1)
+
+
+def _collective_all_to_all_p2p_simple_time_s_block(out, r0, r1, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_to_all_p2p_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = msg_bytes/ranks -> r0
+    numpy.divide(msg_bytes, ranks, out=r0)
+    # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp0), numpy.inf,
+    #     alpha_ring_simple_s + numpy.where(numpy.less(nodes, 2), hop_nvlink_ring_simple_s,
+    #     hop_net_ring_simple_s) + numpy.maximum(inv0*tmp0*(ranks_per_node - 0.5)/ring_channels,
+    #     inv1*ranks_per_node*tmp0*(ranks - ranks_per_node)/nics_used))
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    if not m0.all():
+        numpy.subtract(ranks_per_node, 0.5, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.divide(out, ring_channels, out=out)
+        numpy.subtract(ranks, ranks_per_node, out=r1)
+        numpy.multiply(r1, inv1, out=r1)
+        numpy.multiply(r1, r0, out=r1)
+        numpy.multiply(r1, ranks_per_node, out=r1)
+        numpy.divide(r1, nics_used, out=r1)
+        numpy.maximum(out, r1, out=out)
+        numpy.copyto(r1, hop_net_ring_simple_s)
+        numpy.less(nodes, 2.0, out=m1)
+        numpy.copyto(r1, hop_nvlink_ring_simple_s, where=m1)
+        numpy.add(out, r1, out=out)
+        numpy.add(out, alpha_ring_simple_s, out=out)
+    numpy.copyto(out, numpy.inf, where=m0)
+
+
+collective_all_to_all_p2p_simple_time_s.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_simple_time_s_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_to_all_p2p_simple_time_s_invariants,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_to_all_nccl_busbw_factor_ratio(*, ranks):
@@ -3966,11 +4600,28 @@ def collective_all_to_all_nccl_busbw_factor_ratio(*, ranks):
         reals=0,
         masks=0,
     )
-    for out, ranks in call.blocks():
-        # out = (ranks - 1)/ranks
-        numpy.subtract(ranks, 1.0, out=out)
-        numpy.divide(out, ranks, out=out)
+    for block in call.blocks():
+        _collective_all_to_all_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_all_to_all_nccl_busbw_factor_ratio_block(out, ranks):
+    """collective_all_to_all_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (ranks - 1)/ranks
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_to_all_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_all_to_all_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=("ranks",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -4023,12 +4674,7 @@ def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, ho
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 0.5*ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 0.5*ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_send_recv_p2p_ll_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_send_recv_p2p_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -4036,30 +4682,57 @@ def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, ho
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = inv0*ring_channels -> r0
-            numpy.multiply(inv0, ring_channels, out=r0)
-            # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes), alpha_ring_ll_s
-            #     + numpy.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.where(tmp0,
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, tmp1),
-            #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp1))), numpy.inf)
-            numpy.copyto(out, numpy.inf)
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m1)
-            numpy.copyto(r1, hop_net_ring_ll_s)
-            numpy.copyto(r1, hop_nvlink_ring_ll_s, where=m0)
-            numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.divide(msg_bytes, r2, out=r2)
-            numpy.minimum(ll_max_bw_bytes_per_s, r0, out=r3)
-            numpy.divide(msg_bytes, r3, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.add(r1, r2, out=r1)
-            numpy.add(r1, alpha_ring_ll_s, out=r1)
-            numpy.copyto(out, r1, where=m1)
+        for block in call.blocks():
+            _collective_send_recv_p2p_ll_time_s_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_ll_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_send_recv_p2p_ll_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.5*ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 0.5*ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_send_recv_p2p_ll_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_send_recv_p2p_ll_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = inv0*ring_channels -> r0
+    numpy.multiply(inv0, ring_channels, out=r0)
+    # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes), alpha_ring_ll_s +
+    #     numpy.where(tmp0, hop_nvlink_ring_ll_s, hop_net_ring_ll_s) + numpy.where(tmp0,
+    #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, tmp1),
+    #     msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s, tmp1))),
+    #     numpy.inf)
+    numpy.copyto(out, numpy.inf)
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m1)
+    numpy.copyto(r1, hop_net_ring_ll_s)
+    numpy.copyto(r1, hop_nvlink_ring_ll_s, where=m0)
+    numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.divide(msg_bytes, r2, out=r2)
+    numpy.minimum(ll_max_bw_bytes_per_s, r0, out=r3)
+    numpy.divide(msg_bytes, r3, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.add(r1, r2, out=r1)
+    numpy.add(r1, alpha_ring_ll_s, out=r1)
+    numpy.copyto(out, r1, where=m1)
+
+
+collective_send_recv_p2p_ll_time_s.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_ll_time_s_block,
+    reals=4,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_send_recv_p2p_ll_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -4110,12 +4783,7 @@ def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_send_recv_p2p_simple_time_s_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_send_recv_p2p_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -4123,30 +4791,56 @@ def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_
             reals=3,
             masks=2,
         )
-        for out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = 1.5*msg_bytes -> r0
-            numpy.multiply(msg_bytes, 1.5, out=r0)
-            # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes), numpy.inf,
-            #     alpha_ring_simple_s + numpy.where(tmp0, hop_nvlink_ring_simple_s,
-            #     hop_net_ring_simple_s) + numpy.where(tmp0, inv0*tmp1/ring_channels,
-            #     tmp1/numpy.minimum(nic_bw_bytes_per_s,
-            #     ring_channel_bw_bytes_per_s*ring_channels)))
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m1)
-            if not m1.all():
-                numpy.copyto(out, hop_net_ring_simple_s)
-                numpy.copyto(out, hop_nvlink_ring_simple_s, where=m0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r1, nic_bw_bytes_per_s, out=r1)
-                numpy.divide(r0, r1, out=r1)
-                numpy.multiply(inv0, r0, out=r2)
-                numpy.divide(r2, ring_channels, out=r2)
-                numpy.copyto(r1, r2, where=m0)
-                numpy.add(out, r1, out=out)
-                numpy.add(out, alpha_ring_simple_s, out=out)
-            numpy.copyto(out, numpy.inf, where=m1)
+        for block in call.blocks():
+            _collective_send_recv_p2p_simple_time_s_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_simple_time_s_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_send_recv_p2p_simple_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_simple_time_s", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_send_recv_p2p_simple_time_s_block(out, r0, r1, r2, m0, m1, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_send_recv_p2p_simple_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = 1.5*msg_bytes -> r0
+    numpy.multiply(msg_bytes, 1.5, out=r0)
+    # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes), numpy.inf,
+    #     alpha_ring_simple_s + numpy.where(tmp0, hop_nvlink_ring_simple_s, hop_net_ring_simple_s) +
+    #     numpy.where(tmp0, inv0*tmp1/ring_channels, tmp1/numpy.minimum(nic_bw_bytes_per_s,
+    #     ring_channel_bw_bytes_per_s*ring_channels)))
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m1)
+    if not m1.all():
+        numpy.copyto(out, hop_net_ring_simple_s)
+        numpy.copyto(out, hop_nvlink_ring_simple_s, where=m0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r1, nic_bw_bytes_per_s, out=r1)
+        numpy.divide(r0, r1, out=r1)
+        numpy.multiply(inv0, r0, out=r2)
+        numpy.divide(r2, ring_channels, out=r2)
+        numpy.copyto(r1, r2, where=m0)
+        numpy.add(out, r1, out=out)
+        numpy.add(out, alpha_ring_simple_s, out=out)
+    numpy.copyto(out, numpy.inf, where=m1)
+
+
+collective_send_recv_p2p_simple_time_s.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_simple_time_s_block,
+    reals=3,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_send_recv_p2p_simple_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_send_recv_nccl_busbw_factor_ratio():
@@ -4171,10 +4865,27 @@ def collective_send_recv_nccl_busbw_factor_ratio():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _collective_send_recv_nccl_busbw_factor_ratio_block(*block)
     return call.out
+
+
+def _collective_send_recv_nccl_busbw_factor_ratio_block(out,):
+    """collective_send_recv_nccl_busbw_factor_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+collective_send_recv_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
+    _collective_send_recv_nccl_busbw_factor_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def collective_all_reduce_tree_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
@@ -4226,24 +4937,41 @@ def collective_all_reduce_tree_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, 
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = 2/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
-            #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used))))
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.multiply(r1, 0.2631578947368421, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.divide(2.0, r1, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_ll_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll_time_s__d_msg_bytes_block(out, r0, r1, r2, m0, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
+    """collective_all_reduce_tree_ll_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = 2/numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.2631578947368421*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
+    #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used))))
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.multiply(r1, 0.2631578947368421, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.divide(2.0, r1, out=out)
+
+
+collective_all_reduce_tree_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll_time_s__d_msg_bytes_block,
+    reals=3,
+    masks=1,
+    arguments=("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha(*, alpha_tree_ll_s, hop_nvlink_tree_ll_s, ranks_per_node):
@@ -4279,12 +5007,7 @@ def collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha(*, alpha_tree_ll_s,
         (alpha_tree_ll_s, hop_nvlink_tree_ll_s, ranks_per_node) = _runtime.floats(xp, (alpha_tree_ll_s, hop_nvlink_tree_ll_s, ranks_per_node))
         out = alpha_tree_ll_s + 2*hop_nvlink_tree_ll_s*(ranks_per_node - 1)
         return _runtime.broadcast(xp, out, (alpha_tree_ll_s, hop_nvlink_tree_ll_s, ranks_per_node))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*hop_nvlink_tree_ll_s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (hop_nvlink_tree_ll_s,) = _runtime.reals("collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha", ("hop_nvlink_tree_ll_s",), (hop_nvlink_tree_ll_s,))
-        inv0 = 2*hop_nvlink_tree_ll_s
+    (inv0,) = _collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha_invariants(hop_nvlink_tree_ll_s)
     call = _runtime.Call(
         "collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha",
         ("alpha_tree_ll_s", "hop_nvlink_tree_ll_s", "ranks_per_node", "inv0"),
@@ -4292,12 +5015,39 @@ def collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha(*, alpha_tree_ll_s,
         reals=0,
         masks=0,
     )
-    for out, alpha_tree_ll_s, hop_nvlink_tree_ll_s, ranks_per_node, inv0 in call.blocks():
-        # out = alpha_tree_ll_s + inv0*(ranks_per_node - 1)
-        numpy.subtract(ranks_per_node, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, alpha_tree_ll_s, out=out)
+    for block in call.blocks():
+        _collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha_invariants(hop_nvlink_tree_ll_s):
+    """What collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_nvlink_tree_ll_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_tree_ll_s,) = _runtime.reals("collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha", ("hop_nvlink_tree_ll_s",), (hop_nvlink_tree_ll_s,))
+        inv0 = 2*hop_nvlink_tree_ll_s
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha_block(out, alpha_tree_ll_s, hop_nvlink_tree_ll_s, ranks_per_node, inv0):
+    """collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_tree_ll_s + inv0*(ranks_per_node - 1)
+    numpy.subtract(ranks_per_node, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, alpha_tree_ll_s, out=out)
+
+
+collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha_block,
+    reals=0,
+    masks=0,
+    arguments=("alpha_tree_ll_s", "hop_nvlink_tree_ll_s", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_tree_ll_s",),
+    quiet=False,
+)
 
 
 def collective_all_reduce_tree_ll_time_s__scale_network_alpha(*, hop_net_tree_ll_s, nodes):
@@ -4331,12 +5081,7 @@ def collective_all_reduce_tree_ll_time_s__scale_network_alpha(*, hop_net_tree_ll
         (hop_net_tree_ll_s, nodes) = _runtime.floats(xp, (hop_net_tree_ll_s, nodes))
         out = 2*hop_net_tree_ll_s*xp.log(nodes)/xp.log(2)
         return _runtime.broadcast(xp, out, (hop_net_tree_ll_s, nodes))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*hop_net_tree_ll_s/numpy.log(2)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (hop_net_tree_ll_s,) = _runtime.reals("collective_all_reduce_tree_ll_time_s__scale_network_alpha", ("hop_net_tree_ll_s",), (hop_net_tree_ll_s,))
-        inv0 = 2*hop_net_tree_ll_s/numpy.log(2)
+    (inv0,) = _collective_all_reduce_tree_ll_time_s__scale_network_alpha_invariants(hop_net_tree_ll_s)
     call = _runtime.Call(
         "collective_all_reduce_tree_ll_time_s__scale_network_alpha",
         ("hop_net_tree_ll_s", "nodes", "inv0"),
@@ -4344,11 +5089,38 @@ def collective_all_reduce_tree_ll_time_s__scale_network_alpha(*, hop_net_tree_ll
         reals=0,
         masks=0,
     )
-    for out, hop_net_tree_ll_s, nodes, inv0 in call.blocks():
-        # out = inv0*numpy.log(nodes)
-        numpy.log(nodes, out=out)
-        numpy.multiply(out, inv0, out=out)
+    for block in call.blocks():
+        _collective_all_reduce_tree_ll_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll_time_s__scale_network_alpha_invariants(hop_net_tree_ll_s):
+    """What collective_all_reduce_tree_ll_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_net_tree_ll_s/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_net_tree_ll_s,) = _runtime.reals("collective_all_reduce_tree_ll_time_s__scale_network_alpha", ("hop_net_tree_ll_s",), (hop_net_tree_ll_s,))
+        inv0 = 2*hop_net_tree_ll_s/numpy.log(2)
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_ll_time_s__scale_network_alpha_block(out, hop_net_tree_ll_s, nodes, inv0):
+    """collective_all_reduce_tree_ll_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0*numpy.log(nodes)
+    numpy.log(nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+
+
+collective_all_reduce_tree_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll_time_s__scale_network_alpha_block,
+    reals=0,
+    masks=0,
+    arguments=("hop_net_tree_ll_s", "nodes"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_ll_time_s__scale_network_alpha_invariants,
+    widened=("hop_net_tree_ll_s",),
+    quiet=False,
+)
 
 
 def collective_all_reduce_tree_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
@@ -4412,12 +5184,7 @@ def collective_all_reduce_tree_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_ll_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -2*ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_reduce_tree_ll_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0"),
@@ -4425,55 +5192,81 @@ def collective_all_reduce_tree_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
             reals=8,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0 in call.blocks():
-            # tmp0 = ring_channels*tree_channel_max_bw_bytes_per_s -> r0
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # tmp5 = 0.92*tmp1 -> r4
-            numpy.multiply(r1, 0.92, out=r4)
-            # tmp6 = 0.92*tmp4 -> r5
-            numpy.multiply(r3, 0.92, out=r5)
-            # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*numpy.where(numpy.less_equal(tmp0, tmp5), tmp0, tmp5)),
-            #     numpy.less(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*numpy.where(numpy.less_equal(tmp0, tmp6), tmp0, tmp6))), 0,
-            #     0.2631578947368421*numpy.where(numpy.where(tmp2, numpy.less(tmp0, tmp5),
-            #     numpy.less(tmp0, tmp6)), 0, 0.92*numpy.where(tmp2, ring_channels,
-            #     numpy.where(numpy.greater(tmp1, tmp3), 0,
-            #     ring_channels))))/(numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
-            #     tmp4)))*numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1, tmp4))))
-            numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.where(numpy.less_equal(r0, r4), r0, r4)), numpy.less(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.where(numpy.less_equal(r0, r5), r0, r5))))
-            if not m1.all():
-                numpy.copyto(m2, numpy.where(m0, numpy.less(r0, r4), numpy.less(r0, r5)))
-                if not m2.all():
-                    numpy.copyto(out, ring_channels)
-                    numpy.greater(r1, r2, out=m3)
-                    numpy.copyto(out, 0.0, where=m3)
-                    numpy.copyto(out, ring_channels, where=m0)
-                    numpy.multiply(out, 0.92, out=out)
-                numpy.copyto(out, 0.0, where=m2)
-                numpy.multiply(out, 0.2631578947368421, out=out)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r6, r3)
-            numpy.copyto(r6, r1, where=m0)
-            numpy.multiply(r6, 0.92, out=r6)
-            numpy.minimum(r6, r0, out=r6)
-            numpy.multiply(r6, 0.2631578947368421, out=r6)
-            numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
-            numpy.multiply(r6, r6, out=r7)
-            numpy.divide(out, r7, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_ll_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_tree_ll_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_ll_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -2*ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_ll_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0):
+    """collective_all_reduce_tree_ll_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channels*tree_channel_max_bw_bytes_per_s -> r0
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # tmp5 = 0.92*tmp1 -> r4
+    numpy.multiply(r1, 0.92, out=r4)
+    # tmp6 = 0.92*tmp4 -> r5
+    numpy.multiply(r3, 0.92, out=r5)
+    # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(ll_max_bw_bytes_per_s,
+    #     0.2631578947368421*numpy.where(numpy.less_equal(tmp0, tmp5), tmp0, tmp5)),
+    #     numpy.less(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.where(numpy.less_equal(tmp0,
+    #     tmp6), tmp0, tmp6))), 0, 0.2631578947368421*numpy.where(numpy.where(tmp2, numpy.less(tmp0,
+    #     tmp5), numpy.less(tmp0, tmp6)), 0, 0.92*numpy.where(tmp2, ring_channels,
+    #     numpy.where(numpy.greater(tmp1, tmp3), 0,
+    #     ring_channels))))/(numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.2631578947368421*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
+    #     tmp4)))*numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.minimum(tmp0,
+    #     0.92*numpy.where(tmp2, tmp1, tmp4))))
+    numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.where(numpy.less_equal(r0, r4), r0, r4)), numpy.less(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.where(numpy.less_equal(r0, r5), r0, r5))))
+    if not m1.all():
+        numpy.copyto(m2, numpy.where(m0, numpy.less(r0, r4), numpy.less(r0, r5)))
+        if not m2.all():
+            numpy.copyto(out, ring_channels)
+            numpy.greater(r1, r2, out=m3)
+            numpy.copyto(out, 0.0, where=m3)
+            numpy.copyto(out, ring_channels, where=m0)
+            numpy.multiply(out, 0.92, out=out)
+        numpy.copyto(out, 0.0, where=m2)
+        numpy.multiply(out, 0.2631578947368421, out=out)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r6, r3)
+    numpy.copyto(r6, r1, where=m0)
+    numpy.multiply(r6, 0.92, out=r6)
+    numpy.minimum(r6, r0, out=r6)
+    numpy.multiply(r6, 0.2631578947368421, out=r6)
+    numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
+    numpy.multiply(r6, r6, out=r7)
+    numpy.divide(out, r7, out=out)
+
+
+collective_all_reduce_tree_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll_time_s__scale_nvlink_beta_block,
+    reals=8,
+    masks=4,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_ll_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
@@ -4536,12 +5329,7 @@ def collective_all_reduce_tree_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_ll_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
-            inv0 = -2*nic_bw_bytes_per_s
+        (inv0,) = _collective_all_reduce_tree_ll_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0"),
@@ -4549,54 +5337,80 @@ def collective_all_reduce_tree_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
             reals=8,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0 in call.blocks():
-            # tmp0 = ring_channels*tree_channel_max_bw_bytes_per_s -> r0
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # tmp5 = 0.92*tmp1 -> r4
-            numpy.multiply(r1, 0.92, out=r4)
-            # tmp6 = 0.92*tmp4 -> r5
-            numpy.multiply(r3, 0.92, out=r5)
-            # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*numpy.where(numpy.less_equal(tmp0, tmp5), tmp0, tmp5)),
-            #     numpy.less(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*numpy.where(numpy.less_equal(tmp0, tmp6), tmp0, tmp6))), 0,
-            #     0.2631578947368421*numpy.where(numpy.where(tmp2, numpy.less(tmp0, tmp5),
-            #     numpy.less(tmp0, tmp6)), 0, 0.92*numpy.where(tmp2, 0,
-            #     numpy.where(numpy.greater(tmp1, tmp3), nics_used,
-            #     0))))/(numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.minimum(tmp0,
-            #     0.92*numpy.where(tmp2, tmp1, tmp4)))*numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.2631578947368421*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1, tmp4))))
-            numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.where(numpy.less_equal(r0, r4), r0, r4)), numpy.less(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.where(numpy.less_equal(r0, r5), r0, r5))))
-            if not m1.all():
-                numpy.copyto(m2, numpy.where(m0, numpy.less(r0, r4), numpy.less(r0, r5)))
-                if not m2.all():
-                    numpy.copyto(out, 0.0)
-                    numpy.greater(r1, r2, out=m3)
-                    numpy.copyto(out, nics_used, where=m3)
-                    numpy.copyto(out, 0.0, where=m0)
-                    numpy.multiply(out, 0.92, out=out)
-                numpy.copyto(out, 0.0, where=m2)
-                numpy.multiply(out, 0.2631578947368421, out=out)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r6, r3)
-            numpy.copyto(r6, r1, where=m0)
-            numpy.multiply(r6, 0.92, out=r6)
-            numpy.minimum(r6, r0, out=r6)
-            numpy.multiply(r6, 0.2631578947368421, out=r6)
-            numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
-            numpy.multiply(r6, r6, out=r7)
-            numpy.divide(out, r7, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_ll_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s):
+    """What collective_all_reduce_tree_ll_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_ll_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
+        inv0 = -2*nic_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_ll_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, m2, m3, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0):
+    """collective_all_reduce_tree_ll_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channels*tree_channel_max_bw_bytes_per_s -> r0
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # tmp5 = 0.92*tmp1 -> r4
+    numpy.multiply(r1, 0.92, out=r4)
+    # tmp6 = 0.92*tmp4 -> r5
+    numpy.multiply(r3, 0.92, out=r5)
+    # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(ll_max_bw_bytes_per_s,
+    #     0.2631578947368421*numpy.where(numpy.less_equal(tmp0, tmp5), tmp0, tmp5)),
+    #     numpy.less(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.where(numpy.less_equal(tmp0,
+    #     tmp6), tmp0, tmp6))), 0, 0.2631578947368421*numpy.where(numpy.where(tmp2, numpy.less(tmp0,
+    #     tmp5), numpy.less(tmp0, tmp6)), 0, 0.92*numpy.where(tmp2, 0,
+    #     numpy.where(numpy.greater(tmp1, tmp3), nics_used,
+    #     0))))/(numpy.minimum(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.minimum(tmp0,
+    #     0.92*numpy.where(tmp2, tmp1, tmp4)))*numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.2631578947368421*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1, tmp4))))
+    numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.where(numpy.less_equal(r0, r4), r0, r4)), numpy.less(ll_max_bw_bytes_per_s, 0.2631578947368421*numpy.where(numpy.less_equal(r0, r5), r0, r5))))
+    if not m1.all():
+        numpy.copyto(m2, numpy.where(m0, numpy.less(r0, r4), numpy.less(r0, r5)))
+        if not m2.all():
+            numpy.copyto(out, 0.0)
+            numpy.greater(r1, r2, out=m3)
+            numpy.copyto(out, nics_used, where=m3)
+            numpy.copyto(out, 0.0, where=m0)
+            numpy.multiply(out, 0.92, out=out)
+        numpy.copyto(out, 0.0, where=m2)
+        numpy.multiply(out, 0.2631578947368421, out=out)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r6, r3)
+    numpy.copyto(r6, r1, where=m0)
+    numpy.multiply(r6, 0.92, out=r6)
+    numpy.minimum(r6, r0, out=r6)
+    numpy.multiply(r6, 0.2631578947368421, out=r6)
+    numpy.minimum(r6, ll_max_bw_bytes_per_s, out=r6)
+    numpy.multiply(r6, r6, out=r7)
+    numpy.divide(out, r7, out=out)
+
+
+collective_all_reduce_tree_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll_time_s__scale_network_beta_block,
+    reals=8,
+    masks=4,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_ll_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_ll128_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -4650,28 +5464,44 @@ def collective_all_reduce_tree_ll128_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, 
             reals=4,
             masks=1,
         )
-        for out, r0, r1, r2, r3, m0, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = 2/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-            #     numpy.where(tmp0, 0.7777777777777778,
-            #     0.9375)*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
-            #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))))
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
-            numpy.minimum(r3, r0, out=r3)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.92, out=r3)
-            numpy.minimum(r2, r3, out=r2)
-            numpy.copyto(r3, 0.9375)
-            numpy.copyto(r3, 0.7777777777777778, where=m0)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(2.0, r1, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_ll128_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll128_time_s__d_msg_bytes_block(out, r0, r1, r2, r3, m0, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
+    """collective_all_reduce_tree_ll128_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = 2/numpy.minimum(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, numpy.where(tmp0,
+    #     0.7777777777777778, 0.9375)*numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
+    #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))))
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r3)
+    numpy.minimum(r3, r0, out=r3)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.92, out=r3)
+    numpy.minimum(r2, r3, out=r2)
+    numpy.copyto(r3, 0.9375)
+    numpy.copyto(r3, 0.7777777777777778, where=m0)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(2.0, r1, out=out)
+
+
+collective_all_reduce_tree_ll128_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll128_time_s__d_msg_bytes_block,
+    reals=4,
+    masks=1,
+    arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha(*, alpha_tree_ll128_s, hop_nvlink_tree_ll128_s, ranks_per_node):
@@ -4707,12 +5537,7 @@ def collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha(*, alpha_tree_ll
         (alpha_tree_ll128_s, hop_nvlink_tree_ll128_s, ranks_per_node) = _runtime.floats(xp, (alpha_tree_ll128_s, hop_nvlink_tree_ll128_s, ranks_per_node))
         out = alpha_tree_ll128_s + 2*hop_nvlink_tree_ll128_s*(ranks_per_node - 1)
         return _runtime.broadcast(xp, out, (alpha_tree_ll128_s, hop_nvlink_tree_ll128_s, ranks_per_node))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*hop_nvlink_tree_ll128_s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (hop_nvlink_tree_ll128_s,) = _runtime.reals("collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha", ("hop_nvlink_tree_ll128_s",), (hop_nvlink_tree_ll128_s,))
-        inv0 = 2*hop_nvlink_tree_ll128_s
+    (inv0,) = _collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha_invariants(hop_nvlink_tree_ll128_s)
     call = _runtime.Call(
         "collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha",
         ("alpha_tree_ll128_s", "hop_nvlink_tree_ll128_s", "ranks_per_node", "inv0"),
@@ -4720,12 +5545,39 @@ def collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha(*, alpha_tree_ll
         reals=0,
         masks=0,
     )
-    for out, alpha_tree_ll128_s, hop_nvlink_tree_ll128_s, ranks_per_node, inv0 in call.blocks():
-        # out = alpha_tree_ll128_s + inv0*(ranks_per_node - 1)
-        numpy.subtract(ranks_per_node, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, alpha_tree_ll128_s, out=out)
+    for block in call.blocks():
+        _collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha_invariants(hop_nvlink_tree_ll128_s):
+    """What collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_nvlink_tree_ll128_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_tree_ll128_s,) = _runtime.reals("collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha", ("hop_nvlink_tree_ll128_s",), (hop_nvlink_tree_ll128_s,))
+        inv0 = 2*hop_nvlink_tree_ll128_s
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha_block(out, alpha_tree_ll128_s, hop_nvlink_tree_ll128_s, ranks_per_node, inv0):
+    """collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_tree_ll128_s + inv0*(ranks_per_node - 1)
+    numpy.subtract(ranks_per_node, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, alpha_tree_ll128_s, out=out)
+
+
+collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha_block,
+    reals=0,
+    masks=0,
+    arguments=("alpha_tree_ll128_s", "hop_nvlink_tree_ll128_s", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_tree_ll128_s",),
+    quiet=False,
+)
 
 
 def collective_all_reduce_tree_ll128_time_s__scale_network_alpha(*, hop_net_tree_ll128_s, nodes):
@@ -4759,12 +5611,7 @@ def collective_all_reduce_tree_ll128_time_s__scale_network_alpha(*, hop_net_tree
         (hop_net_tree_ll128_s, nodes) = _runtime.floats(xp, (hop_net_tree_ll128_s, nodes))
         out = 2*hop_net_tree_ll128_s*xp.log(nodes)/xp.log(2)
         return _runtime.broadcast(xp, out, (hop_net_tree_ll128_s, nodes))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*hop_net_tree_ll128_s/numpy.log(2)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (hop_net_tree_ll128_s,) = _runtime.reals("collective_all_reduce_tree_ll128_time_s__scale_network_alpha", ("hop_net_tree_ll128_s",), (hop_net_tree_ll128_s,))
-        inv0 = 2*hop_net_tree_ll128_s/numpy.log(2)
+    (inv0,) = _collective_all_reduce_tree_ll128_time_s__scale_network_alpha_invariants(hop_net_tree_ll128_s)
     call = _runtime.Call(
         "collective_all_reduce_tree_ll128_time_s__scale_network_alpha",
         ("hop_net_tree_ll128_s", "nodes", "inv0"),
@@ -4772,11 +5619,38 @@ def collective_all_reduce_tree_ll128_time_s__scale_network_alpha(*, hop_net_tree
         reals=0,
         masks=0,
     )
-    for out, hop_net_tree_ll128_s, nodes, inv0 in call.blocks():
-        # out = inv0*numpy.log(nodes)
-        numpy.log(nodes, out=out)
-        numpy.multiply(out, inv0, out=out)
+    for block in call.blocks():
+        _collective_all_reduce_tree_ll128_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll128_time_s__scale_network_alpha_invariants(hop_net_tree_ll128_s):
+    """What collective_all_reduce_tree_ll128_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_net_tree_ll128_s/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_net_tree_ll128_s,) = _runtime.reals("collective_all_reduce_tree_ll128_time_s__scale_network_alpha", ("hop_net_tree_ll128_s",), (hop_net_tree_ll128_s,))
+        inv0 = 2*hop_net_tree_ll128_s/numpy.log(2)
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_ll128_time_s__scale_network_alpha_block(out, hop_net_tree_ll128_s, nodes, inv0):
+    """collective_all_reduce_tree_ll128_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0*numpy.log(nodes)
+    numpy.log(nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+
+
+collective_all_reduce_tree_ll128_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll128_time_s__scale_network_alpha_block,
+    reals=0,
+    masks=0,
+    arguments=("hop_net_tree_ll128_s", "nodes"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_ll128_time_s__scale_network_alpha_invariants,
+    widened=("hop_net_tree_ll128_s",),
+    quiet=False,
+)
 
 
 def collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -4846,12 +5720,7 @@ def collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta(*, msg_bytes, nic
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -2*ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0"),
@@ -4859,57 +5728,84 @@ def collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta(*, msg_bytes, nic
             reals=10,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, m1, m2, m3, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0 in call.blocks():
-            # tmp0 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r0
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = numpy.where(tmp1, 0.7777777777777778, 0.9375) -> r1
-            numpy.copyto(r1, 0.9375)
-            numpy.copyto(r1, 0.7777777777777778, where=m0)
-            # tmp3 = ring_channels*tree_channel_max_bw_bytes_per_s -> r2
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
-            numpy.minimum(r3, r4, out=r5)
-            # tmp7 = 0.92*tmp4 -> r6
-            numpy.multiply(r3, 0.92, out=r6)
-            # tmp8 = 0.92*tmp6 -> r7
-            numpy.multiply(r5, 0.92, out=r7)
-            # out = inv0*msg_bytes*numpy.where(numpy.where(tmp1, numpy.less(tmp0,
-            #     0.7777777777777778*numpy.where(numpy.less_equal(tmp3, tmp7), tmp3, tmp7)),
-            #     numpy.less(tmp0, 0.9375*numpy.where(numpy.less_equal(tmp3, tmp8), tmp3, tmp8))),
-            #     0, tmp2*numpy.where(numpy.where(tmp1, numpy.less(tmp3, tmp7), numpy.less(tmp3,
-            #     tmp8)), 0, 0.92*numpy.where(tmp1, ring_channels, numpy.where(numpy.greater(tmp4,
-            #     tmp5), 0, ring_channels))))/(numpy.minimum(tmp0, tmp2*numpy.minimum(tmp3,
-            #     0.92*numpy.where(tmp1, tmp4, tmp6)))*numpy.minimum(tmp0, tmp2*numpy.minimum(tmp3,
-            #     0.92*numpy.where(tmp1, tmp4, tmp6))))
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.7777777777777778*numpy.where(numpy.less_equal(r2, r6), r2, r6)), numpy.less(r0, 0.9375*numpy.where(numpy.less_equal(r2, r7), r2, r7))))
-            if not m1.all():
-                numpy.copyto(m2, numpy.where(m0, numpy.less(r2, r6), numpy.less(r2, r7)))
-                if not m2.all():
-                    numpy.copyto(out, ring_channels)
-                    numpy.greater(r3, r4, out=m3)
-                    numpy.copyto(out, 0.0, where=m3)
-                    numpy.copyto(out, ring_channels, where=m0)
-                    numpy.multiply(out, 0.92, out=out)
-                numpy.copyto(out, 0.0, where=m2)
-                numpy.multiply(out, r1, out=out)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r8, r5)
-            numpy.copyto(r8, r3, where=m0)
-            numpy.multiply(r8, 0.92, out=r8)
-            numpy.minimum(r8, r2, out=r8)
-            numpy.multiply(r8, r1, out=r8)
-            numpy.minimum(r8, r0, out=r8)
-            numpy.multiply(r8, r8, out=r9)
-            numpy.divide(out, r9, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -2*ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, m1, m2, m3, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0):
+    """collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r0
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = numpy.where(tmp1, 0.7777777777777778, 0.9375) -> r1
+    numpy.copyto(r1, 0.9375)
+    numpy.copyto(r1, 0.7777777777777778, where=m0)
+    # tmp3 = ring_channels*tree_channel_max_bw_bytes_per_s -> r2
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
+    numpy.minimum(r3, r4, out=r5)
+    # tmp7 = 0.92*tmp4 -> r6
+    numpy.multiply(r3, 0.92, out=r6)
+    # tmp8 = 0.92*tmp6 -> r7
+    numpy.multiply(r5, 0.92, out=r7)
+    # out = inv0*msg_bytes*numpy.where(numpy.where(tmp1, numpy.less(tmp0,
+    #     0.7777777777777778*numpy.where(numpy.less_equal(tmp3, tmp7), tmp3, tmp7)),
+    #     numpy.less(tmp0, 0.9375*numpy.where(numpy.less_equal(tmp3, tmp8), tmp3, tmp8))), 0,
+    #     tmp2*numpy.where(numpy.where(tmp1, numpy.less(tmp3, tmp7), numpy.less(tmp3, tmp8)), 0,
+    #     0.92*numpy.where(tmp1, ring_channels, numpy.where(numpy.greater(tmp4, tmp5), 0,
+    #     ring_channels))))/(numpy.minimum(tmp0, tmp2*numpy.minimum(tmp3, 0.92*numpy.where(tmp1,
+    #     tmp4, tmp6)))*numpy.minimum(tmp0, tmp2*numpy.minimum(tmp3, 0.92*numpy.where(tmp1, tmp4,
+    #     tmp6))))
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.7777777777777778*numpy.where(numpy.less_equal(r2, r6), r2, r6)), numpy.less(r0, 0.9375*numpy.where(numpy.less_equal(r2, r7), r2, r7))))
+    if not m1.all():
+        numpy.copyto(m2, numpy.where(m0, numpy.less(r2, r6), numpy.less(r2, r7)))
+        if not m2.all():
+            numpy.copyto(out, ring_channels)
+            numpy.greater(r3, r4, out=m3)
+            numpy.copyto(out, 0.0, where=m3)
+            numpy.copyto(out, ring_channels, where=m0)
+            numpy.multiply(out, 0.92, out=out)
+        numpy.copyto(out, 0.0, where=m2)
+        numpy.multiply(out, r1, out=out)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r8, r5)
+    numpy.copyto(r8, r3, where=m0)
+    numpy.multiply(r8, 0.92, out=r8)
+    numpy.minimum(r8, r2, out=r8)
+    numpy.multiply(r8, r1, out=r8)
+    numpy.minimum(r8, r0, out=r8)
+    numpy.multiply(r8, r8, out=r9)
+    numpy.divide(out, r9, out=out)
+
+
+collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta_block,
+    reals=10,
+    masks=4,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_ll128_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
@@ -4979,12 +5875,7 @@ def collective_all_reduce_tree_ll128_time_s__scale_network_beta(*, msg_bytes, ni
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_ll128_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
-            inv0 = -2*nic_bw_bytes_per_s
+        (inv0,) = _collective_all_reduce_tree_ll128_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_ll128_time_s__scale_network_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0"),
@@ -4992,57 +5883,83 @@ def collective_all_reduce_tree_ll128_time_s__scale_network_beta(*, msg_bytes, ni
             reals=10,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, m1, m2, m3, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0 in call.blocks():
-            # tmp0 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r0
-            numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = numpy.where(tmp1, 0.7777777777777778, 0.9375) -> r1
-            numpy.copyto(r1, 0.9375)
-            numpy.copyto(r1, 0.7777777777777778, where=m0)
-            # tmp3 = ring_channels*tree_channel_max_bw_bytes_per_s -> r2
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
-            # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
-            # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
-            numpy.minimum(r3, r4, out=r5)
-            # tmp7 = 0.92*tmp4 -> r6
-            numpy.multiply(r3, 0.92, out=r6)
-            # tmp8 = 0.92*tmp6 -> r7
-            numpy.multiply(r5, 0.92, out=r7)
-            # out = inv0*msg_bytes*numpy.where(numpy.where(tmp1, numpy.less(tmp0,
-            #     0.7777777777777778*numpy.where(numpy.less_equal(tmp3, tmp7), tmp3, tmp7)),
-            #     numpy.less(tmp0, 0.9375*numpy.where(numpy.less_equal(tmp3, tmp8), tmp3, tmp8))),
-            #     0, tmp2*numpy.where(numpy.where(tmp1, numpy.less(tmp3, tmp7), numpy.less(tmp3,
-            #     tmp8)), 0, 0.92*numpy.where(tmp1, 0, numpy.where(numpy.greater(tmp4, tmp5),
-            #     nics_used, 0))))/(numpy.minimum(tmp0, tmp2*numpy.minimum(tmp3,
-            #     0.92*numpy.where(tmp1, tmp4, tmp6)))*numpy.minimum(tmp0, tmp2*numpy.minimum(tmp3,
-            #     0.92*numpy.where(tmp1, tmp4, tmp6))))
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.7777777777777778*numpy.where(numpy.less_equal(r2, r6), r2, r6)), numpy.less(r0, 0.9375*numpy.where(numpy.less_equal(r2, r7), r2, r7))))
-            if not m1.all():
-                numpy.copyto(m2, numpy.where(m0, numpy.less(r2, r6), numpy.less(r2, r7)))
-                if not m2.all():
-                    numpy.copyto(out, 0.0)
-                    numpy.greater(r3, r4, out=m3)
-                    numpy.copyto(out, nics_used, where=m3)
-                    numpy.copyto(out, 0.0, where=m0)
-                    numpy.multiply(out, 0.92, out=out)
-                numpy.copyto(out, 0.0, where=m2)
-                numpy.multiply(out, r1, out=out)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r8, r5)
-            numpy.copyto(r8, r3, where=m0)
-            numpy.multiply(r8, 0.92, out=r8)
-            numpy.minimum(r8, r2, out=r8)
-            numpy.multiply(r8, r1, out=r8)
-            numpy.minimum(r8, r0, out=r8)
-            numpy.multiply(r8, r8, out=r9)
-            numpy.divide(out, r9, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_ll128_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_ll128_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s):
+    """What collective_all_reduce_tree_ll128_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_ll128_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
+        inv0 = -2*nic_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_ll128_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, m1, m2, m3, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0):
+    """collective_all_reduce_tree_ll128_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channels*tree_ll128_channel_max_bw_bytes_per_s -> r0
+    numpy.multiply(tree_ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = numpy.where(tmp1, 0.7777777777777778, 0.9375) -> r1
+    numpy.copyto(r1, 0.9375)
+    numpy.copyto(r1, 0.7777777777777778, where=m0)
+    # tmp3 = ring_channels*tree_channel_max_bw_bytes_per_s -> r2
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r2)
+    # tmp4 = ring_channel_bw_bytes_per_s*ring_channels -> r3
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r3)
+    # tmp5 = nic_bw_bytes_per_s*nics_used -> r4
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    # tmp6 = numpy.minimum(tmp4, tmp5) -> r5
+    numpy.minimum(r3, r4, out=r5)
+    # tmp7 = 0.92*tmp4 -> r6
+    numpy.multiply(r3, 0.92, out=r6)
+    # tmp8 = 0.92*tmp6 -> r7
+    numpy.multiply(r5, 0.92, out=r7)
+    # out = inv0*msg_bytes*numpy.where(numpy.where(tmp1, numpy.less(tmp0,
+    #     0.7777777777777778*numpy.where(numpy.less_equal(tmp3, tmp7), tmp3, tmp7)),
+    #     numpy.less(tmp0, 0.9375*numpy.where(numpy.less_equal(tmp3, tmp8), tmp3, tmp8))), 0,
+    #     tmp2*numpy.where(numpy.where(tmp1, numpy.less(tmp3, tmp7), numpy.less(tmp3, tmp8)), 0,
+    #     0.92*numpy.where(tmp1, 0, numpy.where(numpy.greater(tmp4, tmp5), nics_used,
+    #     0))))/(numpy.minimum(tmp0, tmp2*numpy.minimum(tmp3, 0.92*numpy.where(tmp1, tmp4,
+    #     tmp6)))*numpy.minimum(tmp0, tmp2*numpy.minimum(tmp3, 0.92*numpy.where(tmp1, tmp4, tmp6))))
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.7777777777777778*numpy.where(numpy.less_equal(r2, r6), r2, r6)), numpy.less(r0, 0.9375*numpy.where(numpy.less_equal(r2, r7), r2, r7))))
+    if not m1.all():
+        numpy.copyto(m2, numpy.where(m0, numpy.less(r2, r6), numpy.less(r2, r7)))
+        if not m2.all():
+            numpy.copyto(out, 0.0)
+            numpy.greater(r3, r4, out=m3)
+            numpy.copyto(out, nics_used, where=m3)
+            numpy.copyto(out, 0.0, where=m0)
+            numpy.multiply(out, 0.92, out=out)
+        numpy.copyto(out, 0.0, where=m2)
+        numpy.multiply(out, r1, out=out)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r8, r5)
+    numpy.copyto(r8, r3, where=m0)
+    numpy.multiply(r8, 0.92, out=r8)
+    numpy.minimum(r8, r2, out=r8)
+    numpy.multiply(r8, r1, out=r8)
+    numpy.minimum(r8, r0, out=r8)
+    numpy.multiply(r8, r8, out=r9)
+    numpy.divide(out, r9, out=out)
+
+
+collective_all_reduce_tree_ll128_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_ll128_time_s__scale_network_beta_block,
+    reals=10,
+    masks=4,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_ll128_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
@@ -5092,21 +6009,38 @@ def collective_all_reduce_tree_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s,
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = 2/numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
-            #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used)))
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(2.0, r1, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_simple_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_simple_time_s__d_msg_bytes_block(out, r0, r1, r2, m0, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
+    """collective_all_reduce_tree_simple_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = 2/numpy.minimum(ring_channels*tree_channel_max_bw_bytes_per_s,
+    #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used)))
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(2.0, r1, out=out)
+
+
+collective_all_reduce_tree_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_simple_time_s__d_msg_bytes_block,
+    reals=3,
+    masks=1,
+    arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha(*, alpha_tree_simple_s, hop_nvlink_tree_simple_s, ranks_per_node):
@@ -5142,12 +6076,7 @@ def collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha(*, alpha_tree_s
         (alpha_tree_simple_s, hop_nvlink_tree_simple_s, ranks_per_node) = _runtime.floats(xp, (alpha_tree_simple_s, hop_nvlink_tree_simple_s, ranks_per_node))
         out = alpha_tree_simple_s + 2*hop_nvlink_tree_simple_s*(ranks_per_node - 1)
         return _runtime.broadcast(xp, out, (alpha_tree_simple_s, hop_nvlink_tree_simple_s, ranks_per_node))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*hop_nvlink_tree_simple_s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (hop_nvlink_tree_simple_s,) = _runtime.reals("collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha", ("hop_nvlink_tree_simple_s",), (hop_nvlink_tree_simple_s,))
-        inv0 = 2*hop_nvlink_tree_simple_s
+    (inv0,) = _collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha_invariants(hop_nvlink_tree_simple_s)
     call = _runtime.Call(
         "collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha",
         ("alpha_tree_simple_s", "hop_nvlink_tree_simple_s", "ranks_per_node", "inv0"),
@@ -5155,12 +6084,39 @@ def collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha(*, alpha_tree_s
         reals=0,
         masks=0,
     )
-    for out, alpha_tree_simple_s, hop_nvlink_tree_simple_s, ranks_per_node, inv0 in call.blocks():
-        # out = alpha_tree_simple_s + inv0*(ranks_per_node - 1)
-        numpy.subtract(ranks_per_node, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, alpha_tree_simple_s, out=out)
+    for block in call.blocks():
+        _collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha_invariants(hop_nvlink_tree_simple_s):
+    """What collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_nvlink_tree_simple_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_tree_simple_s,) = _runtime.reals("collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha", ("hop_nvlink_tree_simple_s",), (hop_nvlink_tree_simple_s,))
+        inv0 = 2*hop_nvlink_tree_simple_s
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha_block(out, alpha_tree_simple_s, hop_nvlink_tree_simple_s, ranks_per_node, inv0):
+    """collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_tree_simple_s + inv0*(ranks_per_node - 1)
+    numpy.subtract(ranks_per_node, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, alpha_tree_simple_s, out=out)
+
+
+collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha_block,
+    reals=0,
+    masks=0,
+    arguments=("alpha_tree_simple_s", "hop_nvlink_tree_simple_s", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_tree_simple_s",),
+    quiet=False,
+)
 
 
 def collective_all_reduce_tree_simple_time_s__scale_network_alpha(*, hop_net_tree_simple_s, nodes):
@@ -5194,12 +6150,7 @@ def collective_all_reduce_tree_simple_time_s__scale_network_alpha(*, hop_net_tre
         (hop_net_tree_simple_s, nodes) = _runtime.floats(xp, (hop_net_tree_simple_s, nodes))
         out = 2*hop_net_tree_simple_s*xp.log(nodes)/xp.log(2)
         return _runtime.broadcast(xp, out, (hop_net_tree_simple_s, nodes))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*hop_net_tree_simple_s/numpy.log(2)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (hop_net_tree_simple_s,) = _runtime.reals("collective_all_reduce_tree_simple_time_s__scale_network_alpha", ("hop_net_tree_simple_s",), (hop_net_tree_simple_s,))
-        inv0 = 2*hop_net_tree_simple_s/numpy.log(2)
+    (inv0,) = _collective_all_reduce_tree_simple_time_s__scale_network_alpha_invariants(hop_net_tree_simple_s)
     call = _runtime.Call(
         "collective_all_reduce_tree_simple_time_s__scale_network_alpha",
         ("hop_net_tree_simple_s", "nodes", "inv0"),
@@ -5207,11 +6158,38 @@ def collective_all_reduce_tree_simple_time_s__scale_network_alpha(*, hop_net_tre
         reals=0,
         masks=0,
     )
-    for out, hop_net_tree_simple_s, nodes, inv0 in call.blocks():
-        # out = inv0*numpy.log(nodes)
-        numpy.log(nodes, out=out)
-        numpy.multiply(out, inv0, out=out)
+    for block in call.blocks():
+        _collective_all_reduce_tree_simple_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_simple_time_s__scale_network_alpha_invariants(hop_net_tree_simple_s):
+    """What collective_all_reduce_tree_simple_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_net_tree_simple_s/numpy.log(2)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_net_tree_simple_s,) = _runtime.reals("collective_all_reduce_tree_simple_time_s__scale_network_alpha", ("hop_net_tree_simple_s",), (hop_net_tree_simple_s,))
+        inv0 = 2*hop_net_tree_simple_s/numpy.log(2)
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_simple_time_s__scale_network_alpha_block(out, hop_net_tree_simple_s, nodes, inv0):
+    """collective_all_reduce_tree_simple_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0*numpy.log(nodes)
+    numpy.log(nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+
+
+collective_all_reduce_tree_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_simple_time_s__scale_network_alpha_block,
+    reals=0,
+    masks=0,
+    arguments=("hop_net_tree_simple_s", "nodes"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_simple_time_s__scale_network_alpha_invariants,
+    widened=("hop_net_tree_simple_s",),
+    quiet=False,
+)
 
 
 def collective_all_reduce_tree_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
@@ -5266,12 +6244,7 @@ def collective_all_reduce_tree_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -2*ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_reduce_tree_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0"),
@@ -5279,39 +6252,66 @@ def collective_all_reduce_tree_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
             reals=6,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0 in call.blocks():
-            # tmp0 = ring_channels*tree_channel_max_bw_bytes_per_s -> r0
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
-            #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, ring_channels,
-            #     numpy.where(numpy.greater(tmp1, tmp3), 0, ring_channels)))/(numpy.minimum(tmp0,
-            #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2,
-            #     tmp1, tmp4)))
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
-            if not m1.all():
-                numpy.copyto(out, ring_channels)
-                numpy.greater(r1, r2, out=m2)
-                numpy.copyto(out, 0.0, where=m2)
-                numpy.copyto(out, ring_channels, where=m0)
-                numpy.multiply(out, 0.92, out=out)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r4, r3)
-            numpy.copyto(r4, r1, where=m0)
-            numpy.multiply(r4, 0.92, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.divide(out, r5, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_simple_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_tree_simple_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -2*ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_simple_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0):
+    """collective_all_reduce_tree_simple_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channels*tree_channel_max_bw_bytes_per_s -> r0
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
+    #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, ring_channels,
+    #     numpy.where(numpy.greater(tmp1, tmp3), 0, ring_channels)))/(numpy.minimum(tmp0,
+    #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
+    #     tmp4)))
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
+    if not m1.all():
+        numpy.copyto(out, ring_channels)
+        numpy.greater(r1, r2, out=m2)
+        numpy.copyto(out, 0.0, where=m2)
+        numpy.copyto(out, ring_channels, where=m0)
+        numpy.multiply(out, 0.92, out=out)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r4, r3)
+    numpy.copyto(r4, r1, where=m0)
+    numpy.multiply(r4, 0.92, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.divide(out, r5, out=out)
+
+
+collective_all_reduce_tree_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_simple_time_s__scale_nvlink_beta_block,
+    reals=6,
+    masks=3,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_simple_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_tree_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
@@ -5366,12 +6366,7 @@ def collective_all_reduce_tree_simple_time_s__scale_network_beta(*, msg_bytes, n
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_simple_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
-            inv0 = -2*nic_bw_bytes_per_s
+        (inv0,) = _collective_all_reduce_tree_simple_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_tree_simple_time_s__scale_network_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0"),
@@ -5379,39 +6374,65 @@ def collective_all_reduce_tree_simple_time_s__scale_network_beta(*, msg_bytes, n
             reals=6,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0 in call.blocks():
-            # tmp0 = ring_channels*tree_channel_max_bw_bytes_per_s -> r0
-            numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
-            #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, 0,
-            #     numpy.where(numpy.greater(tmp1, tmp3), nics_used, 0)))/(numpy.minimum(tmp0,
-            #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2,
-            #     tmp1, tmp4)))
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
-            if not m1.all():
-                numpy.copyto(out, 0.0)
-                numpy.greater(r1, r2, out=m2)
-                numpy.copyto(out, nics_used, where=m2)
-                numpy.copyto(out, 0.0, where=m0)
-                numpy.multiply(out, 0.92, out=out)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r4, r3)
-            numpy.copyto(r4, r1, where=m0)
-            numpy.multiply(r4, 0.92, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.divide(out, r5, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_tree_simple_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_tree_simple_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s):
+    """What collective_all_reduce_tree_simple_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_tree_simple_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
+        inv0 = -2*nic_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_reduce_tree_simple_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0):
+    """collective_all_reduce_tree_simple_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channels*tree_channel_max_bw_bytes_per_s -> r0
+    numpy.multiply(tree_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
+    #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, 0, numpy.where(numpy.greater(tmp1,
+    #     tmp3), nics_used, 0)))/(numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
+    #     tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1, tmp4)))
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
+    if not m1.all():
+        numpy.copyto(out, 0.0)
+        numpy.greater(r1, r2, out=m2)
+        numpy.copyto(out, nics_used, where=m2)
+        numpy.copyto(out, 0.0, where=m0)
+        numpy.multiply(out, 0.92, out=out)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r4, r3)
+    numpy.copyto(r4, r1, where=m0)
+    numpy.multiply(r4, 0.92, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.divide(out, r5, out=out)
+
+
+collective_all_reduce_tree_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_tree_simple_time_s__scale_network_beta_block,
+    reals=6,
+    masks=3,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_tree_simple_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -5463,23 +6484,40 @@ def collective_all_reduce_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = (2*ranks - 2)/(ranks*numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used))))
-            numpy.multiply(ranks, 2.0, out=out)
-            numpy.subtract(out, 2.0, out=out)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r1, r0, where=m0)
-            numpy.multiply(r1, 0.5, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.multiply(r1, ranks, out=r1)
-            numpy.divide(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll_time_s__d_msg_bytes_block(out, r0, r1, m0, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_reduce_ring_ll_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = (2*ranks - 2)/(ranks*numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used))))
+    numpy.multiply(ranks, 2.0, out=out)
+    numpy.subtract(out, 2.0, out=out)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r1, r0, where=m0)
+    numpy.multiply(r1, 0.5, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.multiply(r1, ranks, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+collective_all_reduce_ring_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll_time_s__d_msg_bytes_block,
+    reals=2,
+    masks=1,
+    arguments=("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -5534,14 +6572,7 @@ def collective_all_reduce_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, ll_ma
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*hop_nvlink_ring_ll_s
-            inv1 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s__d_ranks", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = 2*hop_nvlink_ring_ll_s
-            inv1 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        (inv0, inv1) = _collective_all_reduce_ring_ll_time_s__d_ranks_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll_time_s__d_ranks",
             ("hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -5549,31 +6580,60 @@ def collective_all_reduce_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, ll_ma
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp2 = 2*msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp0, tmp1,
-            #     numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            numpy.copyto(r1, r0, where=m0)
-            numpy.multiply(r1, 0.5, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            # out = numpy.where(tmp0, inv0, inv1) + tmp2/ranks - tmp2*(ranks - 1)/(ranks*ranks)
-            numpy.divide(r1, ranks, out=out)
-            numpy.copyto(r0, inv1)
-            numpy.copyto(r0, inv0, where=m0)
-            numpy.add(out, r0, out=out)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(ranks, ranks, out=r2)
-            numpy.divide(r0, r2, out=r0)
-            numpy.subtract(out, r0, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll_time_s__d_ranks_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_all_reduce_ring_ll_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_nvlink_ring_ll_s
+        inv1 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s__d_ranks", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = 2*hop_nvlink_ring_ll_s
+        inv1 = 2*numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_ring_ll_time_s__d_ranks_block(out, r0, r1, r2, m0, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_reduce_ring_ll_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp2 = 2*msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp0, tmp1,
+    #     numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    numpy.copyto(r1, r0, where=m0)
+    numpy.multiply(r1, 0.5, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    numpy.multiply(r1, 2.0, out=r1)
+    # out = numpy.where(tmp0, inv0, inv1) + tmp2/ranks - tmp2*(ranks - 1)/(ranks*ranks)
+    numpy.divide(r1, ranks, out=out)
+    numpy.copyto(r0, inv1)
+    numpy.copyto(r0, inv0, where=m0)
+    numpy.add(out, r0, out=out)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    numpy.multiply(ranks, ranks, out=r2)
+    numpy.divide(r0, r2, out=r0)
+    numpy.subtract(out, r0, out=out)
+
+
+collective_all_reduce_ring_ll_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll_time_s__d_ranks_block,
+    reals=3,
+    masks=1,
+    arguments=("hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_ring_ll_time_s__d_ranks_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks):
@@ -5616,12 +6676,7 @@ def collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
+        (inv0,) = _collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "inv0"),
@@ -5629,18 +6684,45 @@ def collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s,
             reals=1,
             masks=1,
         )
-        for out, r0, m0, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0 in call.blocks():
-            # out = alpha_ring_ll_s + hop_nvlink_ring_ll_s*numpy.where(numpy.less(nodes, 2),
-            #     2*(ranks - 1), inv0*(-nodes + ranks))
-            numpy.subtract(ranks, nodes, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.multiply(r0, 2.0, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_ll_s, out=out)
-            numpy.add(out, alpha_ring_ll_s, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha_block(out, r0, m0, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0):
+    """collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_ll_s + hop_nvlink_ring_ll_s*numpy.where(numpy.less(nodes, 2), 2*(ranks - 1),
+    #     inv0*(-nodes + ranks))
+    numpy.subtract(ranks, nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.multiply(r0, 2.0, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_ll_s, out=out)
+    numpy.add(out, alpha_ring_ll_s, out=out)
+
+
+collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha_block,
+    reals=1,
+    masks=1,
+    arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node):
@@ -5690,12 +6772,7 @@ def collective_all_reduce_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s__scale_network_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
+        (inv0,) = _collective_all_reduce_ring_ll_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll_time_s__scale_network_alpha",
             ("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
@@ -5703,34 +6780,61 @@ def collective_all_reduce_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # tmp2 = 2*nodes - 2 -> r0
-            numpy.multiply(nodes, 2.0, out=r0)
-            numpy.subtract(r0, 2.0, out=r0)
-            # out = hop_net_ring_ll_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 0, 1)) +
-            #     hop_net_tree_ll_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 1, 0)) +
-            #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_ll_s, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, 1.0, where=m1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, hop_net_tree_ll_s, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.subtract(ranks, nodes, out=r1)
-            numpy.multiply(r1, inv0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, net_overhead_s, out=r1)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_all_reduce_ring_ll_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll_time_s__scale_network_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll_time_s__scale_network_alpha_block(out, r0, r1, m0, m1, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0):
+    """collective_all_reduce_ring_ll_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # tmp2 = 2*nodes - 2 -> r0
+    numpy.multiply(nodes, 2.0, out=r0)
+    numpy.subtract(r0, 2.0, out=r0)
+    # out = hop_net_ring_ll_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 0, 1)) +
+    #     hop_net_tree_ll_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 1, 0)) +
+    #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_ll_s, out=out)
+    numpy.copyto(r1, 0.0)
+    numpy.copyto(r1, 1.0, where=m1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, hop_net_tree_ll_s, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.subtract(ranks, nodes, out=r1)
+    numpy.multiply(r1, inv0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, net_overhead_s, out=r1)
+    numpy.add(out, r1, out=out)
+
+
+collective_all_reduce_ring_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll_time_s__scale_network_alpha_block,
+    reals=2,
+    masks=2,
+    arguments=("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll_time_s__scale_network_alpha_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -5785,12 +6889,7 @@ def collective_all_reduce_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_ll_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -2*ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_reduce_ring_ll_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -5798,41 +6897,66 @@ def collective_all_reduce_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
-            numpy.minimum(r0, r1, out=r2)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
-            #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s,
-            #     0.5*tmp3)), 0, 0.5*numpy.where(tmp1, ring_channels,
-            #     numpy.where(numpy.greater(tmp0, tmp2), 0,
-            #     ring_channels)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.where(tmp1, tmp0, tmp3))*numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.where(tmp1, tmp0, tmp3))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(r3, ring_channels)
-            numpy.greater(r0, r1, out=m1)
-            numpy.copyto(r3, 0.0, where=m1)
-            numpy.copyto(r3, ring_channels, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
-            numpy.copyto(r3, 0.0, where=m1)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r3, r2)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
-            numpy.multiply(r3, r3, out=r4)
-            numpy.multiply(r4, ranks, out=r4)
-            numpy.divide(out, r4, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_ring_ll_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_ll_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -2*ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_reduce_ring_ll_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
+    numpy.minimum(r0, r1, out=r2)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
+    #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp3)),
+    #     0, 0.5*numpy.where(tmp1, ring_channels, numpy.where(numpy.greater(tmp0, tmp2), 0,
+    #     ring_channels)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
+    #     tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0, tmp3))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(r3, ring_channels)
+    numpy.greater(r0, r1, out=m1)
+    numpy.copyto(r3, 0.0, where=m1)
+    numpy.copyto(r3, ring_channels, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
+    numpy.copyto(r3, 0.0, where=m1)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r3, r2)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
+    numpy.multiply(r3, r3, out=r4)
+    numpy.multiply(r4, ranks, out=r4)
+    numpy.divide(out, r4, out=out)
+
+
+collective_all_reduce_ring_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll_time_s__scale_nvlink_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -5886,12 +7010,7 @@ def collective_all_reduce_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_ll_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
-            inv0 = -2*nic_bw_bytes_per_s
+        (inv0,) = _collective_all_reduce_ring_ll_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -5899,40 +7018,66 @@ def collective_all_reduce_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
-            numpy.minimum(r0, r1, out=r2)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
-            #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s,
-            #     0.5*tmp3)), 0, 0.5*numpy.where(tmp1, 0, numpy.where(numpy.greater(tmp0, tmp2),
-            #     nics_used, 0)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1,
-            #     tmp0, tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
-            #     tmp3))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.greater(r0, r1, out=m1)
-            numpy.copyto(r3, nics_used, where=m1)
-            numpy.copyto(r3, 0.0, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
-            numpy.copyto(r3, 0.0, where=m1)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r3, r2)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
-            numpy.multiply(r3, r3, out=r4)
-            numpy.multiply(r4, ranks, out=r4)
-            numpy.divide(out, r4, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s):
+    """What collective_all_reduce_ring_ll_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_ll_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
+        inv0 = -2*nic_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_reduce_ring_ll_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
+    numpy.minimum(r0, r1, out=r2)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
+    #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp3)),
+    #     0, 0.5*numpy.where(tmp1, 0, numpy.where(numpy.greater(tmp0, tmp2), nics_used,
+    #     0)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
+    #     tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0, tmp3))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(r3, 0.0)
+    numpy.greater(r0, r1, out=m1)
+    numpy.copyto(r3, nics_used, where=m1)
+    numpy.copyto(r3, 0.0, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
+    numpy.copyto(r3, 0.0, where=m1)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r3, r2)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
+    numpy.multiply(r3, r3, out=r4)
+    numpy.multiply(r4, ranks, out=r4)
+    numpy.divide(out, r4, out=out)
+
+
+collective_all_reduce_ring_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll_time_s__scale_network_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -5985,25 +7130,41 @@ def collective_all_reduce_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = (2*ranks -
-            #     2)/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
-            #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used))))
-            numpy.multiply(ranks, 2.0, out=out)
-            numpy.subtract(out, 2.0, out=out)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.multiply(r1, ranks, out=r1)
-            numpy.divide(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll128_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll128_time_s__d_msg_bytes_block(out, r0, r1, r2, m0, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_reduce_ring_ll128_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = (2*ranks - 2)/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used))))
+    numpy.multiply(ranks, 2.0, out=out)
+    numpy.subtract(out, 2.0, out=out)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.multiply(r1, ranks, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+collective_all_reduce_ring_ll128_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll128_time_s__d_msg_bytes_block,
+    reals=3,
+    masks=1,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6059,14 +7220,7 @@ def collective_all_reduce_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*hop_nvlink_ring_ll128_s
-            inv1 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s__d_ranks", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = 2*hop_nvlink_ring_ll128_s
-            inv1 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        (inv0, inv1) = _collective_all_reduce_ring_ll128_time_s__d_ranks_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll128_time_s__d_ranks",
             ("hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -6074,33 +7228,61 @@ def collective_all_reduce_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s,
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp2 = 2*msg_bytes/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
-            #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))
-            #     -> r1
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            # out = numpy.where(tmp0, inv0, inv1) + tmp2/ranks - tmp2*(ranks - 1)/(ranks*ranks)
-            numpy.divide(r1, ranks, out=out)
-            numpy.copyto(r0, inv1)
-            numpy.copyto(r0, inv0, where=m0)
-            numpy.add(out, r0, out=out)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(ranks, ranks, out=r2)
-            numpy.divide(r0, r2, out=r0)
-            numpy.subtract(out, r0, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll128_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll128_time_s__d_ranks_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_all_reduce_ring_ll128_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*hop_nvlink_ring_ll128_s
+        inv1 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s__d_ranks", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = 2*hop_nvlink_ring_ll128_s
+        inv1 = 2*numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_ring_ll128_time_s__d_ranks_block(out, r0, r1, r2, m0, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_reduce_ring_ll128_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp2 = 2*msg_bytes/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) -> r1
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    numpy.multiply(r1, 2.0, out=r1)
+    # out = numpy.where(tmp0, inv0, inv1) + tmp2/ranks - tmp2*(ranks - 1)/(ranks*ranks)
+    numpy.divide(r1, ranks, out=out)
+    numpy.copyto(r0, inv1)
+    numpy.copyto(r0, inv0, where=m0)
+    numpy.add(out, r0, out=out)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    numpy.multiply(ranks, ranks, out=r2)
+    numpy.divide(r0, r2, out=r0)
+    numpy.subtract(out, r0, out=out)
+
+
+collective_all_reduce_ring_ll128_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll128_time_s__d_ranks_block,
+    reals=3,
+    masks=1,
+    arguments=("hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_ring_ll128_time_s__d_ranks_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks):
@@ -6143,12 +7325,7 @@ def collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
+        (inv0,) = _collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "inv0"),
@@ -6156,18 +7333,45 @@ def collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll
             reals=1,
             masks=1,
         )
-        for out, r0, m0, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, inv0 in call.blocks():
-            # out = alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*numpy.where(numpy.less(nodes, 2),
-            #     2*(ranks - 1), inv0*(-nodes + ranks))
-            numpy.subtract(ranks, nodes, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.multiply(r0, 2.0, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_ll128_s, out=out)
-            numpy.add(out, alpha_ring_ll128_s, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha_block(out, r0, m0, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, inv0):
+    """collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*numpy.where(numpy.less(nodes, 2), 2*(ranks
+    #     - 1), inv0*(-nodes + ranks))
+    numpy.subtract(ranks, nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.multiply(r0, 2.0, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_ll128_s, out=out)
+    numpy.add(out, alpha_ring_ll128_s, out=out)
+
+
+collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha_block,
+    reals=1,
+    masks=1,
+    arguments=("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node):
@@ -6217,12 +7421,7 @@ def collective_all_reduce_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s__scale_network_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
+        (inv0,) = _collective_all_reduce_ring_ll128_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll128_time_s__scale_network_alpha",
             ("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
@@ -6230,34 +7429,61 @@ def collective_all_reduce_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # tmp2 = 2*nodes - 2 -> r0
-            numpy.multiply(nodes, 2.0, out=r0)
-            numpy.subtract(r0, 2.0, out=r0)
-            # out = hop_net_ring_ll128_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 0, 1)) +
-            #     hop_net_tree_ll128_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 1, 0)) +
-            #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_ll128_s, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, 1.0, where=m1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, hop_net_tree_ll128_s, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.subtract(ranks, nodes, out=r1)
-            numpy.multiply(r1, inv0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, net_overhead_s, out=r1)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll128_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll128_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_all_reduce_ring_ll128_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_ll128_time_s__scale_network_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll128_time_s__scale_network_alpha_block(out, r0, r1, m0, m1, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0):
+    """collective_all_reduce_ring_ll128_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # tmp2 = 2*nodes - 2 -> r0
+    numpy.multiply(nodes, 2.0, out=r0)
+    numpy.subtract(r0, 2.0, out=r0)
+    # out = hop_net_ring_ll128_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 0, 1)) +
+    #     hop_net_tree_ll128_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 1, 0)) +
+    #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_ll128_s, out=out)
+    numpy.copyto(r1, 0.0)
+    numpy.copyto(r1, 1.0, where=m1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, hop_net_tree_ll128_s, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.subtract(ranks, nodes, out=r1)
+    numpy.multiply(r1, inv0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, net_overhead_s, out=r1)
+    numpy.add(out, r1, out=out)
+
+
+collective_all_reduce_ring_ll128_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll128_time_s__scale_network_alpha_block,
+    reals=2,
+    masks=2,
+    arguments=("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll128_time_s__scale_network_alpha_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6317,12 +7543,7 @@ def collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -2*ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -6330,42 +7551,69 @@ def collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_
             reals=6,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0,
-            #     0.92*tmp1), numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, ring_channels,
-            #     numpy.where(numpy.greater(tmp1, tmp3), 0,
-            #     ring_channels)))/(ranks*(numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
-            #     tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1, tmp4))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
-            if not m1.all():
-                numpy.copyto(r4, ring_channels)
-                numpy.greater(r1, r2, out=m2)
-                numpy.copyto(r4, 0.0, where=m2)
-                numpy.copyto(r4, ring_channels, where=m0)
-                numpy.multiply(r4, 0.92, out=r4)
-            numpy.copyto(r4, 0.0, where=m1)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r4, r3)
-            numpy.copyto(r4, r1, where=m0)
-            numpy.multiply(r4, 0.92, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.multiply(r5, ranks, out=r5)
-            numpy.divide(out, r5, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -2*ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
+    #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, ring_channels,
+    #     numpy.where(numpy.greater(tmp1, tmp3), 0, ring_channels)))/(ranks*(numpy.minimum(tmp0,
+    #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
+    #     tmp4))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
+    if not m1.all():
+        numpy.copyto(r4, ring_channels)
+        numpy.greater(r1, r2, out=m2)
+        numpy.copyto(r4, 0.0, where=m2)
+        numpy.copyto(r4, ring_channels, where=m0)
+        numpy.multiply(r4, 0.92, out=r4)
+    numpy.copyto(r4, 0.0, where=m1)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r4, r3)
+    numpy.copyto(r4, r1, where=m0)
+    numpy.multiply(r4, 0.92, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.multiply(r5, ranks, out=r5)
+    numpy.divide(out, r5, out=out)
+
+
+collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta_block,
+    reals=6,
+    masks=3,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_ll128_time_s__scale_network_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6424,12 +7672,7 @@ def collective_all_reduce_ring_ll128_time_s__scale_network_beta(*, ll128_channel
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_ll128_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
-            inv0 = -2*nic_bw_bytes_per_s
+        (inv0,) = _collective_all_reduce_ring_ll128_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_ll128_time_s__scale_network_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -6437,42 +7680,68 @@ def collective_all_reduce_ring_ll128_time_s__scale_network_beta(*, ll128_channel
             reals=6,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0,
-            #     0.92*tmp1), numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, 0,
-            #     numpy.where(numpy.greater(tmp1, tmp3), nics_used, 0)))/(ranks*(numpy.minimum(tmp0,
-            #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2,
-            #     tmp1, tmp4))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
-            if not m1.all():
-                numpy.copyto(r4, 0.0)
-                numpy.greater(r1, r2, out=m2)
-                numpy.copyto(r4, nics_used, where=m2)
-                numpy.copyto(r4, 0.0, where=m0)
-                numpy.multiply(r4, 0.92, out=r4)
-            numpy.copyto(r4, 0.0, where=m1)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r4, r3)
-            numpy.copyto(r4, r1, where=m0)
-            numpy.multiply(r4, 0.92, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.multiply(r5, ranks, out=r5)
-            numpy.divide(out, r5, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_ll128_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_ll128_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s):
+    """What collective_all_reduce_ring_ll128_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_ll128_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
+        inv0 = -2*nic_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_ll128_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_reduce_ring_ll128_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
+    #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, 0, numpy.where(numpy.greater(tmp1,
+    #     tmp3), nics_used, 0)))/(ranks*(numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
+    #     tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1, tmp4))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
+    if not m1.all():
+        numpy.copyto(r4, 0.0)
+        numpy.greater(r1, r2, out=m2)
+        numpy.copyto(r4, nics_used, where=m2)
+        numpy.copyto(r4, 0.0, where=m0)
+        numpy.multiply(r4, 0.92, out=r4)
+    numpy.copyto(r4, 0.0, where=m1)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r4, r3)
+    numpy.copyto(r4, r1, where=m0)
+    numpy.multiply(r4, 0.92, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.multiply(r5, ranks, out=r5)
+    numpy.divide(out, r5, out=out)
+
+
+collective_all_reduce_ring_ll128_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_ll128_time_s__scale_network_beta_block,
+    reals=6,
+    masks=3,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_ll128_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6515,12 +7784,7 @@ def collective_all_reduce_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_simple_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_reduce_ring_simple_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_simple_time_s__d_msg_bytes",
             ("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -6528,23 +7792,50 @@ def collective_all_reduce_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # out = (2*ranks - 1.5)*numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks
-            numpy.multiply(ranks, 2.0, out=out)
-            numpy.subtract(out, 1.5, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=r0)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.divide(out, ranks, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_simple_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_simple_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_ring_simple_time_s__d_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_simple_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_simple_time_s__d_msg_bytes_block(out, r0, r1, m0, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_reduce_ring_simple_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (2*ranks - 1.5)*numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks
+    numpy.multiply(ranks, 2.0, out=out)
+    numpy.subtract(out, 1.5, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=r0)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_reduce_ring_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_simple_time_s__d_msg_bytes_block,
+    reals=2,
+    masks=1,
+    arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_simple_time_s__d_msg_bytes_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6596,16 +7887,7 @@ def collective_all_reduce_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 2*hop_nvlink_ring_simple_s
-            inv2 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s__d_ranks", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 2*hop_nvlink_ring_simple_s
-            inv2 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1, inv2) = _collective_all_reduce_ring_simple_time_s__d_ranks_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_simple_time_s__d_ranks",
             ("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2"),
@@ -6613,34 +7895,64 @@ def collective_all_reduce_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = msg_bytes*numpy.where(tmp0, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels)) -> r0
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=r0)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(r0, msg_bytes, out=r0)
-            # out = numpy.where(tmp0, inv1, inv2) + 2*tmp1/ranks - tmp1*(2*ranks -
-            #     1.5)/(ranks*ranks)
-            numpy.divide(r0, ranks, out=out)
-            numpy.multiply(out, 2.0, out=out)
-            numpy.copyto(r1, inv2)
-            numpy.copyto(r1, inv1, where=m0)
-            numpy.add(out, r1, out=out)
-            numpy.multiply(ranks, 2.0, out=r1)
-            numpy.subtract(r1, 1.5, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(ranks, ranks, out=r2)
-            numpy.divide(r1, r2, out=r1)
-            numpy.subtract(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_simple_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_simple_time_s__d_ranks_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_ring_simple_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 2*hop_nvlink_ring_simple_s
+        inv2 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s__d_ranks", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 2*hop_nvlink_ring_simple_s
+        inv2 = 2*numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1, inv2)
+
+
+def _collective_all_reduce_ring_simple_time_s__d_ranks_block(out, r0, r1, r2, m0, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2):
+    """collective_all_reduce_ring_simple_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = msg_bytes*numpy.where(tmp0, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))
+    #     -> r0
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=r0)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(r0, msg_bytes, out=r0)
+    # out = numpy.where(tmp0, inv1, inv2) + 2*tmp1/ranks - tmp1*(2*ranks - 1.5)/(ranks*ranks)
+    numpy.divide(r0, ranks, out=out)
+    numpy.multiply(out, 2.0, out=out)
+    numpy.copyto(r1, inv2)
+    numpy.copyto(r1, inv1, where=m0)
+    numpy.add(out, r1, out=out)
+    numpy.multiply(ranks, 2.0, out=r1)
+    numpy.subtract(r1, 1.5, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.multiply(ranks, ranks, out=r2)
+    numpy.divide(r1, r2, out=r1)
+    numpy.subtract(out, r1, out=out)
+
+
+collective_all_reduce_ring_simple_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_simple_time_s__d_ranks_block,
+    reals=3,
+    masks=1,
+    arguments=("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_collective_all_reduce_ring_simple_time_s__d_ranks_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks):
@@ -6684,12 +7996,7 @@ def collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
+        (inv0,) = _collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha",
             ("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "inv0"),
@@ -6697,18 +8004,45 @@ def collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_s
             reals=1,
             masks=1,
         )
-        for out, r0, m0, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, inv0 in call.blocks():
-            # out = alpha_ring_simple_s + hop_nvlink_ring_simple_s*numpy.where(numpy.less(nodes, 2),
-            #     2*(ranks - 1), inv0*(-nodes + ranks))
-            numpy.subtract(ranks, nodes, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.multiply(r0, 2.0, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_simple_s, out=out)
-            numpy.add(out, alpha_ring_simple_s, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s):
+    """What collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha_block(out, r0, m0, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, inv0):
+    """collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_simple_s + hop_nvlink_ring_simple_s*numpy.where(numpy.less(nodes, 2),
+    #     2*(ranks - 1), inv0*(-nodes + ranks))
+    numpy.subtract(ranks, nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.multiply(r0, 2.0, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_simple_s, out=out)
+    numpy.add(out, alpha_ring_simple_s, out=out)
+
+
+collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha_block,
+    reals=1,
+    masks=1,
+    arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node):
@@ -6758,12 +8092,7 @@ def collective_all_reduce_ring_simple_time_s__scale_network_alpha(*, hop_net_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s__scale_network_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
-            inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
+        (inv0,) = _collective_all_reduce_ring_simple_time_s__scale_network_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_simple_time_s__scale_network_alpha",
             ("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
@@ -6771,34 +8100,61 @@ def collective_all_reduce_ring_simple_time_s__scale_network_alpha(*, hop_net_rin
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # tmp2 = 2*nodes - 2 -> r0
-            numpy.multiply(nodes, 2.0, out=r0)
-            numpy.subtract(r0, 2.0, out=r0)
-            # out = hop_net_ring_simple_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 0, 1)) +
-            #     hop_net_tree_simple_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 1, 0)) +
-            #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_simple_s, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, 1.0, where=m1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, hop_net_tree_simple_s, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.subtract(ranks, nodes, out=r1)
-            numpy.multiply(r1, inv0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, net_overhead_s, out=r1)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_simple_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_simple_time_s__scale_network_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s):
+    """What collective_all_reduce_ring_simple_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_all_reduce_ring_simple_time_s__scale_network_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
+        inv0 = 2*numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_simple_time_s__scale_network_alpha_block(out, r0, r1, m0, m1, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0):
+    """collective_all_reduce_ring_simple_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # tmp2 = 2*nodes - 2 -> r0
+    numpy.multiply(nodes, 2.0, out=r0)
+    numpy.subtract(r0, 2.0, out=r0)
+    # out = hop_net_ring_simple_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 0, 1)) +
+    #     hop_net_tree_simple_s*numpy.where(tmp0, 0, tmp2*numpy.where(tmp1, 1, 0)) +
+    #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_simple_s, out=out)
+    numpy.copyto(r1, 0.0)
+    numpy.copyto(r1, 1.0, where=m1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, hop_net_tree_simple_s, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.subtract(ranks, nodes, out=r1)
+    numpy.multiply(r1, inv0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, net_overhead_s, out=r1)
+    numpy.add(out, r1, out=out)
+
+
+collective_all_reduce_ring_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_simple_time_s__scale_network_alpha_block,
+    reals=2,
+    masks=2,
+    arguments=("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_simple_time_s__scale_network_alpha_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6847,12 +8203,7 @@ def collective_all_reduce_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+        (inv0,) = _collective_all_reduce_ring_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_reduce_ring_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -6860,33 +8211,59 @@ def collective_all_reduce_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # out = msg_bytes*ring_channel_bw_bytes_per_s*(2*ranks -
-            #     1.5)*numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
-            #     -numpy.where(numpy.less(tmp0, tmp1), 0, ring_channels)/(numpy.minimum(tmp0,
-            #     tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
-            numpy.multiply(ranks, 2.0, out=out)
-            numpy.subtract(out, 1.5, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r2, ring_channels)
-                numpy.less(r0, r1, out=m1)
-                numpy.copyto(r2, 0.0, where=m1)
-                numpy.minimum(r0, r1, out=r3)
-                numpy.multiply(r3, r3, out=r4)
-                numpy.divide(r2, r4, out=r2)
-                numpy.negative(r2, out=r2)
-            numpy.divide(inv0, ring_channels, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_simple_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_reduce_ring_simple_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_reduce_ring_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+    return (inv0,)
+
+
+def _collective_all_reduce_ring_simple_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_reduce_ring_simple_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # out = msg_bytes*ring_channel_bw_bytes_per_s*(2*ranks - 1.5)*numpy.where(numpy.less(nodes, 2),
+    #     inv0/ring_channels, -numpy.where(numpy.less(tmp0, tmp1), 0,
+    #     ring_channels)/(numpy.minimum(tmp0, tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
+    numpy.multiply(ranks, 2.0, out=out)
+    numpy.subtract(out, 1.5, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r2, ring_channels)
+        numpy.less(r0, r1, out=m1)
+        numpy.copyto(r2, 0.0, where=m1)
+        numpy.minimum(r0, r1, out=r3)
+        numpy.multiply(r3, r3, out=r4)
+        numpy.divide(r2, r4, out=r2)
+        numpy.negative(r2, out=r2)
+    numpy.divide(inv0, ring_channels, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_reduce_ring_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_simple_time_s__scale_nvlink_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_reduce_ring_simple_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_ring_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -6940,31 +8317,48 @@ def collective_all_reduce_ring_simple_time_s__scale_network_beta(*, msg_bytes, n
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # out = msg_bytes*nic_bw_bytes_per_s*(2*ranks - 1.5)*numpy.where(numpy.less(nodes, 2),
-            #     0, -numpy.where(numpy.less(tmp0, tmp1), nics_used, 0)/(numpy.minimum(tmp0,
-            #     tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
-            numpy.multiply(ranks, 2.0, out=out)
-            numpy.subtract(out, 1.5, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r2, 0.0)
-                numpy.less(r0, r1, out=m1)
-                numpy.copyto(r2, nics_used, where=m1)
-                numpy.minimum(r0, r1, out=r3)
-                numpy.multiply(r3, r3, out=r4)
-                numpy.divide(r2, r4, out=r2)
-                numpy.negative(r2, out=r2)
-            numpy.copyto(r2, 0.0, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.multiply(out, nic_bw_bytes_per_s, out=out)
-            numpy.divide(out, ranks, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_ring_simple_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_ring_simple_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_reduce_ring_simple_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # out = msg_bytes*nic_bw_bytes_per_s*(2*ranks - 1.5)*numpy.where(numpy.less(nodes, 2), 0,
+    #     -numpy.where(numpy.less(tmp0, tmp1), nics_used, 0)/(numpy.minimum(tmp0,
+    #     tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
+    numpy.multiply(ranks, 2.0, out=out)
+    numpy.subtract(out, 1.5, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r2, 0.0)
+        numpy.less(r0, r1, out=m1)
+        numpy.copyto(r2, nics_used, where=m1)
+        numpy.minimum(r0, r1, out=r3)
+        numpy.multiply(r3, r3, out=r4)
+        numpy.divide(r2, r4, out=r2)
+        numpy.negative(r2, out=r2)
+    numpy.copyto(r2, 0.0, where=m0)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_reduce_ring_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_ring_simple_time_s__scale_network_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_reduce_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -7012,12 +8406,6 @@ def collective_all_reduce_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_all_reduce_nvls_simple_time_s__d_msg_bytes", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_reduce_nvls_simple_time_s__d_msg_bytes",
             ("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -7025,38 +8413,53 @@ def collective_all_reduce_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_
             reals=4,
             masks=3,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # tmp2 = 2*tmp0 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))),
-            #     tmp2/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp1,
-            #     nvls_efficiency*tmp2*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/ranks))), 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.multiply(ranks, ranks, out=r0)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            numpy.multiply(r3, nvls_efficiency, out=r3)
-            numpy.divide(r3, ranks, out=r3)
-            numpy.minimum(r3, nvls_channel_max_bw_bytes_per_s, out=r3)
-            numpy.minimum(r3, r1, out=r3)
-            numpy.multiply(r0, r3, out=r0)
-            numpy.divide(r2, r0, out=r0)
-            numpy.copyto(out, r0, where=m1)
+        for block in call.blocks():
+            _collective_all_reduce_nvls_simple_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_reduce_nvls_simple_time_s__d_msg_bytes_block(out, r0, r1, r2, r3, m0, m1, m2, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_all_reduce_nvls_simple_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # tmp2 = 2*tmp0 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))), tmp2/((ranks*ranks)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     numpy.minimum(tmp1, nvls_efficiency*tmp2*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/ranks))), 0)
+    numpy.copyto(out, 0.0)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.multiply(ranks, ranks, out=r0)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
+    numpy.multiply(r3, r2, out=r3)
+    numpy.multiply(r3, nvls_efficiency, out=r3)
+    numpy.divide(r3, ranks, out=r3)
+    numpy.minimum(r3, nvls_channel_max_bw_bytes_per_s, out=r3)
+    numpy.minimum(r3, r1, out=r3)
+    numpy.multiply(r0, r3, out=r0)
+    numpy.divide(r2, r0, out=r0)
+    numpy.copyto(out, r0, where=m1)
+
+
+collective_all_reduce_nvls_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_reduce_nvls_simple_time_s__d_msg_bytes_block,
+    reals=4,
+    masks=3,
+    arguments=("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -7130,16 +8533,7 @@ def collective_all_reduce_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -nvlink_nccl_bw_bytes_per_s
-            inv1 = 2*nvls_efficiency
-            inv2 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvlink_nccl_bw_bytes_per_s, nvls, nvls_efficiency) = _runtime.reals("collective_all_reduce_nvls_simple_time_s__d_ranks", ("nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_efficiency"), (nvlink_nccl_bw_bytes_per_s, nvls, nvls_efficiency))
-            inv0 = -nvlink_nccl_bw_bytes_per_s
-            inv1 = 2*nvls_efficiency
-            inv2 = numpy.greater(nvls, 0)
+        (inv0, inv1) = _collective_all_reduce_nvls_simple_time_s__d_ranks_invariants(nvlink_nccl_bw_bytes_per_s, nvls, nvls_efficiency)
         call = _runtime.Call(
             "collective_all_reduce_nvls_simple_time_s__d_ranks",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "inv0", "inv1"),
@@ -7147,76 +8541,106 @@ def collective_all_reduce_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlin
             reals=11,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, m1, m2, m3, m4, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, inv0, inv1 in call.blocks():
-            # inv2_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            # tmp2 = nvlink_nccl_bw_bytes_per_s/tmp1 -> r2
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r2)
-            # tmp3 = numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp2) -> r3
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r3)
-            # tmp4 = 1/ranks -> r4
-            numpy.divide(1.0, ranks, out=r4)
-            # tmp5 = tmp0*tmp4 -> r5
-            numpy.multiply(r0, r4, out=r5)
-            # tmp6 = 2*tmp5 -> r6
-            numpy.multiply(r5, 2.0, out=r6)
-            # tmp7 = nvls_efficiency*tmp3*tmp6 -> r7
-            numpy.multiply(r3, r6, out=r7)
-            numpy.multiply(r7, nvls_efficiency, out=r7)
-            # tmp8 = 1/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2, tmp7)) ->
-            #     r8
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r8)
-            numpy.minimum(r8, r7, out=r8)
-            numpy.divide(1.0, r8, out=r8)
-            # tmp9 = inv0*numpy.where(numpy.less(ranks, 2), 0, 1)/(tmp1*tmp1) -> r9
-            numpy.copyto(r9, 1.0)
-            numpy.less(ranks, 2.0, out=m1)
-            numpy.copyto(r9, 0.0, where=m1)
-            numpy.multiply(r9, inv0, out=r9)
-            numpy.multiply(r1, r1, out=r10)
-            numpy.divide(r9, r10, out=r9)
-            # out = numpy.where(numpy.logical_and(inv2_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))), 2*msg_bytes*tmp8*(-tmp0*tmp8*numpy.where(numpy.less(nv
-            #     ls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2, tmp7)), 0,
-            #     numpy.where(numpy.less(tmp2, tmp7), tmp9,
-            #     inv1*tmp4*(tmp0*numpy.where(numpy.less(nvls_channel_max_bw_bytes_per_s, tmp2), 0,
-            #     tmp9) - tmp3*tmp5 + tmp3))) - tmp6 + 1)/(ranks*ranks), 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.minimum(r2, r7, out=r1)
-            numpy.less(nvls_channel_max_bw_bytes_per_s, r1, out=m2)
-            if not m2.all():
-                numpy.less(r2, r7, out=m3)
-                if not m3.all():
-                    numpy.copyto(r1, r9)
-                    numpy.less(nvls_channel_max_bw_bytes_per_s, r2, out=m4)
-                    numpy.copyto(r1, 0.0, where=m4)
-                    numpy.multiply(r1, r0, out=r1)
-                    numpy.add(r1, r3, out=r1)
-                    numpy.multiply(r3, r5, out=r10)
-                    numpy.subtract(r1, r10, out=r1)
-                    numpy.multiply(r1, inv1, out=r1)
-                    numpy.multiply(r1, r4, out=r1)
-                numpy.copyto(r1, r9, where=m3)
-            numpy.copyto(r1, 0.0, where=m2)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, r8, out=r1)
-            numpy.subtract(1.0, r1, out=r1)
-            numpy.subtract(r1, r6, out=r1)
-            numpy.multiply(r1, r8, out=r1)
-            numpy.multiply(r1, msg_bytes, out=r1)
-            numpy.multiply(ranks, ranks, out=r10)
-            numpy.divide(r1, r10, out=r1)
-            numpy.multiply(r1, 2.0, out=r1)
-            numpy.copyto(out, r1, where=m1)
+        for block in call.blocks():
+            _collective_all_reduce_nvls_simple_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_all_reduce_nvls_simple_time_s__d_ranks_invariants(nvlink_nccl_bw_bytes_per_s, nvls, nvls_efficiency):
+    """What collective_all_reduce_nvls_simple_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -nvlink_nccl_bw_bytes_per_s
+        inv1 = 2*nvls_efficiency
+        inv2 = numpy.greater(nvls, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nvlink_nccl_bw_bytes_per_s, nvls, nvls_efficiency) = _runtime.reals("collective_all_reduce_nvls_simple_time_s__d_ranks", ("nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_efficiency"), (nvlink_nccl_bw_bytes_per_s, nvls, nvls_efficiency))
+        inv0 = -nvlink_nccl_bw_bytes_per_s
+        inv1 = 2*nvls_efficiency
+        inv2 = numpy.greater(nvls, 0)
+    return (inv0, inv1)
+
+
+def _collective_all_reduce_nvls_simple_time_s__d_ranks_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, m0, m1, m2, m3, m4, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, inv0, inv1):
+    """collective_all_reduce_nvls_simple_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv2_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    # tmp2 = nvlink_nccl_bw_bytes_per_s/tmp1 -> r2
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r2)
+    # tmp3 = numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp2) -> r3
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r3)
+    # tmp4 = 1/ranks -> r4
+    numpy.divide(1.0, ranks, out=r4)
+    # tmp5 = tmp0*tmp4 -> r5
+    numpy.multiply(r0, r4, out=r5)
+    # tmp6 = 2*tmp5 -> r6
+    numpy.multiply(r5, 2.0, out=r6)
+    # tmp7 = nvls_efficiency*tmp3*tmp6 -> r7
+    numpy.multiply(r3, r6, out=r7)
+    numpy.multiply(r7, nvls_efficiency, out=r7)
+    # tmp8 = 1/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2, tmp7)) -> r8
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r8)
+    numpy.minimum(r8, r7, out=r8)
+    numpy.divide(1.0, r8, out=r8)
+    # tmp9 = inv0*numpy.where(numpy.less(ranks, 2), 0, 1)/(tmp1*tmp1) -> r9
+    numpy.copyto(r9, 1.0)
+    numpy.less(ranks, 2.0, out=m1)
+    numpy.copyto(r9, 0.0, where=m1)
+    numpy.multiply(r9, inv0, out=r9)
+    numpy.multiply(r1, r1, out=r10)
+    numpy.divide(r9, r10, out=r9)
+    # out = numpy.where(numpy.logical_and(inv2_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))),
+    #     2*msg_bytes*tmp8*(-tmp0*tmp8*numpy.where(numpy.less(nvls_channel_max_bw_bytes_per_s,
+    #     numpy.minimum(tmp2, tmp7)), 0, numpy.where(numpy.less(tmp2, tmp7), tmp9,
+    #     inv1*tmp4*(tmp0*numpy.where(numpy.less(nvls_channel_max_bw_bytes_per_s, tmp2), 0, tmp9) -
+    #     tmp3*tmp5 + tmp3))) - tmp6 + 1)/(ranks*ranks), 0)
+    numpy.copyto(out, 0.0)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.minimum(r2, r7, out=r1)
+    numpy.less(nvls_channel_max_bw_bytes_per_s, r1, out=m2)
+    if not m2.all():
+        numpy.less(r2, r7, out=m3)
+        if not m3.all():
+            numpy.copyto(r1, r9)
+            numpy.less(nvls_channel_max_bw_bytes_per_s, r2, out=m4)
+            numpy.copyto(r1, 0.0, where=m4)
+            numpy.multiply(r1, r0, out=r1)
+            numpy.add(r1, r3, out=r1)
+            numpy.multiply(r3, r5, out=r10)
+            numpy.subtract(r1, r10, out=r1)
+            numpy.multiply(r1, inv1, out=r1)
+            numpy.multiply(r1, r4, out=r1)
+        numpy.copyto(r1, r9, where=m3)
+    numpy.copyto(r1, 0.0, where=m2)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.multiply(r1, r8, out=r1)
+    numpy.subtract(1.0, r1, out=r1)
+    numpy.subtract(r1, r6, out=r1)
+    numpy.multiply(r1, r8, out=r1)
+    numpy.multiply(r1, msg_bytes, out=r1)
+    numpy.multiply(ranks, ranks, out=r10)
+    numpy.divide(r1, r10, out=r1)
+    numpy.multiply(r1, 2.0, out=r1)
+    numpy.copyto(out, r1, where=m1)
+
+
+collective_all_reduce_nvls_simple_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_all_reduce_nvls_simple_time_s__d_ranks_block,
+    reals=11,
+    masks=5,
+    arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_reduce_nvls_simple_time_s__d_ranks_invariants,
+    widened=("nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_efficiency"),
+    quiet=True,
+)
 
 
 def collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_nvls_s, nodes, nvls, ranks):
@@ -7256,12 +8680,6 @@ def collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_n
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha",
             ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
@@ -7269,19 +8687,36 @@ def collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_n
             reals=0,
             masks=3,
         )
-        for out, m0, m1, m2, hop_nvlink_nvls_s, nodes, nvls, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # out = hop_nvlink_nvls_s*numpy.where(numpy.logical_and(inv0_mask,
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))), 1, 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.copyto(out, 1.0, where=m1)
-            numpy.multiply(out, hop_nvlink_nvls_s, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha_block(out, m0, m1, m2, hop_nvlink_nvls_s, nodes, nvls, ranks):
+    """collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # out = hop_nvlink_nvls_s*numpy.where(numpy.logical_and(inv0_mask,
+    #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))), 1, 0)
+    numpy.copyto(out, 0.0)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.copyto(out, 1.0, where=m1)
+    numpy.multiply(out, hop_nvlink_nvls_s, out=out)
+
+
+collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha_block,
+    reals=0,
+    masks=3,
+    arguments=("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -7358,12 +8793,6 @@ def collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, no
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -7371,73 +8800,90 @@ def collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, no
             reals=9,
             masks=6,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, m1, m2, m3, m4, m5, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = 1/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp2 = nvlink_nccl_bw_bytes_per_s*tmp1 -> r2
-            numpy.multiply(r1, nvlink_nccl_bw_bytes_per_s, out=r2)
-            # tmp3 = 2*tmp0 -> r3
-            numpy.multiply(r0, 2.0, out=r3)
-            # tmp4 = nvls_efficiency*tmp3/ranks -> r0
-            numpy.multiply(r3, nvls_efficiency, out=r0)
-            numpy.divide(r0, ranks, out=r0)
-            # tmp5 = tmp4*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp2) -> r4
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r4)
-            numpy.multiply(r4, r0, out=r4)
-            # tmp6 = numpy.less(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2, tmp5)) -> m1
-            numpy.minimum(r2, r4, out=r5)
-            numpy.less(nvls_channel_max_bw_bytes_per_s, r5, out=m1)
-            # tmp7 = numpy.less(tmp2, tmp5) -> m2
-            numpy.less(r2, r4, out=m2)
-            # tmp8 = numpy.less(nvls_channel_max_bw_bytes_per_s, tmp2) -> m3
-            numpy.less(nvls_channel_max_bw_bytes_per_s, r2, out=m3)
-            # tmp9 = msg_bytes*tmp3/((ranks*ranks)*(numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp2, tmp5))*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp2, tmp5)))) -> r5
-            numpy.multiply(r3, msg_bytes, out=r5)
-            numpy.multiply(ranks, ranks, out=r6)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r7)
-            numpy.minimum(r7, r4, out=r7)
-            numpy.multiply(r7, r7, out=r8)
-            numpy.multiply(r6, r8, out=r6)
-            numpy.divide(r5, r6, out=r5)
-            # tmp10 = numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
-            #     numpy.less(nodes, 2))) -> m4
-            numpy.greater(ranks, 1.0, out=m4)
-            numpy.less(nodes, 2.0, out=m5)
-            numpy.logical_and(m4, m5, out=m4)
-            numpy.logical_and(m4, m0, out=m4)
-            # out = nvlink_nccl_bw_bytes_per_s*numpy.where(tmp10, -tmp9*numpy.where(tmp6, 0,
-            #     numpy.where(tmp7, tmp1, tmp4*numpy.where(tmp8, 0, tmp1))), 0) +
-            #     nvls_channel_max_bw_bytes_per_s*numpy.where(tmp10, -tmp9*numpy.where(tmp6, 1,
-            #     numpy.where(tmp7, 0, tmp4*numpy.where(tmp8, 1, 0))), 0)
-            numpy.copyto(out, 0.0)
-            numpy.copyto(r2, r1)
-            numpy.copyto(r2, 0.0, where=m3)
-            numpy.multiply(r2, r0, out=r2)
-            numpy.copyto(r2, r1, where=m2)
-            numpy.copyto(r2, 0.0, where=m1)
-            numpy.multiply(r2, r5, out=r2)
-            numpy.negative(r2, out=r2)
-            numpy.copyto(out, r2, where=m4)
-            numpy.multiply(out, nvlink_nccl_bw_bytes_per_s, out=out)
-            numpy.copyto(r2, 0.0)
-            numpy.copyto(r3, 0.0)
-            numpy.copyto(r3, 1.0, where=m3)
-            numpy.multiply(r3, r0, out=r3)
-            numpy.copyto(r3, 0.0, where=m2)
-            numpy.copyto(r3, 1.0, where=m1)
-            numpy.multiply(r3, r5, out=r3)
-            numpy.negative(r3, out=r3)
-            numpy.copyto(r2, r3, where=m4)
-            numpy.multiply(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
-            numpy.add(out, r2, out=out)
+        for block in call.blocks():
+            _collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, m1, m2, m3, m4, m5, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = 1/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = nvlink_nccl_bw_bytes_per_s*tmp1 -> r2
+    numpy.multiply(r1, nvlink_nccl_bw_bytes_per_s, out=r2)
+    # tmp3 = 2*tmp0 -> r3
+    numpy.multiply(r0, 2.0, out=r3)
+    # tmp4 = nvls_efficiency*tmp3/ranks -> r0
+    numpy.multiply(r3, nvls_efficiency, out=r0)
+    numpy.divide(r0, ranks, out=r0)
+    # tmp5 = tmp4*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp2) -> r4
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r4)
+    numpy.multiply(r4, r0, out=r4)
+    # tmp6 = numpy.less(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2, tmp5)) -> m1
+    numpy.minimum(r2, r4, out=r5)
+    numpy.less(nvls_channel_max_bw_bytes_per_s, r5, out=m1)
+    # tmp7 = numpy.less(tmp2, tmp5) -> m2
+    numpy.less(r2, r4, out=m2)
+    # tmp8 = numpy.less(nvls_channel_max_bw_bytes_per_s, tmp2) -> m3
+    numpy.less(nvls_channel_max_bw_bytes_per_s, r2, out=m3)
+    # tmp9 = msg_bytes*tmp3/((ranks*ranks)*(numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     numpy.minimum(tmp2, tmp5))*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     numpy.minimum(tmp2, tmp5)))) -> r5
+    numpy.multiply(r3, msg_bytes, out=r5)
+    numpy.multiply(ranks, ranks, out=r6)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r7)
+    numpy.minimum(r7, r4, out=r7)
+    numpy.multiply(r7, r7, out=r8)
+    numpy.multiply(r6, r8, out=r6)
+    numpy.divide(r5, r6, out=r5)
+    # tmp10 = numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))) -> m4
+    numpy.greater(ranks, 1.0, out=m4)
+    numpy.less(nodes, 2.0, out=m5)
+    numpy.logical_and(m4, m5, out=m4)
+    numpy.logical_and(m4, m0, out=m4)
+    # out = nvlink_nccl_bw_bytes_per_s*numpy.where(tmp10, -tmp9*numpy.where(tmp6, 0,
+    #     numpy.where(tmp7, tmp1, tmp4*numpy.where(tmp8, 0, tmp1))), 0) +
+    #     nvls_channel_max_bw_bytes_per_s*numpy.where(tmp10, -tmp9*numpy.where(tmp6, 1,
+    #     numpy.where(tmp7, 0, tmp4*numpy.where(tmp8, 1, 0))), 0)
+    numpy.copyto(out, 0.0)
+    numpy.copyto(r2, r1)
+    numpy.copyto(r2, 0.0, where=m3)
+    numpy.multiply(r2, r0, out=r2)
+    numpy.copyto(r2, r1, where=m2)
+    numpy.copyto(r2, 0.0, where=m1)
+    numpy.multiply(r2, r5, out=r2)
+    numpy.negative(r2, out=r2)
+    numpy.copyto(out, r2, where=m4)
+    numpy.multiply(out, nvlink_nccl_bw_bytes_per_s, out=out)
+    numpy.copyto(r2, 0.0)
+    numpy.copyto(r3, 0.0)
+    numpy.copyto(r3, 1.0, where=m3)
+    numpy.multiply(r3, r0, out=r3)
+    numpy.copyto(r3, 0.0, where=m2)
+    numpy.copyto(r3, 1.0, where=m1)
+    numpy.multiply(r3, r5, out=r3)
+    numpy.negative(r3, out=r3)
+    numpy.copyto(r2, r3, where=m4)
+    numpy.multiply(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
+    numpy.add(out, r2, out=out)
+
+
+collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta_block,
+    reals=9,
+    masks=6,
+    arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -7489,22 +8935,39 @@ def collective_all_gather_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = (ranks - 1)/(ranks*numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r1, r0, where=m0)
-            numpy.multiply(r1, 0.5, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.multiply(r1, ranks, out=r1)
-            numpy.divide(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll_time_s__d_msg_bytes_block(out, r0, r1, m0, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_gather_ring_ll_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = (ranks - 1)/(ranks*numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r1, r0, where=m0)
+    numpy.multiply(r1, 0.5, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.multiply(r1, ranks, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+collective_all_gather_ring_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll_time_s__d_msg_bytes_block,
+    reals=2,
+    masks=1,
+    arguments=("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -7559,12 +9022,7 @@ def collective_all_gather_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, ll_ma
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s__d_ranks", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        (inv0,) = _collective_all_gather_ring_ll_time_s__d_ranks_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll_time_s__d_ranks",
             ("hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -7572,31 +9030,58 @@ def collective_all_gather_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, ll_ma
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp2 = msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp0, tmp1,
-            #     numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            numpy.copyto(r1, r0, where=m0)
-            numpy.multiply(r1, 0.5, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            # out = numpy.where(tmp0, hop_nvlink_ring_ll_s, inv0) + tmp2/ranks - tmp2*(ranks -
-            #     1)/(ranks*ranks)
-            numpy.divide(r1, ranks, out=out)
-            numpy.copyto(r0, inv0)
-            numpy.copyto(r0, hop_nvlink_ring_ll_s, where=m0)
-            numpy.add(out, r0, out=out)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(ranks, ranks, out=r2)
-            numpy.divide(r0, r2, out=r0)
-            numpy.subtract(out, r0, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll_time_s__d_ranks_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_all_gather_ring_ll_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s__d_ranks", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll_time_s__d_ranks_block(out, r0, r1, r2, m0, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_ll_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp2 = msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp0, tmp1,
+    #     numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    numpy.copyto(r1, r0, where=m0)
+    numpy.multiply(r1, 0.5, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    # out = numpy.where(tmp0, hop_nvlink_ring_ll_s, inv0) + tmp2/ranks - tmp2*(ranks -
+    #     1)/(ranks*ranks)
+    numpy.divide(r1, ranks, out=out)
+    numpy.copyto(r0, inv0)
+    numpy.copyto(r0, hop_nvlink_ring_ll_s, where=m0)
+    numpy.add(out, r0, out=out)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    numpy.multiply(ranks, ranks, out=r2)
+    numpy.divide(r0, r2, out=r0)
+    numpy.subtract(out, r0, out=out)
+
+
+collective_all_gather_ring_ll_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll_time_s__d_ranks_block,
+    reals=3,
+    masks=1,
+    arguments=("hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll_time_s__d_ranks_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks):
@@ -7639,12 +9124,7 @@ def collective_all_gather_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
+        (inv0,) = _collective_all_gather_ring_ll_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "inv0"),
@@ -7652,17 +9132,44 @@ def collective_all_gather_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s,
             reals=1,
             masks=1,
         )
-        for out, r0, m0, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0 in call.blocks():
-            # out = alpha_ring_ll_s + hop_nvlink_ring_ll_s*numpy.where(numpy.less(nodes, 2), ranks -
-            #     1, inv0*(-nodes + ranks))
-            numpy.subtract(ranks, nodes, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_ll_s, out=out)
-            numpy.add(out, alpha_ring_ll_s, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_all_gather_ring_ll_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll_time_s__scale_nvlink_alpha_block(out, r0, m0, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0):
+    """collective_all_gather_ring_ll_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_ll_s + hop_nvlink_ring_ll_s*numpy.where(numpy.less(nodes, 2), ranks - 1,
+    #     inv0*(-nodes + ranks))
+    numpy.subtract(ranks, nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_ll_s, out=out)
+    numpy.add(out, alpha_ring_ll_s, out=out)
+
+
+collective_all_gather_ring_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll_time_s__scale_nvlink_alpha_block,
+    reals=1,
+    masks=1,
+    arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node):
@@ -7712,12 +9219,7 @@ def collective_all_gather_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s__scale_network_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
+        (inv0,) = _collective_all_gather_ring_ll_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll_time_s__scale_network_alpha",
             ("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
@@ -7725,33 +9227,60 @@ def collective_all_gather_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = nodes - 1 -> r0
-            numpy.subtract(nodes, 1.0, out=r0)
-            # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # out = hop_net_ring_ll_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
-            #     hop_net_tree_ll_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
-            #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_ll_s, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, 1.0, where=m1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, hop_net_tree_ll_s, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.subtract(ranks, nodes, out=r1)
-            numpy.multiply(r1, inv0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, net_overhead_s, out=r1)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_all_gather_ring_ll_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll_time_s__scale_network_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll_time_s__scale_network_alpha_block(out, r0, r1, m0, m1, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0):
+    """collective_all_gather_ring_ll_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = nodes - 1 -> r0
+    numpy.subtract(nodes, 1.0, out=r0)
+    # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # out = hop_net_ring_ll_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
+    #     hop_net_tree_ll_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
+    #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_ll_s, out=out)
+    numpy.copyto(r1, 0.0)
+    numpy.copyto(r1, 1.0, where=m1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, hop_net_tree_ll_s, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.subtract(ranks, nodes, out=r1)
+    numpy.multiply(r1, inv0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, net_overhead_s, out=r1)
+    numpy.add(out, r1, out=out)
+
+
+collective_all_gather_ring_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll_time_s__scale_network_alpha_block,
+    reals=2,
+    masks=2,
+    arguments=("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll_time_s__scale_network_alpha_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -7806,12 +9335,7 @@ def collective_all_gather_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_ll_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_gather_ring_ll_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -7819,41 +9343,66 @@ def collective_all_gather_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
-            numpy.minimum(r0, r1, out=r2)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
-            #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s,
-            #     0.5*tmp3)), 0, 0.5*numpy.where(tmp1, ring_channels,
-            #     numpy.where(numpy.greater(tmp0, tmp2), 0,
-            #     ring_channels)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.where(tmp1, tmp0, tmp3))*numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.where(tmp1, tmp0, tmp3))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(r3, ring_channels)
-            numpy.greater(r0, r1, out=m1)
-            numpy.copyto(r3, 0.0, where=m1)
-            numpy.copyto(r3, ring_channels, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
-            numpy.copyto(r3, 0.0, where=m1)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r3, r2)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
-            numpy.multiply(r3, r3, out=r4)
-            numpy.multiply(r4, ranks, out=r4)
-            numpy.divide(out, r4, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_ring_ll_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_ll_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_ll_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
+    numpy.minimum(r0, r1, out=r2)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
+    #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp3)),
+    #     0, 0.5*numpy.where(tmp1, ring_channels, numpy.where(numpy.greater(tmp0, tmp2), 0,
+    #     ring_channels)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
+    #     tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0, tmp3))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(r3, ring_channels)
+    numpy.greater(r0, r1, out=m1)
+    numpy.copyto(r3, 0.0, where=m1)
+    numpy.copyto(r3, ring_channels, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
+    numpy.copyto(r3, 0.0, where=m1)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r3, r2)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
+    numpy.multiply(r3, r3, out=r4)
+    numpy.multiply(r4, ranks, out=r4)
+    numpy.divide(out, r4, out=out)
+
+
+collective_all_gather_ring_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll_time_s__scale_nvlink_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -7907,12 +9456,7 @@ def collective_all_gather_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_ll_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
-            inv0 = -nic_bw_bytes_per_s
+        (inv0,) = _collective_all_gather_ring_ll_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -7920,40 +9464,66 @@ def collective_all_gather_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
-            numpy.minimum(r0, r1, out=r2)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
-            #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s,
-            #     0.5*tmp3)), 0, 0.5*numpy.where(tmp1, 0, numpy.where(numpy.greater(tmp0, tmp2),
-            #     nics_used, 0)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1,
-            #     tmp0, tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
-            #     tmp3))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.greater(r0, r1, out=m1)
-            numpy.copyto(r3, nics_used, where=m1)
-            numpy.copyto(r3, 0.0, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
-            numpy.copyto(r3, 0.0, where=m1)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r3, r2)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
-            numpy.multiply(r3, r3, out=r4)
-            numpy.multiply(r4, ranks, out=r4)
-            numpy.divide(out, r4, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s):
+    """What collective_all_gather_ring_ll_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_ll_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
+        inv0 = -nic_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_ll_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
+    numpy.minimum(r0, r1, out=r2)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
+    #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp3)),
+    #     0, 0.5*numpy.where(tmp1, 0, numpy.where(numpy.greater(tmp0, tmp2), nics_used,
+    #     0)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
+    #     tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0, tmp3))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(r3, 0.0)
+    numpy.greater(r0, r1, out=m1)
+    numpy.copyto(r3, nics_used, where=m1)
+    numpy.copyto(r3, 0.0, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
+    numpy.copyto(r3, 0.0, where=m1)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r3, r2)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
+    numpy.multiply(r3, r3, out=r4)
+    numpy.multiply(r4, ranks, out=r4)
+    numpy.divide(out, r4, out=out)
+
+
+collective_all_gather_ring_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll_time_s__scale_network_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -8006,23 +9576,40 @@ def collective_all_gather_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = (ranks - 1)/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
-            #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.multiply(r1, ranks, out=r1)
-            numpy.divide(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll128_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll128_time_s__d_msg_bytes_block(out, r0, r1, r2, m0, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_gather_ring_ll128_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = (ranks - 1)/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.multiply(r1, ranks, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+collective_all_gather_ring_ll128_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll128_time_s__d_msg_bytes_block,
+    reals=3,
+    masks=1,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -8078,12 +9665,7 @@ def collective_all_gather_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s__d_ranks", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        (inv0,) = _collective_all_gather_ring_ll128_time_s__d_ranks_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll128_time_s__d_ranks",
             ("hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -8091,33 +9673,59 @@ def collective_all_gather_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s,
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp2 = msg_bytes/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
-            #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))
-            #     -> r1
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            # out = numpy.where(tmp0, hop_nvlink_ring_ll128_s, inv0) + tmp2/ranks - tmp2*(ranks -
-            #     1)/(ranks*ranks)
-            numpy.divide(r1, ranks, out=out)
-            numpy.copyto(r0, inv0)
-            numpy.copyto(r0, hop_nvlink_ring_ll128_s, where=m0)
-            numpy.add(out, r0, out=out)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(ranks, ranks, out=r2)
-            numpy.divide(r0, r2, out=r0)
-            numpy.subtract(out, r0, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll128_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll128_time_s__d_ranks_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_all_gather_ring_ll128_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s__d_ranks", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll128_time_s__d_ranks_block(out, r0, r1, r2, m0, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_ll128_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp2 = msg_bytes/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) -> r1
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    # out = numpy.where(tmp0, hop_nvlink_ring_ll128_s, inv0) + tmp2/ranks - tmp2*(ranks -
+    #     1)/(ranks*ranks)
+    numpy.divide(r1, ranks, out=out)
+    numpy.copyto(r0, inv0)
+    numpy.copyto(r0, hop_nvlink_ring_ll128_s, where=m0)
+    numpy.add(out, r0, out=out)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    numpy.multiply(ranks, ranks, out=r2)
+    numpy.divide(r0, r2, out=r0)
+    numpy.subtract(out, r0, out=out)
+
+
+collective_all_gather_ring_ll128_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll128_time_s__d_ranks_block,
+    reals=3,
+    masks=1,
+    arguments=("hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll128_time_s__d_ranks_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks):
@@ -8160,12 +9768,7 @@ def collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
+        (inv0,) = _collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "inv0"),
@@ -8173,17 +9776,44 @@ def collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll
             reals=1,
             masks=1,
         )
-        for out, r0, m0, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, inv0 in call.blocks():
-            # out = alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*numpy.where(numpy.less(nodes, 2),
-            #     ranks - 1, inv0*(-nodes + ranks))
-            numpy.subtract(ranks, nodes, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_ll128_s, out=out)
-            numpy.add(out, alpha_ring_ll128_s, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha_block(out, r0, m0, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, inv0):
+    """collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*numpy.where(numpy.less(nodes, 2), ranks -
+    #     1, inv0*(-nodes + ranks))
+    numpy.subtract(ranks, nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_ll128_s, out=out)
+    numpy.add(out, alpha_ring_ll128_s, out=out)
+
+
+collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha_block,
+    reals=1,
+    masks=1,
+    arguments=("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node):
@@ -8233,12 +9863,7 @@ def collective_all_gather_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s__scale_network_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
+        (inv0,) = _collective_all_gather_ring_ll128_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll128_time_s__scale_network_alpha",
             ("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
@@ -8246,33 +9871,60 @@ def collective_all_gather_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = nodes - 1 -> r0
-            numpy.subtract(nodes, 1.0, out=r0)
-            # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # out = hop_net_ring_ll128_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
-            #     hop_net_tree_ll128_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
-            #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_ll128_s, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, 1.0, where=m1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, hop_net_tree_ll128_s, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.subtract(ranks, nodes, out=r1)
-            numpy.multiply(r1, inv0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, net_overhead_s, out=r1)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll128_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll128_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_all_gather_ring_ll128_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_ll128_time_s__scale_network_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll128_time_s__scale_network_alpha_block(out, r0, r1, m0, m1, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0):
+    """collective_all_gather_ring_ll128_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = nodes - 1 -> r0
+    numpy.subtract(nodes, 1.0, out=r0)
+    # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # out = hop_net_ring_ll128_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
+    #     hop_net_tree_ll128_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
+    #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_ll128_s, out=out)
+    numpy.copyto(r1, 0.0)
+    numpy.copyto(r1, 1.0, where=m1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, hop_net_tree_ll128_s, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.subtract(ranks, nodes, out=r1)
+    numpy.multiply(r1, inv0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, net_overhead_s, out=r1)
+    numpy.add(out, r1, out=out)
+
+
+collective_all_gather_ring_ll128_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll128_time_s__scale_network_alpha_block,
+    reals=2,
+    masks=2,
+    arguments=("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll128_time_s__scale_network_alpha_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -8332,12 +9984,7 @@ def collective_all_gather_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_ll128_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_gather_ring_ll128_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll128_time_s__scale_nvlink_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -8345,42 +9992,69 @@ def collective_all_gather_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_
             reals=6,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0,
-            #     0.92*tmp1), numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, ring_channels,
-            #     numpy.where(numpy.greater(tmp1, tmp3), 0,
-            #     ring_channels)))/(ranks*(numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
-            #     tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1, tmp4))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
-            if not m1.all():
-                numpy.copyto(r4, ring_channels)
-                numpy.greater(r1, r2, out=m2)
-                numpy.copyto(r4, 0.0, where=m2)
-                numpy.copyto(r4, ring_channels, where=m0)
-                numpy.multiply(r4, 0.92, out=r4)
-            numpy.copyto(r4, 0.0, where=m1)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r4, r3)
-            numpy.copyto(r4, r1, where=m0)
-            numpy.multiply(r4, 0.92, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.multiply(r5, ranks, out=r5)
-            numpy.divide(out, r5, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll128_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll128_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_ring_ll128_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_ll128_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll128_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_ll128_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
+    #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, ring_channels,
+    #     numpy.where(numpy.greater(tmp1, tmp3), 0, ring_channels)))/(ranks*(numpy.minimum(tmp0,
+    #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
+    #     tmp4))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
+    if not m1.all():
+        numpy.copyto(r4, ring_channels)
+        numpy.greater(r1, r2, out=m2)
+        numpy.copyto(r4, 0.0, where=m2)
+        numpy.copyto(r4, ring_channels, where=m0)
+        numpy.multiply(r4, 0.92, out=r4)
+    numpy.copyto(r4, 0.0, where=m1)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r4, r3)
+    numpy.copyto(r4, r1, where=m0)
+    numpy.multiply(r4, 0.92, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.multiply(r5, ranks, out=r5)
+    numpy.divide(out, r5, out=out)
+
+
+collective_all_gather_ring_ll128_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll128_time_s__scale_nvlink_beta_block,
+    reals=6,
+    masks=3,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll128_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_ll128_time_s__scale_network_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -8439,12 +10113,7 @@ def collective_all_gather_ring_ll128_time_s__scale_network_beta(*, ll128_channel
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_ll128_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
-            inv0 = -nic_bw_bytes_per_s
+        (inv0,) = _collective_all_gather_ring_ll128_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_ring_ll128_time_s__scale_network_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -8452,42 +10121,68 @@ def collective_all_gather_ring_ll128_time_s__scale_network_beta(*, ll128_channel
             reals=6,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0,
-            #     0.92*tmp1), numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, 0,
-            #     numpy.where(numpy.greater(tmp1, tmp3), nics_used, 0)))/(ranks*(numpy.minimum(tmp0,
-            #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2,
-            #     tmp1, tmp4))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
-            if not m1.all():
-                numpy.copyto(r4, 0.0)
-                numpy.greater(r1, r2, out=m2)
-                numpy.copyto(r4, nics_used, where=m2)
-                numpy.copyto(r4, 0.0, where=m0)
-                numpy.multiply(r4, 0.92, out=r4)
-            numpy.copyto(r4, 0.0, where=m1)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r4, r3)
-            numpy.copyto(r4, r1, where=m0)
-            numpy.multiply(r4, 0.92, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.multiply(r5, ranks, out=r5)
-            numpy.divide(out, r5, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_ll128_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_ll128_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s):
+    """What collective_all_gather_ring_ll128_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_ll128_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
+        inv0 = -nic_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_gather_ring_ll128_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_ll128_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
+    #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, 0, numpy.where(numpy.greater(tmp1,
+    #     tmp3), nics_used, 0)))/(ranks*(numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
+    #     tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1, tmp4))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
+    if not m1.all():
+        numpy.copyto(r4, 0.0)
+        numpy.greater(r1, r2, out=m2)
+        numpy.copyto(r4, nics_used, where=m2)
+        numpy.copyto(r4, 0.0, where=m0)
+        numpy.multiply(r4, 0.92, out=r4)
+    numpy.copyto(r4, 0.0, where=m1)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r4, r3)
+    numpy.copyto(r4, r1, where=m0)
+    numpy.multiply(r4, 0.92, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.multiply(r5, ranks, out=r5)
+    numpy.divide(out, r5, out=out)
+
+
+collective_all_gather_ring_ll128_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_ll128_time_s__scale_network_beta_block,
+    reals=6,
+    masks=3,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_ll128_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -8530,12 +10225,7 @@ def collective_all_gather_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_simple_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_all_gather_ring_simple_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_ring_simple_time_s__d_msg_bytes",
             ("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -8543,22 +10233,49 @@ def collective_all_gather_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s,
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # out = (ranks - 0.5)*numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks
-            numpy.subtract(ranks, 0.5, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=r0)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.divide(out, ranks, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_simple_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_simple_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_ring_simple_time_s__d_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_simple_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_all_gather_ring_simple_time_s__d_msg_bytes_block(out, r0, r1, m0, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_simple_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (ranks - 0.5)*numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks
+    numpy.subtract(ranks, 0.5, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=r0)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_gather_ring_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_simple_time_s__d_msg_bytes_block,
+    reals=2,
+    masks=1,
+    arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_simple_time_s__d_msg_bytes_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -8610,14 +10327,7 @@ def collective_all_gather_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_ring_simple_time_s__d_ranks", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1) = _collective_all_gather_ring_simple_time_s__d_ranks_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_ring_simple_time_s__d_ranks",
             ("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -8625,32 +10335,61 @@ def collective_all_gather_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = msg_bytes*numpy.where(tmp0, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels)) -> r0
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=r0)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(r0, msg_bytes, out=r0)
-            # out = numpy.where(tmp0, hop_nvlink_ring_simple_s, inv1) + tmp1/ranks - tmp1*(ranks -
-            #     0.5)/(ranks*ranks)
-            numpy.divide(r0, ranks, out=out)
-            numpy.copyto(r1, inv1)
-            numpy.copyto(r1, hop_nvlink_ring_simple_s, where=m0)
-            numpy.add(out, r1, out=out)
-            numpy.subtract(ranks, 0.5, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(ranks, ranks, out=r2)
-            numpy.divide(r1, r2, out=r1)
-            numpy.subtract(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_simple_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_simple_time_s__d_ranks_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_ring_simple_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_gather_ring_simple_time_s__d_ranks", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_all_gather_ring_simple_time_s__d_ranks_block(out, r0, r1, r2, m0, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_gather_ring_simple_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = msg_bytes*numpy.where(tmp0, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))
+    #     -> r0
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=r0)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(r0, msg_bytes, out=r0)
+    # out = numpy.where(tmp0, hop_nvlink_ring_simple_s, inv1) + tmp1/ranks - tmp1*(ranks -
+    #     0.5)/(ranks*ranks)
+    numpy.divide(r0, ranks, out=out)
+    numpy.copyto(r1, inv1)
+    numpy.copyto(r1, hop_nvlink_ring_simple_s, where=m0)
+    numpy.add(out, r1, out=out)
+    numpy.subtract(ranks, 0.5, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.multiply(ranks, ranks, out=r2)
+    numpy.divide(r1, r2, out=r1)
+    numpy.subtract(out, r1, out=out)
+
+
+collective_all_gather_ring_simple_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_simple_time_s__d_ranks_block,
+    reals=3,
+    masks=1,
+    arguments=("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_gather_ring_simple_time_s__d_ranks_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks):
@@ -8693,12 +10432,7 @@ def collective_all_gather_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_simple_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
+        (inv0,) = _collective_all_gather_ring_simple_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_simple_time_s__scale_nvlink_alpha",
             ("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "inv0"),
@@ -8706,17 +10440,44 @@ def collective_all_gather_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_s
             reals=1,
             masks=1,
         )
-        for out, r0, m0, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, inv0 in call.blocks():
-            # out = alpha_ring_simple_s + hop_nvlink_ring_simple_s*numpy.where(numpy.less(nodes, 2),
-            #     ranks - 1, inv0*(-nodes + ranks))
-            numpy.subtract(ranks, nodes, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_simple_s, out=out)
-            numpy.add(out, alpha_ring_simple_s, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_simple_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_simple_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s):
+    """What collective_all_gather_ring_simple_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_simple_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_simple_time_s__scale_nvlink_alpha_block(out, r0, m0, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, inv0):
+    """collective_all_gather_ring_simple_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_simple_s + hop_nvlink_ring_simple_s*numpy.where(numpy.less(nodes, 2), ranks -
+    #     1, inv0*(-nodes + ranks))
+    numpy.subtract(ranks, nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_simple_s, out=out)
+    numpy.add(out, alpha_ring_simple_s, out=out)
+
+
+collective_all_gather_ring_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_simple_time_s__scale_nvlink_alpha_block,
+    reals=1,
+    masks=1,
+    arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_simple_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node):
@@ -8766,12 +10527,7 @@ def collective_all_gather_ring_simple_time_s__scale_network_alpha(*, hop_net_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_simple_time_s__scale_network_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
+        (inv0,) = _collective_all_gather_ring_simple_time_s__scale_network_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s)
         call = _runtime.Call(
             "collective_all_gather_ring_simple_time_s__scale_network_alpha",
             ("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
@@ -8779,33 +10535,60 @@ def collective_all_gather_ring_simple_time_s__scale_network_alpha(*, hop_net_rin
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = nodes - 1 -> r0
-            numpy.subtract(nodes, 1.0, out=r0)
-            # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # out = hop_net_ring_simple_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
-            #     hop_net_tree_simple_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
-            #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_simple_s, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, 1.0, where=m1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, hop_net_tree_simple_s, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.subtract(ranks, nodes, out=r1)
-            numpy.multiply(r1, inv0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, net_overhead_s, out=r1)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_simple_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_simple_time_s__scale_network_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s):
+    """What collective_all_gather_ring_simple_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_all_gather_ring_simple_time_s__scale_network_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_simple_time_s__scale_network_alpha_block(out, r0, r1, m0, m1, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0):
+    """collective_all_gather_ring_simple_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = nodes - 1 -> r0
+    numpy.subtract(nodes, 1.0, out=r0)
+    # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # out = hop_net_ring_simple_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
+    #     hop_net_tree_simple_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
+    #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_simple_s, out=out)
+    numpy.copyto(r1, 0.0)
+    numpy.copyto(r1, 1.0, where=m1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, hop_net_tree_simple_s, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.subtract(ranks, nodes, out=r1)
+    numpy.multiply(r1, inv0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, net_overhead_s, out=r1)
+    numpy.add(out, r1, out=out)
+
+
+collective_all_gather_ring_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_simple_time_s__scale_network_alpha_block,
+    reals=2,
+    masks=2,
+    arguments=("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_simple_time_s__scale_network_alpha_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -8854,12 +10637,7 @@ def collective_all_gather_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+        (inv0,) = _collective_all_gather_ring_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_gather_ring_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -8867,32 +10645,58 @@ def collective_all_gather_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # out = msg_bytes*ring_channel_bw_bytes_per_s*(ranks -
-            #     0.5)*numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
-            #     -numpy.where(numpy.less(tmp0, tmp1), 0, ring_channels)/(numpy.minimum(tmp0,
-            #     tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
-            numpy.subtract(ranks, 0.5, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r2, ring_channels)
-                numpy.less(r0, r1, out=m1)
-                numpy.copyto(r2, 0.0, where=m1)
-                numpy.minimum(r0, r1, out=r3)
-                numpy.multiply(r3, r3, out=r4)
-                numpy.divide(r2, r4, out=r2)
-                numpy.negative(r2, out=r2)
-            numpy.divide(inv0, ring_channels, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_simple_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_all_gather_ring_simple_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_all_gather_ring_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+    return (inv0,)
+
+
+def _collective_all_gather_ring_simple_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_all_gather_ring_simple_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # out = msg_bytes*ring_channel_bw_bytes_per_s*(ranks - 0.5)*numpy.where(numpy.less(nodes, 2),
+    #     inv0/ring_channels, -numpy.where(numpy.less(tmp0, tmp1), 0,
+    #     ring_channels)/(numpy.minimum(tmp0, tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
+    numpy.subtract(ranks, 0.5, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r2, ring_channels)
+        numpy.less(r0, r1, out=m1)
+        numpy.copyto(r2, 0.0, where=m1)
+        numpy.minimum(r0, r1, out=r3)
+        numpy.multiply(r3, r3, out=r4)
+        numpy.divide(r2, r4, out=r2)
+        numpy.negative(r2, out=r2)
+    numpy.divide(inv0, ring_channels, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_gather_ring_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_simple_time_s__scale_nvlink_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_ring_simple_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_all_gather_ring_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -8946,30 +10750,47 @@ def collective_all_gather_ring_simple_time_s__scale_network_beta(*, msg_bytes, n
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # out = msg_bytes*nic_bw_bytes_per_s*(ranks - 0.5)*numpy.where(numpy.less(nodes, 2), 0,
-            #     -numpy.where(numpy.less(tmp0, tmp1), nics_used, 0)/(numpy.minimum(tmp0,
-            #     tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
-            numpy.subtract(ranks, 0.5, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r2, 0.0)
-                numpy.less(r0, r1, out=m1)
-                numpy.copyto(r2, nics_used, where=m1)
-                numpy.minimum(r0, r1, out=r3)
-                numpy.multiply(r3, r3, out=r4)
-                numpy.divide(r2, r4, out=r2)
-                numpy.negative(r2, out=r2)
-            numpy.copyto(r2, 0.0, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.multiply(out, nic_bw_bytes_per_s, out=out)
-            numpy.divide(out, ranks, out=out)
+        for block in call.blocks():
+            _collective_all_gather_ring_simple_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_all_gather_ring_simple_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_gather_ring_simple_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # out = msg_bytes*nic_bw_bytes_per_s*(ranks - 0.5)*numpy.where(numpy.less(nodes, 2), 0,
+    #     -numpy.where(numpy.less(tmp0, tmp1), nics_used, 0)/(numpy.minimum(tmp0,
+    #     tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
+    numpy.subtract(ranks, 0.5, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r2, 0.0)
+        numpy.less(r0, r1, out=m1)
+        numpy.copyto(r2, nics_used, where=m1)
+        numpy.minimum(r0, r1, out=r3)
+        numpy.multiply(r3, r3, out=r4)
+        numpy.divide(r2, r4, out=r2)
+        numpy.negative(r2, out=r2)
+    numpy.copyto(r2, 0.0, where=m0)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_all_gather_ring_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_all_gather_ring_simple_time_s__scale_network_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_gather_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -9016,12 +10837,6 @@ def collective_all_gather_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_all_gather_nvls_simple_time_s__d_msg_bytes", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_gather_nvls_simple_time_s__d_msg_bytes",
             ("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -9029,36 +10844,53 @@ def collective_all_gather_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_
             reals=4,
             masks=3,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))),
-            #     1/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks)))), 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.multiply(r0, r0, out=r2)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r2, nvls_efficiency, out=r2)
-            numpy.multiply(ranks, ranks, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
-            numpy.minimum(r2, r1, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            numpy.copyto(out, r2, where=m1)
+        for block in call.blocks():
+            _collective_all_gather_nvls_simple_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_gather_nvls_simple_time_s__d_msg_bytes_block(out, r0, r1, r2, r3, m0, m1, m2, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_all_gather_nvls_simple_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))), 1/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks)))), 0)
+    numpy.copyto(out, 0.0)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.multiply(r0, r0, out=r2)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.multiply(r2, nvls_efficiency, out=r2)
+    numpy.multiply(ranks, ranks, out=r3)
+    numpy.divide(r2, r3, out=r2)
+    numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
+    numpy.minimum(r2, r1, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    numpy.copyto(out, r2, where=m1)
+
+
+collective_all_gather_nvls_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_gather_nvls_simple_time_s__d_msg_bytes_block,
+    reals=4,
+    masks=3,
+    arguments=("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_all_gather_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -9130,14 +10962,7 @@ def collective_all_gather_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -nvlink_nccl_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvlink_nccl_bw_bytes_per_s, nvls) = _runtime.reals("collective_all_gather_nvls_simple_time_s__d_ranks", ("nvlink_nccl_bw_bytes_per_s", "nvls"), (nvlink_nccl_bw_bytes_per_s, nvls))
-            inv0 = -nvlink_nccl_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
+        (inv0,) = _collective_all_gather_nvls_simple_time_s__d_ranks_invariants(nvlink_nccl_bw_bytes_per_s, nvls)
         call = _runtime.Call(
             "collective_all_gather_nvls_simple_time_s__d_ranks",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "inv0"),
@@ -9145,76 +10970,104 @@ def collective_all_gather_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlin
             reals=10,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, m1, m2, m3, m4, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, inv0 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = 1/ranks -> r0
-            numpy.divide(1.0, ranks, out=r0)
-            # tmp1 = ranks - 1 -> r1
-            numpy.subtract(ranks, 1.0, out=r1)
-            # tmp2 = numpy.maximum(1, tmp1) -> r2
-            numpy.maximum(1.0, r1, out=r2)
-            # tmp3 = nvlink_nccl_bw_bytes_per_s/tmp2 -> r3
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r2, out=r3)
-            # tmp4 = numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp3) -> r4
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r3, out=r4)
-            # tmp5 = nvls_efficiency/(ranks*ranks) -> r5
-            numpy.multiply(ranks, ranks, out=r5)
-            numpy.divide(nvls_efficiency, r5, out=r5)
-            # tmp6 = (tmp1*tmp1)*tmp4*tmp5 -> r6
-            numpy.multiply(r1, r1, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.multiply(r6, r5, out=r6)
-            # tmp7 = 1/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp3, tmp6)) ->
-            #     r7
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r3, out=r7)
-            numpy.minimum(r7, r6, out=r7)
-            numpy.divide(1.0, r7, out=r7)
-            # tmp8 = inv0*numpy.where(numpy.less(ranks, 2), 0, 1)/(tmp2*tmp2) -> r8
-            numpy.copyto(r8, 1.0)
-            numpy.less(ranks, 2.0, out=m1)
-            numpy.copyto(r8, 0.0, where=m1)
-            numpy.multiply(r8, inv0, out=r8)
-            numpy.multiply(r2, r2, out=r9)
-            numpy.divide(r8, r9, out=r8)
-            # tmp9 = 2*tmp4 -> r2
-            numpy.multiply(r4, 2.0, out=r2)
-            # out = numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))), -msg_bytes*tmp0*tmp7*(tmp0 +
-            #     tmp7*numpy.where(numpy.less(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp3,
-            #     tmp6)), 0, numpy.where(numpy.less(tmp3, tmp6), tmp8, tmp1*tmp5*(-tmp0*tmp1*tmp9 +
-            #     tmp1*numpy.where(numpy.less(nvls_channel_max_bw_bytes_per_s, tmp3), 0, tmp8) +
-            #     tmp9)))), 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.minimum(r3, r6, out=r4)
-            numpy.less(nvls_channel_max_bw_bytes_per_s, r4, out=m2)
-            if not m2.all():
-                numpy.less(r3, r6, out=m3)
-                if not m3.all():
-                    numpy.copyto(r4, r8)
-                    numpy.less(nvls_channel_max_bw_bytes_per_s, r3, out=m4)
-                    numpy.copyto(r4, 0.0, where=m4)
-                    numpy.multiply(r4, r1, out=r4)
-                    numpy.add(r4, r2, out=r4)
-                    numpy.multiply(r0, r1, out=r9)
-                    numpy.multiply(r9, r2, out=r9)
-                    numpy.subtract(r4, r9, out=r4)
-                    numpy.multiply(r4, r1, out=r4)
-                    numpy.multiply(r4, r5, out=r4)
-                numpy.copyto(r4, r8, where=m3)
-            numpy.copyto(r4, 0.0, where=m2)
-            numpy.multiply(r4, r7, out=r4)
-            numpy.add(r4, r0, out=r4)
-            numpy.multiply(r4, r0, out=r4)
-            numpy.multiply(r4, r7, out=r4)
-            numpy.multiply(r4, msg_bytes, out=r4)
-            numpy.negative(r4, out=r4)
-            numpy.copyto(out, r4, where=m1)
+        for block in call.blocks():
+            _collective_all_gather_nvls_simple_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_all_gather_nvls_simple_time_s__d_ranks_invariants(nvlink_nccl_bw_bytes_per_s, nvls):
+    """What collective_all_gather_nvls_simple_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -nvlink_nccl_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nvlink_nccl_bw_bytes_per_s, nvls) = _runtime.reals("collective_all_gather_nvls_simple_time_s__d_ranks", ("nvlink_nccl_bw_bytes_per_s", "nvls"), (nvlink_nccl_bw_bytes_per_s, nvls))
+        inv0 = -nvlink_nccl_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+    return (inv0,)
+
+
+def _collective_all_gather_nvls_simple_time_s__d_ranks_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, m1, m2, m3, m4, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, inv0):
+    """collective_all_gather_nvls_simple_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = 1/ranks -> r0
+    numpy.divide(1.0, ranks, out=r0)
+    # tmp1 = ranks - 1 -> r1
+    numpy.subtract(ranks, 1.0, out=r1)
+    # tmp2 = numpy.maximum(1, tmp1) -> r2
+    numpy.maximum(1.0, r1, out=r2)
+    # tmp3 = nvlink_nccl_bw_bytes_per_s/tmp2 -> r3
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r2, out=r3)
+    # tmp4 = numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp3) -> r4
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r3, out=r4)
+    # tmp5 = nvls_efficiency/(ranks*ranks) -> r5
+    numpy.multiply(ranks, ranks, out=r5)
+    numpy.divide(nvls_efficiency, r5, out=r5)
+    # tmp6 = (tmp1*tmp1)*tmp4*tmp5 -> r6
+    numpy.multiply(r1, r1, out=r6)
+    numpy.multiply(r6, r4, out=r6)
+    numpy.multiply(r6, r5, out=r6)
+    # tmp7 = 1/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp3, tmp6)) -> r7
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r3, out=r7)
+    numpy.minimum(r7, r6, out=r7)
+    numpy.divide(1.0, r7, out=r7)
+    # tmp8 = inv0*numpy.where(numpy.less(ranks, 2), 0, 1)/(tmp2*tmp2) -> r8
+    numpy.copyto(r8, 1.0)
+    numpy.less(ranks, 2.0, out=m1)
+    numpy.copyto(r8, 0.0, where=m1)
+    numpy.multiply(r8, inv0, out=r8)
+    numpy.multiply(r2, r2, out=r9)
+    numpy.divide(r8, r9, out=r8)
+    # tmp9 = 2*tmp4 -> r2
+    numpy.multiply(r4, 2.0, out=r2)
+    # out = numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))), -msg_bytes*tmp0*tmp7*(tmp0 +
+    #     tmp7*numpy.where(numpy.less(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp3, tmp6)),
+    #     0, numpy.where(numpy.less(tmp3, tmp6), tmp8, tmp1*tmp5*(-tmp0*tmp1*tmp9 +
+    #     tmp1*numpy.where(numpy.less(nvls_channel_max_bw_bytes_per_s, tmp3), 0, tmp8) + tmp9)))),
+    #     0)
+    numpy.copyto(out, 0.0)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.minimum(r3, r6, out=r4)
+    numpy.less(nvls_channel_max_bw_bytes_per_s, r4, out=m2)
+    if not m2.all():
+        numpy.less(r3, r6, out=m3)
+        if not m3.all():
+            numpy.copyto(r4, r8)
+            numpy.less(nvls_channel_max_bw_bytes_per_s, r3, out=m4)
+            numpy.copyto(r4, 0.0, where=m4)
+            numpy.multiply(r4, r1, out=r4)
+            numpy.add(r4, r2, out=r4)
+            numpy.multiply(r0, r1, out=r9)
+            numpy.multiply(r9, r2, out=r9)
+            numpy.subtract(r4, r9, out=r4)
+            numpy.multiply(r4, r1, out=r4)
+            numpy.multiply(r4, r5, out=r4)
+        numpy.copyto(r4, r8, where=m3)
+    numpy.copyto(r4, 0.0, where=m2)
+    numpy.multiply(r4, r7, out=r4)
+    numpy.add(r4, r0, out=r4)
+    numpy.multiply(r4, r0, out=r4)
+    numpy.multiply(r4, r7, out=r4)
+    numpy.multiply(r4, msg_bytes, out=r4)
+    numpy.negative(r4, out=r4)
+    numpy.copyto(out, r4, where=m1)
+
+
+collective_all_gather_nvls_simple_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_all_gather_nvls_simple_time_s__d_ranks_block,
+    reals=10,
+    masks=5,
+    arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=("inv0",),
+    invariants=_collective_all_gather_nvls_simple_time_s__d_ranks_invariants,
+    widened=("nvlink_nccl_bw_bytes_per_s", "nvls"),
+    quiet=True,
+)
 
 
 def collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_nvls_s, nodes, nvls, ranks):
@@ -9254,12 +11107,6 @@ def collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_n
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha",
             ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
@@ -9267,19 +11114,36 @@ def collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_n
             reals=0,
             masks=3,
         )
-        for out, m0, m1, m2, hop_nvlink_nvls_s, nodes, nvls, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # out = hop_nvlink_nvls_s*numpy.where(numpy.logical_and(inv0_mask,
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))), 1, 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.copyto(out, 1.0, where=m1)
-            numpy.multiply(out, hop_nvlink_nvls_s, out=out)
+        for block in call.blocks():
+            _collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha_block(out, m0, m1, m2, hop_nvlink_nvls_s, nodes, nvls, ranks):
+    """collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # out = hop_nvlink_nvls_s*numpy.where(numpy.logical_and(inv0_mask,
+    #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))), 1, 0)
+    numpy.copyto(out, 0.0)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.copyto(out, 1.0, where=m1)
+    numpy.multiply(out, hop_nvlink_nvls_s, out=out)
+
+
+collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha_block,
+    reals=0,
+    masks=3,
+    arguments=("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_all_gather_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -9356,12 +11220,6 @@ def collective_all_gather_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, no
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_all_gather_nvls_simple_time_s__scale_nvlink_beta", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_all_gather_nvls_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -9369,71 +11227,87 @@ def collective_all_gather_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, no
             reals=6,
             masks=6,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, m5, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = 1/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp2 = nvlink_nccl_bw_bytes_per_s*tmp1 -> r2
-            numpy.multiply(r1, nvlink_nccl_bw_bytes_per_s, out=r2)
-            # tmp3 = nvls_efficiency*(tmp0*tmp0)/(ranks*ranks) -> r3
-            numpy.multiply(r0, r0, out=r3)
-            numpy.multiply(r3, nvls_efficiency, out=r3)
-            numpy.multiply(ranks, ranks, out=r4)
-            numpy.divide(r3, r4, out=r3)
-            # tmp4 = tmp3*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp2) -> r0
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r0)
-            numpy.multiply(r0, r3, out=r0)
-            # tmp5 = numpy.less(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2, tmp4)) -> m1
-            numpy.minimum(r2, r0, out=r4)
-            numpy.less(nvls_channel_max_bw_bytes_per_s, r4, out=m1)
-            # tmp6 = numpy.less(tmp2, tmp4) -> m2
-            numpy.less(r2, r0, out=m2)
-            # tmp7 = numpy.less(nvls_channel_max_bw_bytes_per_s, tmp2) -> m3
-            numpy.less(nvls_channel_max_bw_bytes_per_s, r2, out=m3)
-            # tmp8 = msg_bytes/(ranks*(numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp2, tmp4))*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp2, tmp4)))) -> r5
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.multiply(r5, ranks, out=r5)
-            numpy.divide(msg_bytes, r5, out=r5)
-            # tmp9 = numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
-            #     numpy.less(nodes, 2))) -> m4
-            numpy.greater(ranks, 1.0, out=m4)
-            numpy.less(nodes, 2.0, out=m5)
-            numpy.logical_and(m4, m5, out=m4)
-            numpy.logical_and(m4, m0, out=m4)
-            # out = nvlink_nccl_bw_bytes_per_s*numpy.where(tmp9, -tmp8*numpy.where(tmp5, 0,
-            #     numpy.where(tmp6, tmp1, tmp3*numpy.where(tmp7, 0, tmp1))), 0) +
-            #     nvls_channel_max_bw_bytes_per_s*numpy.where(tmp9, -tmp8*numpy.where(tmp5, 1,
-            #     numpy.where(tmp6, 0, tmp3*numpy.where(tmp7, 1, 0))), 0)
-            numpy.copyto(out, 0.0)
-            numpy.copyto(r0, r1)
-            numpy.copyto(r0, 0.0, where=m3)
-            numpy.multiply(r0, r3, out=r0)
-            numpy.copyto(r0, r1, where=m2)
-            numpy.copyto(r0, 0.0, where=m1)
-            numpy.multiply(r0, r5, out=r0)
-            numpy.negative(r0, out=r0)
-            numpy.copyto(out, r0, where=m4)
-            numpy.multiply(out, nvlink_nccl_bw_bytes_per_s, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.copyto(r2, 0.0)
-            numpy.copyto(r2, 1.0, where=m3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.copyto(r2, 0.0, where=m2)
-            numpy.copyto(r2, 1.0, where=m1)
-            numpy.multiply(r2, r5, out=r2)
-            numpy.negative(r2, out=r2)
-            numpy.copyto(r0, r2, where=m4)
-            numpy.multiply(r0, nvls_channel_max_bw_bytes_per_s, out=r0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_all_gather_nvls_simple_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_gather_nvls_simple_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, m5, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_all_gather_nvls_simple_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = 1/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = nvlink_nccl_bw_bytes_per_s*tmp1 -> r2
+    numpy.multiply(r1, nvlink_nccl_bw_bytes_per_s, out=r2)
+    # tmp3 = nvls_efficiency*(tmp0*tmp0)/(ranks*ranks) -> r3
+    numpy.multiply(r0, r0, out=r3)
+    numpy.multiply(r3, nvls_efficiency, out=r3)
+    numpy.multiply(ranks, ranks, out=r4)
+    numpy.divide(r3, r4, out=r3)
+    # tmp4 = tmp3*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp2) -> r0
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r0)
+    numpy.multiply(r0, r3, out=r0)
+    # tmp5 = numpy.less(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2, tmp4)) -> m1
+    numpy.minimum(r2, r0, out=r4)
+    numpy.less(nvls_channel_max_bw_bytes_per_s, r4, out=m1)
+    # tmp6 = numpy.less(tmp2, tmp4) -> m2
+    numpy.less(r2, r0, out=m2)
+    # tmp7 = numpy.less(nvls_channel_max_bw_bytes_per_s, tmp2) -> m3
+    numpy.less(nvls_channel_max_bw_bytes_per_s, r2, out=m3)
+    # tmp8 = msg_bytes/(ranks*(numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2,
+    #     tmp4))*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2, tmp4)))) -> r5
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.multiply(r5, ranks, out=r5)
+    numpy.divide(msg_bytes, r5, out=r5)
+    # tmp9 = numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))) -> m4
+    numpy.greater(ranks, 1.0, out=m4)
+    numpy.less(nodes, 2.0, out=m5)
+    numpy.logical_and(m4, m5, out=m4)
+    numpy.logical_and(m4, m0, out=m4)
+    # out = nvlink_nccl_bw_bytes_per_s*numpy.where(tmp9, -tmp8*numpy.where(tmp5, 0,
+    #     numpy.where(tmp6, tmp1, tmp3*numpy.where(tmp7, 0, tmp1))), 0) +
+    #     nvls_channel_max_bw_bytes_per_s*numpy.where(tmp9, -tmp8*numpy.where(tmp5, 1,
+    #     numpy.where(tmp6, 0, tmp3*numpy.where(tmp7, 1, 0))), 0)
+    numpy.copyto(out, 0.0)
+    numpy.copyto(r0, r1)
+    numpy.copyto(r0, 0.0, where=m3)
+    numpy.multiply(r0, r3, out=r0)
+    numpy.copyto(r0, r1, where=m2)
+    numpy.copyto(r0, 0.0, where=m1)
+    numpy.multiply(r0, r5, out=r0)
+    numpy.negative(r0, out=r0)
+    numpy.copyto(out, r0, where=m4)
+    numpy.multiply(out, nvlink_nccl_bw_bytes_per_s, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.copyto(r2, 0.0)
+    numpy.copyto(r2, 1.0, where=m3)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.copyto(r2, 0.0, where=m2)
+    numpy.copyto(r2, 1.0, where=m1)
+    numpy.multiply(r2, r5, out=r2)
+    numpy.negative(r2, out=r2)
+    numpy.copyto(r0, r2, where=m4)
+    numpy.multiply(r0, nvls_channel_max_bw_bytes_per_s, out=r0)
+    numpy.add(out, r0, out=out)
+
+
+collective_all_gather_nvls_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_gather_nvls_simple_time_s__scale_nvlink_beta_block,
+    reals=6,
+    masks=6,
+    arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -9485,22 +11359,39 @@ def collective_reduce_scatter_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = (ranks - 1)/(ranks*numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r1, r0, where=m0)
-            numpy.multiply(r1, 0.5, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.multiply(r1, ranks, out=r1)
-            numpy.divide(out, r1, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll_time_s__d_msg_bytes_block(out, r0, r1, m0, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_reduce_scatter_ring_ll_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = (ranks - 1)/(ranks*numpy.minimum(ll_max_bw_bytes_per_s,
+    #     0.5*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r1, r0, where=m0)
+    numpy.multiply(r1, 0.5, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.multiply(r1, ranks, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+collective_reduce_scatter_ring_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll_time_s__d_msg_bytes_block,
+    reals=2,
+    masks=1,
+    arguments=("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -9555,12 +11446,7 @@ def collective_reduce_scatter_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, l
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s__d_ranks", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+        (inv0,) = _collective_reduce_scatter_ring_ll_time_s__d_ranks_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll_time_s__d_ranks",
             ("hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -9568,31 +11454,58 @@ def collective_reduce_scatter_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, l
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp2 = msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp0, tmp1,
-            #     numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            numpy.copyto(r1, r0, where=m0)
-            numpy.multiply(r1, 0.5, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            # out = numpy.where(tmp0, hop_nvlink_ring_ll_s, inv0) + tmp2/ranks - tmp2*(ranks -
-            #     1)/(ranks*ranks)
-            numpy.divide(r1, ranks, out=out)
-            numpy.copyto(r0, inv0)
-            numpy.copyto(r0, hop_nvlink_ring_ll_s, where=m0)
-            numpy.add(out, r0, out=out)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(ranks, ranks, out=r2)
-            numpy.divide(r0, r2, out=r0)
-            numpy.subtract(out, r0, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll_time_s__d_ranks_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_ll_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s__d_ranks", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll_time_s__d_ranks_block(out, r0, r1, r2, m0, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_ll_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp2 = msg_bytes/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp0, tmp1,
+    #     numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    numpy.copyto(r1, r0, where=m0)
+    numpy.multiply(r1, 0.5, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    # out = numpy.where(tmp0, hop_nvlink_ring_ll_s, inv0) + tmp2/ranks - tmp2*(ranks -
+    #     1)/(ranks*ranks)
+    numpy.divide(r1, ranks, out=out)
+    numpy.copyto(r0, inv0)
+    numpy.copyto(r0, hop_nvlink_ring_ll_s, where=m0)
+    numpy.add(out, r0, out=out)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    numpy.multiply(ranks, ranks, out=r2)
+    numpy.divide(r0, r2, out=r0)
+    numpy.subtract(out, r0, out=out)
+
+
+collective_reduce_scatter_ring_ll_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll_time_s__d_ranks_block,
+    reals=3,
+    masks=1,
+    arguments=("hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll_time_s__d_ranks_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks):
@@ -9635,12 +11548,7 @@ def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_l
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
+        (inv0,) = _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "inv0"),
@@ -9648,17 +11556,44 @@ def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_l
             reals=1,
             masks=1,
         )
-        for out, r0, m0, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0 in call.blocks():
-            # out = alpha_ring_ll_s + hop_nvlink_ring_ll_s*numpy.where(numpy.less(nodes, 2), ranks -
-            #     1, inv0*(-nodes + ranks))
-            numpy.subtract(ranks, nodes, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_ll_s, out=out)
-            numpy.add(out, alpha_ring_ll_s, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 1, 0)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha_block(out, r0, m0, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0):
+    """collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_ll_s + hop_nvlink_ring_ll_s*numpy.where(numpy.less(nodes, 2), ranks - 1,
+    #     inv0*(-nodes + ranks))
+    numpy.subtract(ranks, nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_ll_s, out=out)
+    numpy.add(out, alpha_ring_ll_s, out=out)
+
+
+collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha_block,
+    reals=1,
+    masks=1,
+    arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node):
@@ -9708,12 +11643,7 @@ def collective_reduce_scatter_ring_ll_time_s__scale_network_alpha(*, hop_net_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s__scale_network_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
+        (inv0,) = _collective_reduce_scatter_ring_ll_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll_time_s__scale_network_alpha",
             ("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
@@ -9721,33 +11651,60 @@ def collective_reduce_scatter_ring_ll_time_s__scale_network_alpha(*, hop_net_rin
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = nodes - 1 -> r0
-            numpy.subtract(nodes, 1.0, out=r0)
-            # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # out = hop_net_ring_ll_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
-            #     hop_net_tree_ll_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
-            #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_ll_s, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, 1.0, where=m1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, hop_net_tree_ll_s, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.subtract(ranks, nodes, out=r1)
-            numpy.multiply(r1, inv0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, net_overhead_s, out=r1)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_ll_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s__scale_network_alpha", ("hop_nvlink_ring_ll_s", "net_overhead_s"), (hop_nvlink_ring_ll_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll_s, net_overhead_s), 0, 1)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll_time_s__scale_network_alpha_block(out, r0, r1, m0, m1, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0):
+    """collective_reduce_scatter_ring_ll_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = nodes - 1 -> r0
+    numpy.subtract(nodes, 1.0, out=r0)
+    # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # out = hop_net_ring_ll_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
+    #     hop_net_tree_ll_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
+    #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_ll_s, out=out)
+    numpy.copyto(r1, 0.0)
+    numpy.copyto(r1, 1.0, where=m1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, hop_net_tree_ll_s, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.subtract(ranks, nodes, out=r1)
+    numpy.multiply(r1, inv0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, net_overhead_s, out=r1)
+    numpy.add(out, r1, out=out)
+
+
+collective_reduce_scatter_ring_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll_time_s__scale_network_alpha_block,
+    reals=2,
+    masks=2,
+    arguments=("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll_time_s__scale_network_alpha_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -9802,12 +11759,7 @@ def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -9815,41 +11767,66 @@ def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_byt
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
-            numpy.minimum(r0, r1, out=r2)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
-            #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s,
-            #     0.5*tmp3)), 0, 0.5*numpy.where(tmp1, ring_channels,
-            #     numpy.where(numpy.greater(tmp0, tmp2), 0,
-            #     ring_channels)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.where(tmp1, tmp0, tmp3))*numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.where(tmp1, tmp0, tmp3))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(r3, ring_channels)
-            numpy.greater(r0, r1, out=m1)
-            numpy.copyto(r3, 0.0, where=m1)
-            numpy.copyto(r3, ring_channels, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
-            numpy.copyto(r3, 0.0, where=m1)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r3, r2)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
-            numpy.multiply(r3, r3, out=r4)
-            numpy.multiply(r4, ranks, out=r4)
-            numpy.divide(out, r4, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
+    numpy.minimum(r0, r1, out=r2)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
+    #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp3)),
+    #     0, 0.5*numpy.where(tmp1, ring_channels, numpy.where(numpy.greater(tmp0, tmp2), 0,
+    #     ring_channels)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
+    #     tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0, tmp3))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(r3, ring_channels)
+    numpy.greater(r0, r1, out=m1)
+    numpy.copyto(r3, 0.0, where=m1)
+    numpy.copyto(r3, ring_channels, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
+    numpy.copyto(r3, 0.0, where=m1)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r3, r2)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
+    numpy.multiply(r3, r3, out=r4)
+    numpy.multiply(r4, ranks, out=r4)
+    numpy.divide(out, r4, out=out)
+
+
+collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -9903,12 +11880,7 @@ def collective_reduce_scatter_ring_ll_time_s__scale_network_beta(*, ll_max_bw_by
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
-            inv0 = -nic_bw_bytes_per_s
+        (inv0,) = _collective_reduce_scatter_ring_ll_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -9916,40 +11888,66 @@ def collective_reduce_scatter_ring_ll_time_s__scale_network_beta(*, ll_max_bw_by
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
-            numpy.minimum(r0, r1, out=r2)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
-            #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s,
-            #     0.5*tmp3)), 0, 0.5*numpy.where(tmp1, 0, numpy.where(numpy.greater(tmp0, tmp2),
-            #     nics_used, 0)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1,
-            #     tmp0, tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
-            #     tmp3))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(r3, 0.0)
-            numpy.greater(r0, r1, out=m1)
-            numpy.copyto(r3, nics_used, where=m1)
-            numpy.copyto(r3, 0.0, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
-            numpy.copyto(r3, 0.0, where=m1)
-            numpy.multiply(out, r3, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r3, r2)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
-            numpy.multiply(r3, r3, out=r4)
-            numpy.multiply(r4, ranks, out=r4)
-            numpy.divide(out, r4, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s):
+    """What collective_reduce_scatter_ring_ll_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_ll_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
+        inv0 = -nic_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_ll_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
+    numpy.minimum(r0, r1, out=r2)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp1,
+    #     numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp3)),
+    #     0, 0.5*numpy.where(tmp1, 0, numpy.where(numpy.greater(tmp0, tmp2), nics_used,
+    #     0)))/(ranks*(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
+    #     tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0, tmp3))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(r3, 0.0)
+    numpy.greater(r0, r1, out=m1)
+    numpy.copyto(r3, nics_used, where=m1)
+    numpy.copyto(r3, 0.0, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
+    numpy.copyto(r3, 0.0, where=m1)
+    numpy.multiply(out, r3, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r3, r2)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
+    numpy.multiply(r3, r3, out=r4)
+    numpy.multiply(r4, ranks, out=r4)
+    numpy.divide(out, r4, out=out)
+
+
+collective_reduce_scatter_ring_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll_time_s__scale_network_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -10002,23 +12000,40 @@ def collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_ma
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = (ranks - 1)/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
-            #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.multiply(r1, ranks, out=r1)
-            numpy.divide(out, r1, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes_block(out, r0, r1, r2, m0, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = (ranks - 1)/(ranks*numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.multiply(r1, ranks, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes_block,
+    reals=3,
+    masks=1,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -10074,12 +12089,7 @@ def collective_reduce_scatter_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll12
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s__d_ranks", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+        (inv0,) = _collective_reduce_scatter_ring_ll128_time_s__d_ranks_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll128_time_s__d_ranks",
             ("hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -10087,33 +12097,59 @@ def collective_reduce_scatter_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll12
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp2 = msg_bytes/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
-            #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used)))
-            #     -> r1
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            # out = numpy.where(tmp0, hop_nvlink_ring_ll128_s, inv0) + tmp2/ranks - tmp2*(ranks -
-            #     1)/(ranks*ranks)
-            numpy.divide(r1, ranks, out=out)
-            numpy.copyto(r0, inv0)
-            numpy.copyto(r0, hop_nvlink_ring_ll128_s, where=m0)
-            numpy.add(out, r0, out=out)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.multiply(ranks, ranks, out=r2)
-            numpy.divide(r0, r2, out=r0)
-            numpy.subtract(out, r0, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll128_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll128_time_s__d_ranks_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_ll128_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s__d_ranks", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = numpy.maximum(hop_nvlink_ring_ll128_s, net_overhead_s)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll128_time_s__d_ranks_block(out, r0, r1, r2, m0, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_ll128_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp2 = msg_bytes/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(tmp0, tmp1, numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used))) -> r1
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    # out = numpy.where(tmp0, hop_nvlink_ring_ll128_s, inv0) + tmp2/ranks - tmp2*(ranks -
+    #     1)/(ranks*ranks)
+    numpy.divide(r1, ranks, out=out)
+    numpy.copyto(r0, inv0)
+    numpy.copyto(r0, hop_nvlink_ring_ll128_s, where=m0)
+    numpy.add(out, r0, out=out)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    numpy.multiply(ranks, ranks, out=r2)
+    numpy.divide(r0, r2, out=r0)
+    numpy.subtract(out, r0, out=out)
+
+
+collective_reduce_scatter_ring_ll128_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll128_time_s__d_ranks_block,
+    reals=3,
+    masks=1,
+    arguments=("hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll128_time_s__d_ranks_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks):
@@ -10156,12 +12192,7 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_rin
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
+        (inv0,) = _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "inv0"),
@@ -10169,17 +12200,44 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_rin
             reals=1,
             masks=1,
         )
-        for out, r0, m0, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, inv0 in call.blocks():
-            # out = alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*numpy.where(numpy.less(nodes, 2),
-            #     ranks - 1, inv0*(-nodes + ranks))
-            numpy.subtract(ranks, nodes, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_ll128_s, out=out)
-            numpy.add(out, alpha_ring_ll128_s, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 1, 0)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha_block(out, r0, m0, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, inv0):
+    """collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*numpy.where(numpy.less(nodes, 2), ranks -
+    #     1, inv0*(-nodes + ranks))
+    numpy.subtract(ranks, nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_ll128_s, out=out)
+    numpy.add(out, alpha_ring_ll128_s, out=out)
+
+
+collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha_block,
+    reals=1,
+    masks=1,
+    arguments=("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node):
@@ -10229,12 +12287,7 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha(*, hop_net_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
+        (inv0,) = _collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha",
             ("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
@@ -10242,33 +12295,60 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha(*, hop_net_
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = nodes - 1 -> r0
-            numpy.subtract(nodes, 1.0, out=r0)
-            # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # out = hop_net_ring_ll128_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
-            #     hop_net_tree_ll128_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
-            #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_ll128_s, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, 1.0, where=m1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, hop_net_tree_ll128_s, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.subtract(ranks, nodes, out=r1)
-            numpy.multiply(r1, inv0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, net_overhead_s, out=r1)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha_invariants(hop_nvlink_ring_ll128_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_ll128_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha", ("hop_nvlink_ring_ll128_s", "net_overhead_s"), (hop_nvlink_ring_ll128_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_ll128_s, net_overhead_s), 0, 1)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha_block(out, r0, r1, m0, m1, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0):
+    """collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = nodes - 1 -> r0
+    numpy.subtract(nodes, 1.0, out=r0)
+    # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # out = hop_net_ring_ll128_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
+    #     hop_net_tree_ll128_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
+    #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_ll128_s, out=out)
+    numpy.copyto(r1, 0.0)
+    numpy.copyto(r1, 1.0, where=m1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, hop_net_tree_ll128_s, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.subtract(ranks, nodes, out=r1)
+    numpy.multiply(r1, inv0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, net_overhead_s, out=r1)
+    numpy.add(out, r1, out=out)
+
+
+collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha_block,
+    reals=2,
+    masks=2,
+    arguments=("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -10328,12 +12408,7 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta(*, ll128_chan
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -10341,42 +12416,69 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta(*, ll128_chan
             reals=6,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0,
-            #     0.92*tmp1), numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, ring_channels,
-            #     numpy.where(numpy.greater(tmp1, tmp3), 0,
-            #     ring_channels)))/(ranks*(numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
-            #     tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1, tmp4))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
-            if not m1.all():
-                numpy.copyto(r4, ring_channels)
-                numpy.greater(r1, r2, out=m2)
-                numpy.copyto(r4, 0.0, where=m2)
-                numpy.copyto(r4, ring_channels, where=m0)
-                numpy.multiply(r4, 0.92, out=r4)
-            numpy.copyto(r4, 0.0, where=m1)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r4, r3)
-            numpy.copyto(r4, r1, where=m0)
-            numpy.multiply(r4, 0.92, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.multiply(r5, ranks, out=r5)
-            numpy.divide(out, r5, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
+    #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, ring_channels,
+    #     numpy.where(numpy.greater(tmp1, tmp3), 0, ring_channels)))/(ranks*(numpy.minimum(tmp0,
+    #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
+    #     tmp4))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
+    if not m1.all():
+        numpy.copyto(r4, ring_channels)
+        numpy.greater(r1, r2, out=m2)
+        numpy.copyto(r4, 0.0, where=m2)
+        numpy.copyto(r4, ring_channels, where=m0)
+        numpy.multiply(r4, 0.92, out=r4)
+    numpy.copyto(r4, 0.0, where=m1)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r4, r3)
+    numpy.copyto(r4, r1, where=m0)
+    numpy.multiply(r4, 0.92, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.multiply(r5, ranks, out=r5)
+    numpy.divide(out, r5, out=out)
+
+
+collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta_block,
+    reals=6,
+    masks=3,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_ll128_time_s__scale_network_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -10435,12 +12537,7 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_network_beta(*, ll128_cha
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
-            inv0 = -nic_bw_bytes_per_s
+        (inv0,) = _collective_reduce_scatter_ring_ll128_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll128_time_s__scale_network_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -10448,42 +12545,68 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_network_beta(*, ll128_cha
             reals=6,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0,
-            #     0.92*tmp1), numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, 0,
-            #     numpy.where(numpy.greater(tmp1, tmp3), nics_used, 0)))/(ranks*(numpy.minimum(tmp0,
-            #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2,
-            #     tmp1, tmp4))))
-            numpy.subtract(ranks, 1.0, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
-            if not m1.all():
-                numpy.copyto(r4, 0.0)
-                numpy.greater(r1, r2, out=m2)
-                numpy.copyto(r4, nics_used, where=m2)
-                numpy.copyto(r4, 0.0, where=m0)
-                numpy.multiply(r4, 0.92, out=r4)
-            numpy.copyto(r4, 0.0, where=m1)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r4, r3)
-            numpy.copyto(r4, r1, where=m0)
-            numpy.multiply(r4, 0.92, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.multiply(r5, ranks, out=r5)
-            numpy.divide(out, r5, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_ll128_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_ll128_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s):
+    """What collective_reduce_scatter_ring_ll128_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_ll128_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
+        inv0 = -nic_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_ll128_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_ll128_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # out = inv0*msg_bytes*(ranks - 1)*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
+    #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, 0, numpy.where(numpy.greater(tmp1,
+    #     tmp3), nics_used, 0)))/(ranks*(numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
+    #     tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1, tmp4))))
+    numpy.subtract(ranks, 1.0, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
+    if not m1.all():
+        numpy.copyto(r4, 0.0)
+        numpy.greater(r1, r2, out=m2)
+        numpy.copyto(r4, nics_used, where=m2)
+        numpy.copyto(r4, 0.0, where=m0)
+        numpy.multiply(r4, 0.92, out=r4)
+    numpy.copyto(r4, 0.0, where=m1)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r4, r3)
+    numpy.copyto(r4, r1, where=m0)
+    numpy.multiply(r4, 0.92, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.multiply(r5, ranks, out=r5)
+    numpy.divide(out, r5, out=out)
+
+
+collective_reduce_scatter_ring_ll128_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_ll128_time_s__scale_network_beta_block,
+    reals=6,
+    masks=3,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_ll128_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -10526,12 +12649,7 @@ def collective_reduce_scatter_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_pe
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_reduce_scatter_ring_simple_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_simple_time_s__d_msg_bytes",
             ("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -10539,22 +12657,49 @@ def collective_reduce_scatter_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_pe
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # out = (ranks - 0.5)*numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))/ranks
-            numpy.subtract(ranks, 0.5, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=r0)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.divide(out, ranks, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_simple_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_simple_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_ring_simple_time_s__d_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_simple_time_s__d_msg_bytes_block(out, r0, r1, m0, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_simple_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (ranks - 0.5)*numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
+    #     ring_channel_bw_bytes_per_s*ring_channels))/ranks
+    numpy.subtract(ranks, 0.5, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=r0)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_reduce_scatter_ring_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_simple_time_s__d_msg_bytes_block,
+    reals=2,
+    masks=1,
+    arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_simple_time_s__d_msg_bytes_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -10606,14 +12751,7 @@ def collective_reduce_scatter_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_sim
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s__d_ranks", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+        (inv0, inv1) = _collective_reduce_scatter_ring_simple_time_s__d_ranks_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_simple_time_s__d_ranks",
             ("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -10621,32 +12759,61 @@ def collective_reduce_scatter_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_sim
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = msg_bytes*numpy.where(tmp0, inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels)) -> r0
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=r0)
-            numpy.divide(inv0, ring_channels, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(r0, msg_bytes, out=r0)
-            # out = numpy.where(tmp0, hop_nvlink_ring_simple_s, inv1) + tmp1/ranks - tmp1*(ranks -
-            #     0.5)/(ranks*ranks)
-            numpy.divide(r0, ranks, out=out)
-            numpy.copyto(r1, inv1)
-            numpy.copyto(r1, hop_nvlink_ring_simple_s, where=m0)
-            numpy.add(out, r1, out=out)
-            numpy.subtract(ranks, 0.5, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(ranks, ranks, out=r2)
-            numpy.divide(r1, r2, out=r1)
-            numpy.subtract(out, r1, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_simple_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_simple_time_s__d_ranks_invariants(hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_ring_simple_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s__d_ranks", ("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"), (hop_nvlink_ring_simple_s, net_overhead_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = numpy.maximum(hop_nvlink_ring_simple_s, 3*net_overhead_s)
+    return (inv0, inv1)
+
+
+def _collective_reduce_scatter_ring_simple_time_s__d_ranks_block(out, r0, r1, r2, m0, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_reduce_scatter_ring_simple_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = msg_bytes*numpy.where(tmp0, inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))
+    #     -> r0
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=r0)
+    numpy.divide(inv0, ring_channels, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(r0, msg_bytes, out=r0)
+    # out = numpy.where(tmp0, hop_nvlink_ring_simple_s, inv1) + tmp1/ranks - tmp1*(ranks -
+    #     0.5)/(ranks*ranks)
+    numpy.divide(r0, ranks, out=out)
+    numpy.copyto(r1, inv1)
+    numpy.copyto(r1, hop_nvlink_ring_simple_s, where=m0)
+    numpy.add(out, r1, out=out)
+    numpy.subtract(ranks, 0.5, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.multiply(ranks, ranks, out=r2)
+    numpy.divide(r1, r2, out=r1)
+    numpy.subtract(out, r1, out=out)
+
+
+collective_reduce_scatter_ring_simple_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_simple_time_s__d_ranks_block,
+    reals=3,
+    masks=1,
+    arguments=("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_reduce_scatter_ring_simple_time_s__d_ranks_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks):
@@ -10689,12 +12856,7 @@ def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ri
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
+        (inv0,) = _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha",
             ("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "inv0"),
@@ -10702,17 +12864,44 @@ def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ri
             reals=1,
             masks=1,
         )
-        for out, r0, m0, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, inv0 in call.blocks():
-            # out = alpha_ring_simple_s + hop_nvlink_ring_simple_s*numpy.where(numpy.less(nodes, 2),
-            #     ranks - 1, inv0*(-nodes + ranks))
-            numpy.subtract(ranks, nodes, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.subtract(ranks, 1.0, out=r0)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_simple_s, out=out)
-            numpy.add(out, alpha_ring_simple_s, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 1, 0)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha_block(out, r0, m0, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, inv0):
+    """collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_simple_s + hop_nvlink_ring_simple_s*numpy.where(numpy.less(nodes, 2), ranks -
+    #     1, inv0*(-nodes + ranks))
+    numpy.subtract(ranks, nodes, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.subtract(ranks, 1.0, out=r0)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_simple_s, out=out)
+    numpy.add(out, alpha_ring_simple_s, out=out)
+
+
+collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha_block,
+    reals=1,
+    masks=1,
+    arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node):
@@ -10762,12 +12951,7 @@ def collective_reduce_scatter_ring_simple_time_s__scale_network_alpha(*, hop_net
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s__scale_network_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
-            inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
+        (inv0,) = _collective_reduce_scatter_ring_simple_time_s__scale_network_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_simple_time_s__scale_network_alpha",
             ("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
@@ -10775,33 +12959,60 @@ def collective_reduce_scatter_ring_simple_time_s__scale_network_alpha(*, hop_net
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0 in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = nodes - 1 -> r0
-            numpy.subtract(nodes, 1.0, out=r0)
-            # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # out = hop_net_ring_simple_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
-            #     hop_net_tree_simple_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
-            #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_simple_s, out=out)
-            numpy.copyto(r1, 0.0)
-            numpy.copyto(r1, 1.0, where=m1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, hop_net_tree_simple_s, out=r1)
-            numpy.add(out, r1, out=out)
-            numpy.subtract(ranks, nodes, out=r1)
-            numpy.multiply(r1, inv0, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.multiply(r1, net_overhead_s, out=r1)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_simple_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_simple_time_s__scale_network_alpha_invariants(hop_nvlink_ring_simple_s, net_overhead_s):
+    """What collective_reduce_scatter_ring_simple_time_s__scale_network_alpha computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (hop_nvlink_ring_simple_s, net_overhead_s) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s__scale_network_alpha", ("hop_nvlink_ring_simple_s", "net_overhead_s"), (hop_nvlink_ring_simple_s, net_overhead_s))
+        inv0 = numpy.where(numpy.greater(hop_nvlink_ring_simple_s, 3*net_overhead_s), 0, 3)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_simple_time_s__scale_network_alpha_block(out, r0, r1, m0, m1, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0):
+    """collective_reduce_scatter_ring_simple_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = nodes - 1 -> r0
+    numpy.subtract(nodes, 1.0, out=r0)
+    # tmp2 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # out = hop_net_ring_simple_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 0, 1)) +
+    #     hop_net_tree_simple_s*numpy.where(tmp0, 0, tmp1*numpy.where(tmp2, 1, 0)) +
+    #     net_overhead_s*numpy.where(tmp0, 0, inv0*(-nodes + ranks))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_simple_s, out=out)
+    numpy.copyto(r1, 0.0)
+    numpy.copyto(r1, 1.0, where=m1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, hop_net_tree_simple_s, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.subtract(ranks, nodes, out=r1)
+    numpy.multiply(r1, inv0, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.multiply(r1, net_overhead_s, out=r1)
+    numpy.add(out, r1, out=out)
+
+
+collective_reduce_scatter_ring_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_simple_time_s__scale_network_alpha_block,
+    reals=2,
+    masks=2,
+    arguments=("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_simple_time_s__scale_network_alpha_invariants,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -10850,12 +13061,7 @@ def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+        (inv0,) = _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -10863,32 +13069,58 @@ def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # out = msg_bytes*ring_channel_bw_bytes_per_s*(ranks -
-            #     0.5)*numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
-            #     -numpy.where(numpy.less(tmp0, tmp1), 0, ring_channels)/(numpy.minimum(tmp0,
-            #     tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
-            numpy.subtract(ranks, 0.5, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r2, ring_channels)
-                numpy.less(r0, r1, out=m1)
-                numpy.copyto(r2, 0.0, where=m1)
-                numpy.minimum(r0, r1, out=r3)
-                numpy.multiply(r3, r3, out=r4)
-                numpy.divide(r2, r4, out=r2)
-                numpy.negative(r2, out=r2)
-            numpy.divide(inv0, ring_channels, out=r3)
-            numpy.copyto(r2, r3, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.divide(out, ranks, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # out = msg_bytes*ring_channel_bw_bytes_per_s*(ranks - 0.5)*numpy.where(numpy.less(nodes, 2),
+    #     inv0/ring_channels, -numpy.where(numpy.less(tmp0, tmp1), 0,
+    #     ring_channels)/(numpy.minimum(tmp0, tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
+    numpy.subtract(ranks, 0.5, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r2, ring_channels)
+        numpy.less(r0, r1, out=m1)
+        numpy.copyto(r2, 0.0, where=m1)
+        numpy.minimum(r0, r1, out=r3)
+        numpy.multiply(r3, r3, out=r4)
+        numpy.divide(r2, r4, out=r2)
+        numpy.negative(r2, out=r2)
+    numpy.divide(inv0, ring_channels, out=r3)
+    numpy.copyto(r2, r3, where=m0)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_ring_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
@@ -10942,30 +13174,47 @@ def collective_reduce_scatter_ring_simple_time_s__scale_network_beta(*, msg_byte
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # out = msg_bytes*nic_bw_bytes_per_s*(ranks - 0.5)*numpy.where(numpy.less(nodes, 2), 0,
-            #     -numpy.where(numpy.less(tmp0, tmp1), nics_used, 0)/(numpy.minimum(tmp0,
-            #     tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
-            numpy.subtract(ranks, 0.5, out=out)
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r2, 0.0)
-                numpy.less(r0, r1, out=m1)
-                numpy.copyto(r2, nics_used, where=m1)
-                numpy.minimum(r0, r1, out=r3)
-                numpy.multiply(r3, r3, out=r4)
-                numpy.divide(r2, r4, out=r2)
-                numpy.negative(r2, out=r2)
-            numpy.copyto(r2, 0.0, where=m0)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.multiply(out, nic_bw_bytes_per_s, out=out)
-            numpy.divide(out, ranks, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_ring_simple_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_ring_simple_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_reduce_scatter_ring_simple_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # out = msg_bytes*nic_bw_bytes_per_s*(ranks - 0.5)*numpy.where(numpy.less(nodes, 2), 0,
+    #     -numpy.where(numpy.less(tmp0, tmp1), nics_used, 0)/(numpy.minimum(tmp0,
+    #     tmp1)*numpy.minimum(tmp0, tmp1)))/ranks
+    numpy.subtract(ranks, 0.5, out=out)
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r2, 0.0)
+        numpy.less(r0, r1, out=m1)
+        numpy.copyto(r2, nics_used, where=m1)
+        numpy.minimum(r0, r1, out=r3)
+        numpy.multiply(r3, r3, out=r4)
+        numpy.divide(r2, r4, out=r2)
+        numpy.negative(r2, out=r2)
+    numpy.copyto(r2, 0.0, where=m0)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+    numpy.divide(out, ranks, out=out)
+
+
+collective_reduce_scatter_ring_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_ring_simple_time_s__scale_network_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -11012,12 +13261,6 @@ def collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_n
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes",
             ("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -11025,36 +13268,53 @@ def collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_n
             reals=4,
             masks=3,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
-            # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))),
-            #     1/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp1,
-            #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     tmp1)/(ranks*ranks)))), 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.multiply(r0, r0, out=r2)
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.multiply(r2, nvls_efficiency, out=r2)
-            numpy.multiply(ranks, ranks, out=r3)
-            numpy.divide(r2, r3, out=r2)
-            numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
-            numpy.minimum(r2, r1, out=r2)
-            numpy.multiply(r2, ranks, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            numpy.copyto(out, r2, where=m1)
+        for block in call.blocks():
+            _collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes_block(out, r0, r1, r2, r3, m0, m1, m2, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = nvlink_nccl_bw_bytes_per_s/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r1, out=r1)
+    # out = numpy.where(numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))), 1/(ranks*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     numpy.minimum(tmp1,
+    #     nvls_efficiency*(tmp0*tmp0)*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
+    #     tmp1)/(ranks*ranks)))), 0)
+    numpy.copyto(out, 0.0)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.multiply(r0, r0, out=r2)
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r1, out=r3)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.multiply(r2, nvls_efficiency, out=r2)
+    numpy.multiply(ranks, ranks, out=r3)
+    numpy.divide(r2, r3, out=r2)
+    numpy.minimum(r2, nvls_channel_max_bw_bytes_per_s, out=r2)
+    numpy.minimum(r2, r1, out=r2)
+    numpy.multiply(r2, ranks, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    numpy.copyto(out, r2, where=m1)
+
+
+collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes_block,
+    reals=4,
+    masks=3,
+    arguments=("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -11126,14 +13386,7 @@ def collective_reduce_scatter_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, n
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -nvlink_nccl_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvlink_nccl_bw_bytes_per_s, nvls) = _runtime.reals("collective_reduce_scatter_nvls_simple_time_s__d_ranks", ("nvlink_nccl_bw_bytes_per_s", "nvls"), (nvlink_nccl_bw_bytes_per_s, nvls))
-            inv0 = -nvlink_nccl_bw_bytes_per_s
-            inv1 = numpy.greater(nvls, 0)
+        (inv0,) = _collective_reduce_scatter_nvls_simple_time_s__d_ranks_invariants(nvlink_nccl_bw_bytes_per_s, nvls)
         call = _runtime.Call(
             "collective_reduce_scatter_nvls_simple_time_s__d_ranks",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "inv0"),
@@ -11141,76 +13394,104 @@ def collective_reduce_scatter_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, n
             reals=10,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, m1, m2, m3, m4, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, inv0 in call.blocks():
-            # inv1_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = 1/ranks -> r0
-            numpy.divide(1.0, ranks, out=r0)
-            # tmp1 = ranks - 1 -> r1
-            numpy.subtract(ranks, 1.0, out=r1)
-            # tmp2 = numpy.maximum(1, tmp1) -> r2
-            numpy.maximum(1.0, r1, out=r2)
-            # tmp3 = nvlink_nccl_bw_bytes_per_s/tmp2 -> r3
-            numpy.divide(nvlink_nccl_bw_bytes_per_s, r2, out=r3)
-            # tmp4 = numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp3) -> r4
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r3, out=r4)
-            # tmp5 = nvls_efficiency/(ranks*ranks) -> r5
-            numpy.multiply(ranks, ranks, out=r5)
-            numpy.divide(nvls_efficiency, r5, out=r5)
-            # tmp6 = (tmp1*tmp1)*tmp4*tmp5 -> r6
-            numpy.multiply(r1, r1, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.multiply(r6, r5, out=r6)
-            # tmp7 = 1/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp3, tmp6)) ->
-            #     r7
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r3, out=r7)
-            numpy.minimum(r7, r6, out=r7)
-            numpy.divide(1.0, r7, out=r7)
-            # tmp8 = inv0*numpy.where(numpy.less(ranks, 2), 0, 1)/(tmp2*tmp2) -> r8
-            numpy.copyto(r8, 1.0)
-            numpy.less(ranks, 2.0, out=m1)
-            numpy.copyto(r8, 0.0, where=m1)
-            numpy.multiply(r8, inv0, out=r8)
-            numpy.multiply(r2, r2, out=r9)
-            numpy.divide(r8, r9, out=r8)
-            # tmp9 = 2*tmp4 -> r2
-            numpy.multiply(r4, 2.0, out=r2)
-            # out = numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(numpy.greater(ranks,
-            #     1), numpy.less(nodes, 2))), -msg_bytes*tmp0*tmp7*(tmp0 +
-            #     tmp7*numpy.where(numpy.less(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp3,
-            #     tmp6)), 0, numpy.where(numpy.less(tmp3, tmp6), tmp8, tmp1*tmp5*(-tmp0*tmp1*tmp9 +
-            #     tmp1*numpy.where(numpy.less(nvls_channel_max_bw_bytes_per_s, tmp3), 0, tmp8) +
-            #     tmp9)))), 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.minimum(r3, r6, out=r4)
-            numpy.less(nvls_channel_max_bw_bytes_per_s, r4, out=m2)
-            if not m2.all():
-                numpy.less(r3, r6, out=m3)
-                if not m3.all():
-                    numpy.copyto(r4, r8)
-                    numpy.less(nvls_channel_max_bw_bytes_per_s, r3, out=m4)
-                    numpy.copyto(r4, 0.0, where=m4)
-                    numpy.multiply(r4, r1, out=r4)
-                    numpy.add(r4, r2, out=r4)
-                    numpy.multiply(r0, r1, out=r9)
-                    numpy.multiply(r9, r2, out=r9)
-                    numpy.subtract(r4, r9, out=r4)
-                    numpy.multiply(r4, r1, out=r4)
-                    numpy.multiply(r4, r5, out=r4)
-                numpy.copyto(r4, r8, where=m3)
-            numpy.copyto(r4, 0.0, where=m2)
-            numpy.multiply(r4, r7, out=r4)
-            numpy.add(r4, r0, out=r4)
-            numpy.multiply(r4, r0, out=r4)
-            numpy.multiply(r4, r7, out=r4)
-            numpy.multiply(r4, msg_bytes, out=r4)
-            numpy.negative(r4, out=r4)
-            numpy.copyto(out, r4, where=m1)
+        for block in call.blocks():
+            _collective_reduce_scatter_nvls_simple_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_nvls_simple_time_s__d_ranks_invariants(nvlink_nccl_bw_bytes_per_s, nvls):
+    """What collective_reduce_scatter_nvls_simple_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -nvlink_nccl_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nvlink_nccl_bw_bytes_per_s, nvls) = _runtime.reals("collective_reduce_scatter_nvls_simple_time_s__d_ranks", ("nvlink_nccl_bw_bytes_per_s", "nvls"), (nvlink_nccl_bw_bytes_per_s, nvls))
+        inv0 = -nvlink_nccl_bw_bytes_per_s
+        inv1 = numpy.greater(nvls, 0)
+    return (inv0,)
+
+
+def _collective_reduce_scatter_nvls_simple_time_s__d_ranks_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, m1, m2, m3, m4, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, inv0):
+    """collective_reduce_scatter_nvls_simple_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv1_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = 1/ranks -> r0
+    numpy.divide(1.0, ranks, out=r0)
+    # tmp1 = ranks - 1 -> r1
+    numpy.subtract(ranks, 1.0, out=r1)
+    # tmp2 = numpy.maximum(1, tmp1) -> r2
+    numpy.maximum(1.0, r1, out=r2)
+    # tmp3 = nvlink_nccl_bw_bytes_per_s/tmp2 -> r3
+    numpy.divide(nvlink_nccl_bw_bytes_per_s, r2, out=r3)
+    # tmp4 = numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp3) -> r4
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r3, out=r4)
+    # tmp5 = nvls_efficiency/(ranks*ranks) -> r5
+    numpy.multiply(ranks, ranks, out=r5)
+    numpy.divide(nvls_efficiency, r5, out=r5)
+    # tmp6 = (tmp1*tmp1)*tmp4*tmp5 -> r6
+    numpy.multiply(r1, r1, out=r6)
+    numpy.multiply(r6, r4, out=r6)
+    numpy.multiply(r6, r5, out=r6)
+    # tmp7 = 1/numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp3, tmp6)) -> r7
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r3, out=r7)
+    numpy.minimum(r7, r6, out=r7)
+    numpy.divide(1.0, r7, out=r7)
+    # tmp8 = inv0*numpy.where(numpy.less(ranks, 2), 0, 1)/(tmp2*tmp2) -> r8
+    numpy.copyto(r8, 1.0)
+    numpy.less(ranks, 2.0, out=m1)
+    numpy.copyto(r8, 0.0, where=m1)
+    numpy.multiply(r8, inv0, out=r8)
+    numpy.multiply(r2, r2, out=r9)
+    numpy.divide(r8, r9, out=r8)
+    # tmp9 = 2*tmp4 -> r2
+    numpy.multiply(r4, 2.0, out=r2)
+    # out = numpy.where(numpy.logical_and(inv1_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))), -msg_bytes*tmp0*tmp7*(tmp0 +
+    #     tmp7*numpy.where(numpy.less(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp3, tmp6)),
+    #     0, numpy.where(numpy.less(tmp3, tmp6), tmp8, tmp1*tmp5*(-tmp0*tmp1*tmp9 +
+    #     tmp1*numpy.where(numpy.less(nvls_channel_max_bw_bytes_per_s, tmp3), 0, tmp8) + tmp9)))),
+    #     0)
+    numpy.copyto(out, 0.0)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.minimum(r3, r6, out=r4)
+    numpy.less(nvls_channel_max_bw_bytes_per_s, r4, out=m2)
+    if not m2.all():
+        numpy.less(r3, r6, out=m3)
+        if not m3.all():
+            numpy.copyto(r4, r8)
+            numpy.less(nvls_channel_max_bw_bytes_per_s, r3, out=m4)
+            numpy.copyto(r4, 0.0, where=m4)
+            numpy.multiply(r4, r1, out=r4)
+            numpy.add(r4, r2, out=r4)
+            numpy.multiply(r0, r1, out=r9)
+            numpy.multiply(r9, r2, out=r9)
+            numpy.subtract(r4, r9, out=r4)
+            numpy.multiply(r4, r1, out=r4)
+            numpy.multiply(r4, r5, out=r4)
+        numpy.copyto(r4, r8, where=m3)
+    numpy.copyto(r4, 0.0, where=m2)
+    numpy.multiply(r4, r7, out=r4)
+    numpy.add(r4, r0, out=r4)
+    numpy.multiply(r4, r0, out=r4)
+    numpy.multiply(r4, r7, out=r4)
+    numpy.multiply(r4, msg_bytes, out=r4)
+    numpy.negative(r4, out=r4)
+    numpy.copyto(out, r4, where=m1)
+
+
+collective_reduce_scatter_nvls_simple_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_nvls_simple_time_s__d_ranks_block,
+    reals=10,
+    masks=5,
+    arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=("inv0",),
+    invariants=_collective_reduce_scatter_nvls_simple_time_s__d_ranks_invariants,
+    widened=("nvlink_nccl_bw_bytes_per_s", "nvls"),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_nvls_s, nodes, nvls, ranks):
@@ -11250,12 +13531,6 @@ def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvli
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha",
             ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
@@ -11263,19 +13538,36 @@ def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvli
             reals=0,
             masks=3,
         )
-        for out, m0, m1, m2, hop_nvlink_nvls_s, nodes, nvls, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # out = hop_nvlink_nvls_s*numpy.where(numpy.logical_and(inv0_mask,
-            #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))), 1, 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater(ranks, 1.0, out=m1)
-            numpy.less(nodes, 2.0, out=m2)
-            numpy.logical_and(m1, m2, out=m1)
-            numpy.logical_and(m1, m0, out=m1)
-            numpy.copyto(out, 1.0, where=m1)
-            numpy.multiply(out, hop_nvlink_nvls_s, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha_block(out, m0, m1, m2, hop_nvlink_nvls_s, nodes, nvls, ranks):
+    """collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # out = hop_nvlink_nvls_s*numpy.where(numpy.logical_and(inv0_mask,
+    #     numpy.logical_and(numpy.greater(ranks, 1), numpy.less(nodes, 2))), 1, 0)
+    numpy.copyto(out, 0.0)
+    numpy.greater(ranks, 1.0, out=m1)
+    numpy.less(nodes, 2.0, out=m2)
+    numpy.logical_and(m1, m2, out=m1)
+    numpy.logical_and(m1, m0, out=m1)
+    numpy.copyto(out, 1.0, where=m1)
+    numpy.multiply(out, hop_nvlink_nvls_s, out=out)
+
+
+collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha_block,
+    reals=0,
+    masks=3,
+    arguments=("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
@@ -11352,12 +13644,6 @@ def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.greater(nvls, 0)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nvls,) = _runtime.reals("collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta", ("nvls",), (nvls,))
-            inv0 = numpy.greater(nvls, 0)
         call = _runtime.Call(
             "collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
@@ -11365,71 +13651,87 @@ def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes
             reals=6,
             masks=6,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, m5, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks in call.blocks():
-            # inv0_mask = numpy.greater(nvls, 0) -> m0
-            numpy.greater(nvls, 0.0, out=m0)
-            # tmp0 = ranks - 1 -> r0
-            numpy.subtract(ranks, 1.0, out=r0)
-            # tmp1 = 1/numpy.maximum(1, tmp0) -> r1
-            numpy.maximum(1.0, r0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp2 = nvlink_nccl_bw_bytes_per_s*tmp1 -> r2
-            numpy.multiply(r1, nvlink_nccl_bw_bytes_per_s, out=r2)
-            # tmp3 = nvls_efficiency*(tmp0*tmp0)/(ranks*ranks) -> r3
-            numpy.multiply(r0, r0, out=r3)
-            numpy.multiply(r3, nvls_efficiency, out=r3)
-            numpy.multiply(ranks, ranks, out=r4)
-            numpy.divide(r3, r4, out=r3)
-            # tmp4 = tmp3*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp2) -> r0
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r0)
-            numpy.multiply(r0, r3, out=r0)
-            # tmp5 = numpy.less(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2, tmp4)) -> m1
-            numpy.minimum(r2, r0, out=r4)
-            numpy.less(nvls_channel_max_bw_bytes_per_s, r4, out=m1)
-            # tmp6 = numpy.less(tmp2, tmp4) -> m2
-            numpy.less(r2, r0, out=m2)
-            # tmp7 = numpy.less(nvls_channel_max_bw_bytes_per_s, tmp2) -> m3
-            numpy.less(nvls_channel_max_bw_bytes_per_s, r2, out=m3)
-            # tmp8 = msg_bytes/(ranks*(numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp2, tmp4))*numpy.minimum(nvls_channel_max_bw_bytes_per_s,
-            #     numpy.minimum(tmp2, tmp4)))) -> r5
-            numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.multiply(r5, ranks, out=r5)
-            numpy.divide(msg_bytes, r5, out=r5)
-            # tmp9 = numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
-            #     numpy.less(nodes, 2))) -> m4
-            numpy.greater(ranks, 1.0, out=m4)
-            numpy.less(nodes, 2.0, out=m5)
-            numpy.logical_and(m4, m5, out=m4)
-            numpy.logical_and(m4, m0, out=m4)
-            # out = nvlink_nccl_bw_bytes_per_s*numpy.where(tmp9, -tmp8*numpy.where(tmp5, 0,
-            #     numpy.where(tmp6, tmp1, tmp3*numpy.where(tmp7, 0, tmp1))), 0) +
-            #     nvls_channel_max_bw_bytes_per_s*numpy.where(tmp9, -tmp8*numpy.where(tmp5, 1,
-            #     numpy.where(tmp6, 0, tmp3*numpy.where(tmp7, 1, 0))), 0)
-            numpy.copyto(out, 0.0)
-            numpy.copyto(r0, r1)
-            numpy.copyto(r0, 0.0, where=m3)
-            numpy.multiply(r0, r3, out=r0)
-            numpy.copyto(r0, r1, where=m2)
-            numpy.copyto(r0, 0.0, where=m1)
-            numpy.multiply(r0, r5, out=r0)
-            numpy.negative(r0, out=r0)
-            numpy.copyto(out, r0, where=m4)
-            numpy.multiply(out, nvlink_nccl_bw_bytes_per_s, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.copyto(r2, 0.0)
-            numpy.copyto(r2, 1.0, where=m3)
-            numpy.multiply(r2, r3, out=r2)
-            numpy.copyto(r2, 0.0, where=m2)
-            numpy.copyto(r2, 1.0, where=m1)
-            numpy.multiply(r2, r5, out=r2)
-            numpy.negative(r2, out=r2)
-            numpy.copyto(r0, r2, where=m4)
-            numpy.multiply(r0, nvls_channel_max_bw_bytes_per_s, out=r0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, m3, m4, m5, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
+    """collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.greater(nvls, 0) -> m0
+    numpy.greater(nvls, 0.0, out=m0)
+    # tmp0 = ranks - 1 -> r0
+    numpy.subtract(ranks, 1.0, out=r0)
+    # tmp1 = 1/numpy.maximum(1, tmp0) -> r1
+    numpy.maximum(1.0, r0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = nvlink_nccl_bw_bytes_per_s*tmp1 -> r2
+    numpy.multiply(r1, nvlink_nccl_bw_bytes_per_s, out=r2)
+    # tmp3 = nvls_efficiency*(tmp0*tmp0)/(ranks*ranks) -> r3
+    numpy.multiply(r0, r0, out=r3)
+    numpy.multiply(r3, nvls_efficiency, out=r3)
+    numpy.multiply(ranks, ranks, out=r4)
+    numpy.divide(r3, r4, out=r3)
+    # tmp4 = tmp3*numpy.minimum(nvls_channel_max_bw_bytes_per_s, tmp2) -> r0
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r0)
+    numpy.multiply(r0, r3, out=r0)
+    # tmp5 = numpy.less(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2, tmp4)) -> m1
+    numpy.minimum(r2, r0, out=r4)
+    numpy.less(nvls_channel_max_bw_bytes_per_s, r4, out=m1)
+    # tmp6 = numpy.less(tmp2, tmp4) -> m2
+    numpy.less(r2, r0, out=m2)
+    # tmp7 = numpy.less(nvls_channel_max_bw_bytes_per_s, tmp2) -> m3
+    numpy.less(nvls_channel_max_bw_bytes_per_s, r2, out=m3)
+    # tmp8 = msg_bytes/(ranks*(numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2,
+    #     tmp4))*numpy.minimum(nvls_channel_max_bw_bytes_per_s, numpy.minimum(tmp2, tmp4)))) -> r5
+    numpy.minimum(nvls_channel_max_bw_bytes_per_s, r2, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.multiply(r5, ranks, out=r5)
+    numpy.divide(msg_bytes, r5, out=r5)
+    # tmp9 = numpy.logical_and(inv0_mask, numpy.logical_and(numpy.greater(ranks, 1),
+    #     numpy.less(nodes, 2))) -> m4
+    numpy.greater(ranks, 1.0, out=m4)
+    numpy.less(nodes, 2.0, out=m5)
+    numpy.logical_and(m4, m5, out=m4)
+    numpy.logical_and(m4, m0, out=m4)
+    # out = nvlink_nccl_bw_bytes_per_s*numpy.where(tmp9, -tmp8*numpy.where(tmp5, 0,
+    #     numpy.where(tmp6, tmp1, tmp3*numpy.where(tmp7, 0, tmp1))), 0) +
+    #     nvls_channel_max_bw_bytes_per_s*numpy.where(tmp9, -tmp8*numpy.where(tmp5, 1,
+    #     numpy.where(tmp6, 0, tmp3*numpy.where(tmp7, 1, 0))), 0)
+    numpy.copyto(out, 0.0)
+    numpy.copyto(r0, r1)
+    numpy.copyto(r0, 0.0, where=m3)
+    numpy.multiply(r0, r3, out=r0)
+    numpy.copyto(r0, r1, where=m2)
+    numpy.copyto(r0, 0.0, where=m1)
+    numpy.multiply(r0, r5, out=r0)
+    numpy.negative(r0, out=r0)
+    numpy.copyto(out, r0, where=m4)
+    numpy.multiply(out, nvlink_nccl_bw_bytes_per_s, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.copyto(r2, 0.0)
+    numpy.copyto(r2, 1.0, where=m3)
+    numpy.multiply(r2, r3, out=r2)
+    numpy.copyto(r2, 0.0, where=m2)
+    numpy.copyto(r2, 1.0, where=m1)
+    numpy.multiply(r2, r5, out=r2)
+    numpy.negative(r2, out=r2)
+    numpy.copyto(r0, r2, where=m4)
+    numpy.multiply(r0, nvls_channel_max_bw_bytes_per_s, out=r0)
+    numpy.add(out, r0, out=out)
+
+
+collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta_block,
+    reals=6,
+    masks=6,
+    arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=("nvls",),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -11479,19 +13781,36 @@ def collective_broadcast_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, n
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = 1/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(numpy.less(nodes, 2),
-            #     tmp0, numpy.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r1, r0, where=m0)
-            numpy.multiply(r1, 0.5, out=r1)
-            numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
-            numpy.divide(1.0, r1, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll_time_s__d_msg_bytes_block(out, r0, r1, m0, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_broadcast_ring_ll_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = 1/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(numpy.less(nodes, 2), tmp0,
+    #     numpy.minimum(tmp0, nic_bw_bytes_per_s*nics_used)))
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r1, r0, where=m0)
+    numpy.multiply(r1, 0.5, out=r1)
+    numpy.minimum(r1, ll_max_bw_bytes_per_s, out=r1)
+    numpy.divide(1.0, r1, out=out)
+
+
+collective_broadcast_ring_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll_time_s__d_msg_bytes_block,
+    reals=2,
+    masks=1,
+    arguments=("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, nodes):
@@ -11538,14 +13857,31 @@ def collective_broadcast_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, 
             reals=0,
             masks=1,
         )
-        for out, m0, alpha_ring_ll_s, hop_nvlink_ring_ll_s, nodes in call.blocks():
-            # out = alpha_ring_ll_s + hop_nvlink_ring_ll_s*numpy.where(numpy.less(nodes, 2), 1, 0)
-            numpy.copyto(out, 0.0)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(out, 1.0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_ll_s, out=out)
-            numpy.add(out, alpha_ring_ll_s, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll_time_s__scale_nvlink_alpha_block(out, m0, alpha_ring_ll_s, hop_nvlink_ring_ll_s, nodes):
+    """collective_broadcast_ring_ll_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_ll_s + hop_nvlink_ring_ll_s*numpy.where(numpy.less(nodes, 2), 1, 0)
+    numpy.copyto(out, 0.0)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(out, 1.0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_ll_s, out=out)
+    numpy.add(out, alpha_ring_ll_s, out=out)
+
+
+collective_broadcast_ring_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll_time_s__scale_nvlink_alpha_block,
+    reals=0,
+    masks=1,
+    arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "nodes"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, hop_net_tree_ll_s, nodes, ranks_per_node):
@@ -11596,23 +13932,40 @@ def collective_broadcast_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, hop_net_ring_ll_s, hop_net_tree_ll_s, nodes, ranks_per_node in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # out = hop_net_ring_ll_s*numpy.where(tmp0, 0, numpy.where(tmp1, 0, 1)) +
-            #     hop_net_tree_ll_s*numpy.where(tmp0, 0, numpy.where(tmp1, 1, 0))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_ll_s, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.copyto(r0, 1.0, where=m1)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(r0, hop_net_tree_ll_s, out=r0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll_time_s__scale_network_alpha_block(out, r0, m0, m1, hop_net_ring_ll_s, hop_net_tree_ll_s, nodes, ranks_per_node):
+    """collective_broadcast_ring_ll_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # out = hop_net_ring_ll_s*numpy.where(tmp0, 0, numpy.where(tmp1, 0, 1)) +
+    #     hop_net_tree_ll_s*numpy.where(tmp0, 0, numpy.where(tmp1, 1, 0))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_ll_s, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.copyto(r0, 1.0, where=m1)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(r0, hop_net_tree_ll_s, out=r0)
+    numpy.add(out, r0, out=out)
+
+
+collective_broadcast_ring_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll_time_s__scale_network_alpha_block,
+    reals=1,
+    masks=2,
+    arguments=("hop_net_ring_ll_s", "hop_net_tree_ll_s", "nodes", "ranks_per_node"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -11666,12 +14019,7 @@ def collective_broadcast_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_pe
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_ll_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_broadcast_ring_ll_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_broadcast_ring_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -11679,36 +14027,63 @@ def collective_broadcast_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_pe
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
-            numpy.minimum(r0, r1, out=r2)
-            # out = inv0*msg_bytes*numpy.where(numpy.where(tmp1, numpy.less(ll_max_bw_bytes_per_s,
-            #     0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp3)), 0, 0.5*numpy.where(tmp1,
-            #     ring_channels, numpy.where(numpy.greater(tmp0, tmp2), 0,
-            #     ring_channels)))/(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
-            #     tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0, tmp3)))
-            numpy.copyto(out, ring_channels)
-            numpy.greater(r0, r1, out=m1)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.copyto(out, ring_channels, where=m0)
-            numpy.multiply(out, 0.5, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r3, r2)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
-            numpy.multiply(r3, r3, out=r4)
-            numpy.divide(out, r4, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_broadcast_ring_ll_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_ll_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_broadcast_ring_ll_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_broadcast_ring_ll_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
+    numpy.minimum(r0, r1, out=r2)
+    # out = inv0*msg_bytes*numpy.where(numpy.where(tmp1, numpy.less(ll_max_bw_bytes_per_s,
+    #     0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp3)), 0, 0.5*numpy.where(tmp1,
+    #     ring_channels, numpy.where(numpy.greater(tmp0, tmp2), 0,
+    #     ring_channels)))/(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
+    #     tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0, tmp3)))
+    numpy.copyto(out, ring_channels)
+    numpy.greater(r0, r1, out=m1)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.copyto(out, ring_channels, where=m0)
+    numpy.multiply(out, 0.5, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r3, r2)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
+    numpy.multiply(r3, r3, out=r4)
+    numpy.divide(out, r4, out=out)
+
+
+collective_broadcast_ring_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll_time_s__scale_nvlink_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_broadcast_ring_ll_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -11761,12 +14136,7 @@ def collective_broadcast_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_p
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_ll_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
-            inv0 = -nic_bw_bytes_per_s
+        (inv0,) = _collective_broadcast_ring_ll_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_broadcast_ring_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -11774,36 +14144,63 @@ def collective_broadcast_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_p
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
-            # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
-            numpy.minimum(r0, r1, out=r2)
-            # out = inv0*msg_bytes*numpy.where(numpy.where(tmp1, numpy.less(ll_max_bw_bytes_per_s,
-            #     0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp3)), 0, 0.5*numpy.where(tmp1,
-            #     0, numpy.where(numpy.greater(tmp0, tmp2), nics_used,
-            #     0)))/(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
-            #     tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0, tmp3)))
-            numpy.copyto(out, 0.0)
-            numpy.greater(r0, r1, out=m1)
-            numpy.copyto(out, nics_used, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, 0.5, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r3, r2)
-            numpy.copyto(r3, r0, where=m0)
-            numpy.multiply(r3, 0.5, out=r3)
-            numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
-            numpy.multiply(r3, r3, out=r4)
-            numpy.divide(out, r4, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s):
+    """What collective_broadcast_ring_ll_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_ll_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
+        inv0 = -nic_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_broadcast_ring_ll_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_broadcast_ring_ll_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp2 = nic_bw_bytes_per_s*nics_used -> r1
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r1)
+    # tmp3 = numpy.minimum(tmp0, tmp2) -> r2
+    numpy.minimum(r0, r1, out=r2)
+    # out = inv0*msg_bytes*numpy.where(numpy.where(tmp1, numpy.less(ll_max_bw_bytes_per_s,
+    #     0.5*tmp0), numpy.less(ll_max_bw_bytes_per_s, 0.5*tmp3)), 0, 0.5*numpy.where(tmp1, 0,
+    #     numpy.where(numpy.greater(tmp0, tmp2), nics_used,
+    #     0)))/(numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0,
+    #     tmp3))*numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.where(tmp1, tmp0, tmp3)))
+    numpy.copyto(out, 0.0)
+    numpy.greater(r0, r1, out=m1)
+    numpy.copyto(out, nics_used, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, 0.5, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(ll_max_bw_bytes_per_s, 0.5*r0), numpy.less(ll_max_bw_bytes_per_s, 0.5*r2)))
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r3, r2)
+    numpy.copyto(r3, r0, where=m0)
+    numpy.multiply(r3, 0.5, out=r3)
+    numpy.minimum(r3, ll_max_bw_bytes_per_s, out=r3)
+    numpy.multiply(r3, r3, out=r4)
+    numpy.divide(out, r4, out=out)
+
+
+collective_broadcast_ring_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll_time_s__scale_network_beta_block,
+    reals=5,
+    masks=2,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_broadcast_ring_ll_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -11855,21 +14252,38 @@ def collective_broadcast_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw_
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = 1/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
-            #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used)))
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            numpy.minimum(r2, r0, out=r2)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(r2, r0, where=m0)
-            numpy.multiply(r2, 0.92, out=r2)
-            numpy.minimum(r1, r2, out=r1)
-            numpy.divide(1.0, r1, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll128_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll128_time_s__d_msg_bytes_block(out, r0, r1, r2, m0, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_broadcast_ring_ll128_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = 1/numpy.minimum(ll128_channel_max_bw_bytes_per_s*ring_channels,
+    #     0.92*numpy.where(numpy.less(nodes, 2), tmp0, numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used)))
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r1)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    numpy.minimum(r2, r0, out=r2)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(r2, r0, where=m0)
+    numpy.multiply(r2, 0.92, out=r2)
+    numpy.minimum(r1, r2, out=r1)
+    numpy.divide(1.0, r1, out=out)
+
+
+collective_broadcast_ring_ll128_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll128_time_s__d_msg_bytes_block,
+    reals=3,
+    masks=1,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, nodes):
@@ -11916,15 +14330,31 @@ def collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll1
             reals=0,
             masks=1,
         )
-        for out, m0, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, nodes in call.blocks():
-            # out = alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*numpy.where(numpy.less(nodes, 2),
-            #     1, 0)
-            numpy.copyto(out, 0.0)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(out, 1.0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_ll128_s, out=out)
-            numpy.add(out, alpha_ring_ll128_s, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha_block(out, m0, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, nodes):
+    """collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*numpy.where(numpy.less(nodes, 2), 1, 0)
+    numpy.copyto(out, 0.0)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(out, 1.0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_ll128_s, out=out)
+    numpy.add(out, alpha_ring_ll128_s, out=out)
+
+
+collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha_block,
+    reals=0,
+    masks=1,
+    arguments=("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "nodes"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring_ll128_s, hop_net_tree_ll128_s, nodes, ranks_per_node):
@@ -11975,23 +14405,40 @@ def collective_broadcast_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring_
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, hop_net_ring_ll128_s, hop_net_tree_ll128_s, nodes, ranks_per_node in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # out = hop_net_ring_ll128_s*numpy.where(tmp0, 0, numpy.where(tmp1, 0, 1)) +
-            #     hop_net_tree_ll128_s*numpy.where(tmp0, 0, numpy.where(tmp1, 1, 0))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_ll128_s, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.copyto(r0, 1.0, where=m1)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(r0, hop_net_tree_ll128_s, out=r0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll128_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll128_time_s__scale_network_alpha_block(out, r0, m0, m1, hop_net_ring_ll128_s, hop_net_tree_ll128_s, nodes, ranks_per_node):
+    """collective_broadcast_ring_ll128_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # out = hop_net_ring_ll128_s*numpy.where(tmp0, 0, numpy.where(tmp1, 0, 1)) +
+    #     hop_net_tree_ll128_s*numpy.where(tmp0, 0, numpy.where(tmp1, 1, 0))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_ll128_s, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.copyto(r0, 1.0, where=m1)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(r0, hop_net_tree_ll128_s, out=r0)
+    numpy.add(out, r0, out=out)
+
+
+collective_broadcast_ring_ll128_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll128_time_s__scale_network_alpha_block,
+    reals=1,
+    masks=2,
+    arguments=("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "nodes", "ranks_per_node"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -12049,12 +14496,7 @@ def collective_broadcast_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_m
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_ll128_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_broadcast_ring_ll128_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_broadcast_ring_ll128_time_s__scale_nvlink_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -12062,39 +14504,66 @@ def collective_broadcast_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_m
             reals=6,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
-            #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, ring_channels,
-            #     numpy.where(numpy.greater(tmp1, tmp3), 0, ring_channels)))/(numpy.minimum(tmp0,
-            #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2,
-            #     tmp1, tmp4)))
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
-            if not m1.all():
-                numpy.copyto(out, ring_channels)
-                numpy.greater(r1, r2, out=m2)
-                numpy.copyto(out, 0.0, where=m2)
-                numpy.copyto(out, ring_channels, where=m0)
-                numpy.multiply(out, 0.92, out=out)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r4, r3)
-            numpy.copyto(r4, r1, where=m0)
-            numpy.multiply(r4, 0.92, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.divide(out, r5, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll128_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll128_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_broadcast_ring_ll128_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_ll128_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_broadcast_ring_ll128_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_broadcast_ring_ll128_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
+    #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, ring_channels,
+    #     numpy.where(numpy.greater(tmp1, tmp3), 0, ring_channels)))/(numpy.minimum(tmp0,
+    #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
+    #     tmp4)))
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
+    if not m1.all():
+        numpy.copyto(out, ring_channels)
+        numpy.greater(r1, r2, out=m2)
+        numpy.copyto(out, 0.0, where=m2)
+        numpy.copyto(out, ring_channels, where=m0)
+        numpy.multiply(out, 0.92, out=out)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r4, r3)
+    numpy.copyto(r4, r1, where=m0)
+    numpy.multiply(r4, 0.92, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.divide(out, r5, out=out)
+
+
+collective_broadcast_ring_ll128_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll128_time_s__scale_nvlink_beta_block,
+    reals=6,
+    masks=3,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_broadcast_ring_ll128_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_ll128_time_s__scale_network_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -12151,12 +14620,7 @@ def collective_broadcast_ring_ll128_time_s__scale_network_beta(*, ll128_channel_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_ll128_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
-            inv0 = -nic_bw_bytes_per_s
+        (inv0,) = _collective_broadcast_ring_ll128_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_broadcast_ring_ll128_time_s__scale_network_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -12164,39 +14628,65 @@ def collective_broadcast_ring_ll128_time_s__scale_network_beta(*, ll128_channel_
             reals=6,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # tmp2 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
-            # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
-            numpy.minimum(r1, r2, out=r3)
-            # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
-            #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, 0,
-            #     numpy.where(numpy.greater(tmp1, tmp3), nics_used, 0)))/(numpy.minimum(tmp0,
-            #     0.92*numpy.where(tmp2, tmp1, tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2,
-            #     tmp1, tmp4)))
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
-            if not m1.all():
-                numpy.copyto(out, 0.0)
-                numpy.greater(r1, r2, out=m2)
-                numpy.copyto(out, nics_used, where=m2)
-                numpy.copyto(out, 0.0, where=m0)
-                numpy.multiply(out, 0.92, out=out)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.copyto(r4, r3)
-            numpy.copyto(r4, r1, where=m0)
-            numpy.multiply(r4, 0.92, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.divide(out, r5, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_ll128_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_ll128_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s):
+    """What collective_broadcast_ring_ll128_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_ll128_time_s__scale_network_beta", ("nic_bw_bytes_per_s",), (nic_bw_bytes_per_s,))
+        inv0 = -nic_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_broadcast_ring_ll128_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_broadcast_ring_ll128_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ll128_channel_max_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ll128_channel_max_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # tmp2 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp3 = nic_bw_bytes_per_s*nics_used -> r2
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r2)
+    # tmp4 = numpy.minimum(tmp1, tmp3) -> r3
+    numpy.minimum(r1, r2, out=r3)
+    # out = inv0*msg_bytes*numpy.where(numpy.where(tmp2, numpy.less(tmp0, 0.92*tmp1),
+    #     numpy.less(tmp0, 0.92*tmp4)), 0, 0.92*numpy.where(tmp2, 0, numpy.where(numpy.greater(tmp1,
+    #     tmp3), nics_used, 0)))/(numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1,
+    #     tmp4))*numpy.minimum(tmp0, 0.92*numpy.where(tmp2, tmp1, tmp4)))
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r0, 0.92*r1), numpy.less(r0, 0.92*r3)))
+    if not m1.all():
+        numpy.copyto(out, 0.0)
+        numpy.greater(r1, r2, out=m2)
+        numpy.copyto(out, nics_used, where=m2)
+        numpy.copyto(out, 0.0, where=m0)
+        numpy.multiply(out, 0.92, out=out)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.copyto(r4, r3)
+    numpy.copyto(r4, r1, where=m0)
+    numpy.multiply(r4, 0.92, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.divide(out, r5, out=out)
+
+
+collective_broadcast_ring_ll128_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_ll128_time_s__scale_network_beta_block,
+    reals=6,
+    masks=3,
+    arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_broadcast_ring_ll128_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -12237,12 +14727,7 @@ def collective_broadcast_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_simple_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_broadcast_ring_simple_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_broadcast_ring_simple_time_s__d_msg_bytes",
             ("nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -12250,19 +14735,45 @@ def collective_broadcast_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # out = numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
-            #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used,
-            #     ring_channel_bw_bytes_per_s*ring_channels))
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-                numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-                numpy.minimum(r0, r1, out=r0)
-                numpy.divide(1.0, r0, out=out)
-            numpy.divide(inv0, ring_channels, out=r0)
-            numpy.copyto(out, r0, where=m0)
+        for block in call.blocks():
+            _collective_broadcast_ring_simple_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_simple_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_broadcast_ring_simple_time_s__d_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_simple_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_broadcast_ring_simple_time_s__d_msg_bytes_block(out, r0, r1, m0, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_broadcast_ring_simple_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
+    #     1/numpy.minimum(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels))
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+        numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+        numpy.minimum(r0, r1, out=r0)
+        numpy.divide(1.0, r0, out=out)
+    numpy.divide(inv0, ring_channels, out=r0)
+    numpy.copyto(out, r0, where=m0)
+
+
+collective_broadcast_ring_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_simple_time_s__d_msg_bytes_block,
+    reals=2,
+    masks=1,
+    arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_broadcast_ring_simple_time_s__d_msg_bytes_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, nodes):
@@ -12309,15 +14820,31 @@ def collective_broadcast_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_si
             reals=0,
             masks=1,
         )
-        for out, m0, alpha_ring_simple_s, hop_nvlink_ring_simple_s, nodes in call.blocks():
-            # out = alpha_ring_simple_s + hop_nvlink_ring_simple_s*numpy.where(numpy.less(nodes, 2),
-            #     1, 0)
-            numpy.copyto(out, 0.0)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(out, 1.0, where=m0)
-            numpy.multiply(out, hop_nvlink_ring_simple_s, out=out)
-            numpy.add(out, alpha_ring_simple_s, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_simple_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_simple_time_s__scale_nvlink_alpha_block(out, m0, alpha_ring_simple_s, hop_nvlink_ring_simple_s, nodes):
+    """collective_broadcast_ring_simple_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = alpha_ring_simple_s + hop_nvlink_ring_simple_s*numpy.where(numpy.less(nodes, 2), 1, 0)
+    numpy.copyto(out, 0.0)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(out, 1.0, where=m0)
+    numpy.multiply(out, hop_nvlink_ring_simple_s, out=out)
+    numpy.add(out, alpha_ring_simple_s, out=out)
+
+
+collective_broadcast_ring_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_simple_time_s__scale_nvlink_alpha_block,
+    reals=0,
+    masks=1,
+    arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "nodes"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, hop_net_tree_simple_s, nodes, ranks_per_node):
@@ -12368,23 +14895,40 @@ def collective_broadcast_ring_simple_time_s__scale_network_alpha(*, hop_net_ring
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, hop_net_ring_simple_s, hop_net_tree_simple_s, nodes, ranks_per_node in call.blocks():
-            # tmp0 = numpy.less(nodes, 2) -> m0
-            numpy.less(nodes, 2.0, out=m0)
-            # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
-            numpy.equal(ranks_per_node, 1.0, out=m1)
-            # out = hop_net_ring_simple_s*numpy.where(tmp0, 0, numpy.where(tmp1, 0, 1)) +
-            #     hop_net_tree_simple_s*numpy.where(tmp0, 0, numpy.where(tmp1, 1, 0))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_simple_s, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.copyto(r0, 1.0, where=m1)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(r0, hop_net_tree_simple_s, out=r0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_simple_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_simple_time_s__scale_network_alpha_block(out, r0, m0, m1, hop_net_ring_simple_s, hop_net_tree_simple_s, nodes, ranks_per_node):
+    """collective_broadcast_ring_simple_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less(nodes, 2) -> m0
+    numpy.less(nodes, 2.0, out=m0)
+    # tmp1 = numpy.equal(ranks_per_node, 1) -> m1
+    numpy.equal(ranks_per_node, 1.0, out=m1)
+    # out = hop_net_ring_simple_s*numpy.where(tmp0, 0, numpy.where(tmp1, 0, 1)) +
+    #     hop_net_tree_simple_s*numpy.where(tmp0, 0, numpy.where(tmp1, 1, 0))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_simple_s, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.copyto(r0, 1.0, where=m1)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(r0, hop_net_tree_simple_s, out=r0)
+    numpy.add(out, r0, out=out)
+
+
+collective_broadcast_ring_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_simple_time_s__scale_network_alpha_block,
+    reals=1,
+    masks=2,
+    arguments=("hop_net_ring_simple_s", "hop_net_tree_simple_s", "nodes", "ranks_per_node"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -12432,12 +14976,7 @@ def collective_broadcast_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+        (inv0,) = _collective_broadcast_ring_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_broadcast_ring_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -12445,28 +14984,55 @@ def collective_broadcast_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # out = msg_bytes*ring_channel_bw_bytes_per_s*numpy.where(numpy.less(nodes, 2),
-            #     inv0/ring_channels, -numpy.where(numpy.less(tmp0, tmp1), 0,
-            #     ring_channels)/(numpy.minimum(tmp0, tmp1)*numpy.minimum(tmp0, tmp1)))
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.copyto(out, ring_channels)
-                numpy.less(r0, r1, out=m1)
-                numpy.copyto(out, 0.0, where=m1)
-                numpy.minimum(r0, r1, out=r2)
-                numpy.multiply(r2, r2, out=r3)
-                numpy.divide(out, r3, out=out)
-                numpy.negative(out, out=out)
-            numpy.divide(inv0, ring_channels, out=r2)
-            numpy.copyto(out, r2, where=m0)
-            numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
-            numpy.multiply(out, msg_bytes, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_simple_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_broadcast_ring_simple_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_broadcast_ring_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+    return (inv0,)
+
+
+def _collective_broadcast_ring_simple_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_broadcast_ring_simple_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # out = msg_bytes*ring_channel_bw_bytes_per_s*numpy.where(numpy.less(nodes, 2),
+    #     inv0/ring_channels, -numpy.where(numpy.less(tmp0, tmp1), 0,
+    #     ring_channels)/(numpy.minimum(tmp0, tmp1)*numpy.minimum(tmp0, tmp1)))
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.copyto(out, ring_channels)
+        numpy.less(r0, r1, out=m1)
+        numpy.copyto(out, 0.0, where=m1)
+        numpy.minimum(r0, r1, out=r2)
+        numpy.multiply(r2, r2, out=r3)
+        numpy.divide(out, r3, out=out)
+        numpy.negative(out, out=out)
+    numpy.divide(inv0, ring_channels, out=r2)
+    numpy.copyto(out, r2, where=m0)
+    numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+    numpy.multiply(out, msg_bytes, out=out)
+
+
+collective_broadcast_ring_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_simple_time_s__scale_nvlink_beta_block,
+    reals=4,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_broadcast_ring_simple_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_broadcast_ring_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -12519,27 +15085,44 @@ def collective_broadcast_ring_simple_time_s__scale_network_beta(*, msg_bytes, ni
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # out = msg_bytes*nic_bw_bytes_per_s*numpy.where(numpy.less(nodes, 2), 0,
-            #     -numpy.where(numpy.less(tmp0, tmp1), nics_used, 0)/(numpy.minimum(tmp0,
-            #     tmp1)*numpy.minimum(tmp0, tmp1)))
-            numpy.less(nodes, 2.0, out=m0)
-            if not m0.all():
-                numpy.copyto(out, 0.0)
-                numpy.less(r0, r1, out=m1)
-                numpy.copyto(out, nics_used, where=m1)
-                numpy.minimum(r0, r1, out=r2)
-                numpy.multiply(r2, r2, out=r3)
-                numpy.divide(out, r3, out=out)
-                numpy.negative(out, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, msg_bytes, out=out)
-            numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+        for block in call.blocks():
+            _collective_broadcast_ring_simple_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_broadcast_ring_simple_time_s__scale_network_beta_block(out, r0, r1, r2, r3, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_broadcast_ring_simple_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = nic_bw_bytes_per_s*nics_used -> r0
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # out = msg_bytes*nic_bw_bytes_per_s*numpy.where(numpy.less(nodes, 2), 0,
+    #     -numpy.where(numpy.less(tmp0, tmp1), nics_used, 0)/(numpy.minimum(tmp0,
+    #     tmp1)*numpy.minimum(tmp0, tmp1)))
+    numpy.less(nodes, 2.0, out=m0)
+    if not m0.all():
+        numpy.copyto(out, 0.0)
+        numpy.less(r0, r1, out=m1)
+        numpy.copyto(out, nics_used, where=m1)
+        numpy.minimum(r0, r1, out=r2)
+        numpy.multiply(r2, r2, out=r3)
+        numpy.divide(out, r3, out=out)
+        numpy.negative(out, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, msg_bytes, out=out)
+    numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+
+
+collective_broadcast_ring_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_broadcast_ring_simple_time_s__scale_network_beta_block,
+    reals=4,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -12604,37 +15187,54 @@ def collective_all_to_all_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, m
             reals=6,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp2 = (ranks_per_node - 1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp1) -> r1
-            numpy.subtract(ranks_per_node, 1.0, out=r1)
-            numpy.multiply(r0, 0.5, out=r2)
-            numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
-            numpy.divide(r1, r2, out=r1)
-            # tmp3 = msg_bytes/ranks -> r2
-            numpy.divide(msg_bytes, ranks, out=r2)
-            # tmp4 = (ranks - ranks_per_node)/numpy.minimum(ll_max_bw_bytes_per_s,
-            #     0.5*numpy.minimum(tmp1, nic_bw_bytes_per_s*nics_used/ranks_per_node)) -> r3
-            numpy.subtract(ranks, ranks_per_node, out=r3)
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
-            numpy.divide(r4, ranks_per_node, out=r4)
-            numpy.minimum(r4, r0, out=r4)
-            numpy.multiply(r4, 0.5, out=r4)
-            numpy.minimum(r4, ll_max_bw_bytes_per_s, out=r4)
-            numpy.divide(r3, r4, out=r3)
-            # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp3),
-            #     numpy.where(numpy.greater(tmp2*tmp3, tmp3*tmp4), tmp2/ranks, tmp4/ranks), 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater_equal(p2p_ll_threshold_bytes, r2, out=m0)
-            numpy.divide(r3, ranks, out=r0)
-            numpy.multiply(r1, r2, out=r4)
-            numpy.multiply(r2, r3, out=r5)
-            numpy.greater(r4, r5, out=m1)
-            numpy.divide(r1, ranks, out=r4)
-            numpy.copyto(r0, r4, where=m1)
-            numpy.copyto(out, r0, where=m0)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_ll_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_ll_time_s__d_msg_bytes_block(out, r0, r1, r2, r3, r4, r5, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_to_all_p2p_ll_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp2 = (ranks_per_node - 1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp1) -> r1
+    numpy.subtract(ranks_per_node, 1.0, out=r1)
+    numpy.multiply(r0, 0.5, out=r2)
+    numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
+    numpy.divide(r1, r2, out=r1)
+    # tmp3 = msg_bytes/ranks -> r2
+    numpy.divide(msg_bytes, ranks, out=r2)
+    # tmp4 = (ranks - ranks_per_node)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp1,
+    #     nic_bw_bytes_per_s*nics_used/ranks_per_node)) -> r3
+    numpy.subtract(ranks, ranks_per_node, out=r3)
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r4)
+    numpy.divide(r4, ranks_per_node, out=r4)
+    numpy.minimum(r4, r0, out=r4)
+    numpy.multiply(r4, 0.5, out=r4)
+    numpy.minimum(r4, ll_max_bw_bytes_per_s, out=r4)
+    numpy.divide(r3, r4, out=r3)
+    # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp3),
+    #     numpy.where(numpy.greater(tmp2*tmp3, tmp3*tmp4), tmp2/ranks, tmp4/ranks), 0)
+    numpy.copyto(out, 0.0)
+    numpy.greater_equal(p2p_ll_threshold_bytes, r2, out=m0)
+    numpy.divide(r3, ranks, out=r0)
+    numpy.multiply(r1, r2, out=r4)
+    numpy.multiply(r2, r3, out=r5)
+    numpy.greater(r4, r5, out=m1)
+    numpy.divide(r1, ranks, out=r4)
+    numpy.copyto(r0, r4, where=m1)
+    numpy.copyto(out, r0, where=m0)
+
+
+collective_all_to_all_p2p_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_ll_time_s__d_msg_bytes_block,
+    reals=6,
+    masks=2,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_ll_time_s__d_ranks(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -12704,47 +15304,63 @@ def collective_all_to_all_p2p_ll_time_s__d_ranks(*, ll_max_bw_bytes_per_s, msg_b
             reals=9,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = (ranks_per_node - 1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp0) -> r1
-            numpy.subtract(ranks_per_node, 1.0, out=r1)
-            numpy.multiply(r0, 0.5, out=r2)
-            numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
-            numpy.divide(r1, r2, out=r1)
-            # tmp2 = msg_bytes/(ranks*ranks) -> r2
-            numpy.multiply(ranks, ranks, out=r2)
-            numpy.divide(msg_bytes, r2, out=r2)
-            # tmp3 = msg_bytes/ranks -> r3
-            numpy.divide(msg_bytes, ranks, out=r3)
-            # tmp4 = ranks - ranks_per_node -> r4
-            numpy.subtract(ranks, ranks_per_node, out=r4)
-            # tmp5 = 1/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp0,
-            #     nic_bw_bytes_per_s*nics_used/ranks_per_node)) -> r5
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
-            numpy.divide(r5, ranks_per_node, out=r5)
-            numpy.minimum(r5, r0, out=r5)
-            numpy.multiply(r5, 0.5, out=r5)
-            numpy.minimum(r5, ll_max_bw_bytes_per_s, out=r5)
-            numpy.divide(1.0, r5, out=r5)
-            # tmp6 = tmp3*tmp5 -> r0
-            numpy.multiply(r3, r5, out=r0)
-            # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp3),
-            #     numpy.where(numpy.greater(tmp1*tmp3, tmp4*tmp6), -tmp1*tmp2, -tmp2*tmp4*tmp5 +
-            #     tmp6), 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater_equal(p2p_ll_threshold_bytes, r3, out=m0)
-            numpy.multiply(r2, r4, out=r6)
-            numpy.multiply(r6, r5, out=r6)
-            numpy.subtract(r0, r6, out=r6)
-            numpy.multiply(r1, r3, out=r7)
-            numpy.multiply(r4, r0, out=r8)
-            numpy.greater(r7, r8, out=m1)
-            numpy.multiply(r1, r2, out=r7)
-            numpy.negative(r7, out=r7)
-            numpy.copyto(r6, r7, where=m1)
-            numpy.copyto(out, r6, where=m0)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_ll_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_ll_time_s__d_ranks_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_to_all_p2p_ll_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = (ranks_per_node - 1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp0) -> r1
+    numpy.subtract(ranks_per_node, 1.0, out=r1)
+    numpy.multiply(r0, 0.5, out=r2)
+    numpy.minimum(r2, ll_max_bw_bytes_per_s, out=r2)
+    numpy.divide(r1, r2, out=r1)
+    # tmp2 = msg_bytes/(ranks*ranks) -> r2
+    numpy.multiply(ranks, ranks, out=r2)
+    numpy.divide(msg_bytes, r2, out=r2)
+    # tmp3 = msg_bytes/ranks -> r3
+    numpy.divide(msg_bytes, ranks, out=r3)
+    # tmp4 = ranks - ranks_per_node -> r4
+    numpy.subtract(ranks, ranks_per_node, out=r4)
+    # tmp5 = 1/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*numpy.minimum(tmp0,
+    #     nic_bw_bytes_per_s*nics_used/ranks_per_node)) -> r5
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r5)
+    numpy.divide(r5, ranks_per_node, out=r5)
+    numpy.minimum(r5, r0, out=r5)
+    numpy.multiply(r5, 0.5, out=r5)
+    numpy.minimum(r5, ll_max_bw_bytes_per_s, out=r5)
+    numpy.divide(1.0, r5, out=r5)
+    # tmp6 = tmp3*tmp5 -> r0
+    numpy.multiply(r3, r5, out=r0)
+    # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp3),
+    #     numpy.where(numpy.greater(tmp1*tmp3, tmp4*tmp6), -tmp1*tmp2, -tmp2*tmp4*tmp5 + tmp6), 0)
+    numpy.copyto(out, 0.0)
+    numpy.greater_equal(p2p_ll_threshold_bytes, r3, out=m0)
+    numpy.multiply(r2, r4, out=r6)
+    numpy.multiply(r6, r5, out=r6)
+    numpy.subtract(r0, r6, out=r6)
+    numpy.multiply(r1, r3, out=r7)
+    numpy.multiply(r4, r0, out=r8)
+    numpy.greater(r7, r8, out=m1)
+    numpy.multiply(r1, r2, out=r7)
+    numpy.negative(r7, out=r7)
+    numpy.copyto(r6, r7, where=m1)
+    numpy.copyto(out, r6, where=m0)
+
+
+collective_all_to_all_p2p_ll_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_ll_time_s__d_ranks_block,
+    reals=9,
+    masks=2,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
@@ -12798,23 +15414,40 @@ def collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, 
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks in call.blocks():
-            # tmp0 = numpy.greater_equal(p2p_ll_threshold_bytes, msg_bytes/ranks) -> m0
-            numpy.divide(msg_bytes, ranks, out=r0)
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            # out = alpha_ring_ll_s*numpy.where(tmp0, 1, 0) + hop_nvlink_ring_ll_s*numpy.where(tmp0,
-            #     numpy.where(numpy.less(nodes, 2), 1, 0), 0)
-            numpy.copyto(out, 0.0)
-            numpy.copyto(out, 1.0, where=m0)
-            numpy.multiply(out, alpha_ring_ll_s, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.copyto(r1, 0.0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.copyto(r1, 1.0, where=m1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha_block(out, r0, r1, m0, m1, alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
+    """collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.greater_equal(p2p_ll_threshold_bytes, msg_bytes/ranks) -> m0
+    numpy.divide(msg_bytes, ranks, out=r0)
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    # out = alpha_ring_ll_s*numpy.where(tmp0, 1, 0) + hop_nvlink_ring_ll_s*numpy.where(tmp0,
+    #     numpy.where(numpy.less(nodes, 2), 1, 0), 0)
+    numpy.copyto(out, 0.0)
+    numpy.copyto(out, 1.0, where=m0)
+    numpy.multiply(out, alpha_ring_ll_s, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.copyto(r1, 0.0)
+    numpy.less(nodes, 2.0, out=m1)
+    numpy.copyto(r1, 1.0, where=m1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r0)
+    numpy.add(out, r0, out=out)
+
+
+collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
@@ -12864,18 +15497,35 @@ def collective_all_to_all_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks in call.blocks():
-            # out = hop_net_ring_ll_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes,
-            #     msg_bytes/ranks), numpy.where(numpy.less(nodes, 2), 0, 1), 0)
-            numpy.copyto(out, 0.0)
-            numpy.divide(msg_bytes, ranks, out=r0)
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            numpy.copyto(r0, 1.0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.copyto(r0, 0.0, where=m1)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, hop_net_ring_ll_s, out=out)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_ll_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_ll_time_s__scale_network_alpha_block(out, r0, m0, m1, hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
+    """collective_all_to_all_p2p_ll_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = hop_net_ring_ll_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes,
+    #     msg_bytes/ranks), numpy.where(numpy.less(nodes, 2), 0, 1), 0)
+    numpy.copyto(out, 0.0)
+    numpy.divide(msg_bytes, ranks, out=r0)
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    numpy.copyto(r0, 1.0)
+    numpy.less(nodes, 2.0, out=m1)
+    numpy.copyto(r0, 0.0, where=m1)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, hop_net_ring_ll_s, out=out)
+
+
+collective_all_to_all_p2p_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_ll_time_s__scale_network_alpha_block,
+    reals=1,
+    masks=2,
+    arguments=("hop_net_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -12953,64 +15603,80 @@ def collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_pe
             reals=13,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = 0.5*ring_channels -> r0
-            numpy.multiply(ring_channels, 0.5, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*tmp0 -> r1
-            numpy.multiply(r0, ring_channel_bw_bytes_per_s, out=r1)
-            # tmp2 = numpy.minimum(ll_max_bw_bytes_per_s, tmp1) -> r2
-            numpy.minimum(ll_max_bw_bytes_per_s, r1, out=r2)
-            # tmp3 = msg_bytes/ranks -> r3
-            numpy.divide(msg_bytes, ranks, out=r3)
-            # tmp4 = tmp3*(ranks_per_node - 1) -> r4
-            numpy.subtract(ranks_per_node, 1.0, out=r4)
-            numpy.multiply(r4, r3, out=r4)
-            # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r5
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r5)
-            # tmp6 = nic_bw_bytes_per_s*nics_used/ranks_per_node -> r6
-            numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r6)
-            numpy.divide(r6, ranks_per_node, out=r6)
-            # tmp7 = 0.5*numpy.minimum(tmp5, tmp6) -> r7
-            numpy.minimum(r5, r6, out=r7)
-            numpy.multiply(r7, 0.5, out=r7)
-            # tmp8 = numpy.minimum(ll_max_bw_bytes_per_s, tmp7) -> r8
-            numpy.minimum(ll_max_bw_bytes_per_s, r7, out=r8)
-            # tmp9 = tmp3*(ranks - ranks_per_node) -> r9
-            numpy.subtract(ranks, ranks_per_node, out=r9)
-            numpy.multiply(r9, r3, out=r9)
-            # out =
-            #     ring_channel_bw_bytes_per_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes
-            #     , tmp3), numpy.where(numpy.greater(tmp4/tmp2, tmp9/tmp8),
-            #     -tmp4*numpy.where(numpy.less(ll_max_bw_bytes_per_s, tmp1), 0, tmp0)/(tmp2*tmp2),
-            #     -tmp9*numpy.where(numpy.less(ll_max_bw_bytes_per_s, tmp7), 0,
-            #     0.5*numpy.where(numpy.less(tmp5, tmp6), ring_channels, 0))/(tmp8*tmp8)), 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater_equal(p2p_ll_threshold_bytes, r3, out=m0)
-            numpy.divide(r4, r2, out=r10)
-            numpy.divide(r9, r8, out=r11)
-            numpy.greater(r10, r11, out=m1)
-            if not m1.all():
-                numpy.copyto(r10, 0.0)
-                numpy.less(r5, r6, out=m2)
-                numpy.copyto(r10, ring_channels, where=m2)
-                numpy.multiply(r10, 0.5, out=r10)
-                numpy.less(ll_max_bw_bytes_per_s, r7, out=m2)
-                numpy.copyto(r10, 0.0, where=m2)
-                numpy.multiply(r10, r9, out=r10)
-                numpy.multiply(r8, r8, out=r11)
-                numpy.divide(r10, r11, out=r10)
-                numpy.negative(r10, out=r10)
-            numpy.copyto(r11, r0)
-            numpy.less(ll_max_bw_bytes_per_s, r1, out=m2)
-            numpy.copyto(r11, 0.0, where=m2)
-            numpy.multiply(r11, r4, out=r11)
-            numpy.multiply(r2, r2, out=r12)
-            numpy.divide(r11, r12, out=r11)
-            numpy.negative(r11, out=r11)
-            numpy.copyto(r10, r11, where=m1)
-            numpy.copyto(out, r10, where=m0)
-            numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 0.5*ring_channels -> r0
+    numpy.multiply(ring_channels, 0.5, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*tmp0 -> r1
+    numpy.multiply(r0, ring_channel_bw_bytes_per_s, out=r1)
+    # tmp2 = numpy.minimum(ll_max_bw_bytes_per_s, tmp1) -> r2
+    numpy.minimum(ll_max_bw_bytes_per_s, r1, out=r2)
+    # tmp3 = msg_bytes/ranks -> r3
+    numpy.divide(msg_bytes, ranks, out=r3)
+    # tmp4 = tmp3*(ranks_per_node - 1) -> r4
+    numpy.subtract(ranks_per_node, 1.0, out=r4)
+    numpy.multiply(r4, r3, out=r4)
+    # tmp5 = ring_channel_bw_bytes_per_s*ring_channels -> r5
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r5)
+    # tmp6 = nic_bw_bytes_per_s*nics_used/ranks_per_node -> r6
+    numpy.multiply(nic_bw_bytes_per_s, nics_used, out=r6)
+    numpy.divide(r6, ranks_per_node, out=r6)
+    # tmp7 = 0.5*numpy.minimum(tmp5, tmp6) -> r7
+    numpy.minimum(r5, r6, out=r7)
+    numpy.multiply(r7, 0.5, out=r7)
+    # tmp8 = numpy.minimum(ll_max_bw_bytes_per_s, tmp7) -> r8
+    numpy.minimum(ll_max_bw_bytes_per_s, r7, out=r8)
+    # tmp9 = tmp3*(ranks - ranks_per_node) -> r9
+    numpy.subtract(ranks, ranks_per_node, out=r9)
+    numpy.multiply(r9, r3, out=r9)
+    # out = ring_channel_bw_bytes_per_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes,
+    #     tmp3), numpy.where(numpy.greater(tmp4/tmp2, tmp9/tmp8),
+    #     -tmp4*numpy.where(numpy.less(ll_max_bw_bytes_per_s, tmp1), 0, tmp0)/(tmp2*tmp2),
+    #     -tmp9*numpy.where(numpy.less(ll_max_bw_bytes_per_s, tmp7), 0,
+    #     0.5*numpy.where(numpy.less(tmp5, tmp6), ring_channels, 0))/(tmp8*tmp8)), 0)
+    numpy.copyto(out, 0.0)
+    numpy.greater_equal(p2p_ll_threshold_bytes, r3, out=m0)
+    numpy.divide(r4, r2, out=r10)
+    numpy.divide(r9, r8, out=r11)
+    numpy.greater(r10, r11, out=m1)
+    if not m1.all():
+        numpy.copyto(r10, 0.0)
+        numpy.less(r5, r6, out=m2)
+        numpy.copyto(r10, ring_channels, where=m2)
+        numpy.multiply(r10, 0.5, out=r10)
+        numpy.less(ll_max_bw_bytes_per_s, r7, out=m2)
+        numpy.copyto(r10, 0.0, where=m2)
+        numpy.multiply(r10, r9, out=r10)
+        numpy.multiply(r8, r8, out=r11)
+        numpy.divide(r10, r11, out=r10)
+        numpy.negative(r10, out=r10)
+    numpy.copyto(r11, r0)
+    numpy.less(ll_max_bw_bytes_per_s, r1, out=m2)
+    numpy.copyto(r11, 0.0, where=m2)
+    numpy.multiply(r11, r4, out=r11)
+    numpy.multiply(r2, r2, out=r12)
+    numpy.divide(r11, r12, out=r11)
+    numpy.negative(r11, out=r11)
+    numpy.copyto(r10, r11, where=m1)
+    numpy.copyto(out, r10, where=m0)
+    numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+
+
+collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta_block,
+    reals=13,
+    masks=3,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -13081,52 +15747,69 @@ def collective_all_to_all_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_p
             reals=10,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, m1, m2, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # tmp1 = msg_bytes/ranks -> r1
-            numpy.divide(msg_bytes, ranks, out=r1)
-            # tmp2 = nics_used/ranks_per_node -> r2
-            numpy.divide(nics_used, ranks_per_node, out=r2)
-            # tmp3 = nic_bw_bytes_per_s*tmp2 -> r3
-            numpy.multiply(r2, nic_bw_bytes_per_s, out=r3)
-            # tmp4 = 0.5*numpy.minimum(tmp0, tmp3) -> r4
-            numpy.minimum(r0, r3, out=r4)
-            numpy.multiply(r4, 0.5, out=r4)
-            # tmp5 = numpy.minimum(ll_max_bw_bytes_per_s, tmp4) -> r5
-            numpy.minimum(ll_max_bw_bytes_per_s, r4, out=r5)
-            # tmp6 = tmp1*(ranks - ranks_per_node) -> r6
-            numpy.subtract(ranks, ranks_per_node, out=r6)
-            numpy.multiply(r6, r1, out=r6)
-            # out = nic_bw_bytes_per_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes,
-            #     tmp1), numpy.where(numpy.less(tmp6/tmp5, tmp1*(ranks_per_node -
-            #     1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp0)), 0,
-            #     -tmp6*numpy.where(numpy.less(ll_max_bw_bytes_per_s, tmp4), 0,
-            #     0.5*numpy.where(numpy.less(tmp0, tmp3), 0, tmp2))/(tmp5*tmp5)), 0)
-            numpy.copyto(out, 0.0)
-            numpy.greater_equal(p2p_ll_threshold_bytes, r1, out=m0)
-            numpy.divide(r6, r5, out=r7)
-            numpy.subtract(ranks_per_node, 1.0, out=r8)
-            numpy.multiply(r8, r1, out=r8)
-            numpy.multiply(r0, 0.5, out=r9)
-            numpy.minimum(r9, ll_max_bw_bytes_per_s, out=r9)
-            numpy.divide(r8, r9, out=r8)
-            numpy.less(r7, r8, out=m1)
-            if not m1.all():
-                numpy.copyto(r7, r2)
-                numpy.less(r0, r3, out=m2)
-                numpy.copyto(r7, 0.0, where=m2)
-                numpy.multiply(r7, 0.5, out=r7)
-                numpy.less(ll_max_bw_bytes_per_s, r4, out=m2)
-                numpy.copyto(r7, 0.0, where=m2)
-                numpy.multiply(r7, r6, out=r7)
-                numpy.multiply(r5, r5, out=r8)
-                numpy.divide(r7, r8, out=r7)
-                numpy.negative(r7, out=r7)
-            numpy.copyto(r7, 0.0, where=m1)
-            numpy.copyto(out, r7, where=m0)
-            numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_ll_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_ll_time_s__scale_network_beta_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, m0, m1, m2, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_all_to_all_p2p_ll_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # tmp1 = msg_bytes/ranks -> r1
+    numpy.divide(msg_bytes, ranks, out=r1)
+    # tmp2 = nics_used/ranks_per_node -> r2
+    numpy.divide(nics_used, ranks_per_node, out=r2)
+    # tmp3 = nic_bw_bytes_per_s*tmp2 -> r3
+    numpy.multiply(r2, nic_bw_bytes_per_s, out=r3)
+    # tmp4 = 0.5*numpy.minimum(tmp0, tmp3) -> r4
+    numpy.minimum(r0, r3, out=r4)
+    numpy.multiply(r4, 0.5, out=r4)
+    # tmp5 = numpy.minimum(ll_max_bw_bytes_per_s, tmp4) -> r5
+    numpy.minimum(ll_max_bw_bytes_per_s, r4, out=r5)
+    # tmp6 = tmp1*(ranks - ranks_per_node) -> r6
+    numpy.subtract(ranks, ranks_per_node, out=r6)
+    numpy.multiply(r6, r1, out=r6)
+    # out = nic_bw_bytes_per_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp1),
+    #     numpy.where(numpy.less(tmp6/tmp5, tmp1*(ranks_per_node -
+    #     1)/numpy.minimum(ll_max_bw_bytes_per_s, 0.5*tmp0)), 0,
+    #     -tmp6*numpy.where(numpy.less(ll_max_bw_bytes_per_s, tmp4), 0,
+    #     0.5*numpy.where(numpy.less(tmp0, tmp3), 0, tmp2))/(tmp5*tmp5)), 0)
+    numpy.copyto(out, 0.0)
+    numpy.greater_equal(p2p_ll_threshold_bytes, r1, out=m0)
+    numpy.divide(r6, r5, out=r7)
+    numpy.subtract(ranks_per_node, 1.0, out=r8)
+    numpy.multiply(r8, r1, out=r8)
+    numpy.multiply(r0, 0.5, out=r9)
+    numpy.minimum(r9, ll_max_bw_bytes_per_s, out=r9)
+    numpy.divide(r8, r9, out=r8)
+    numpy.less(r7, r8, out=m1)
+    if not m1.all():
+        numpy.copyto(r7, r2)
+        numpy.less(r0, r3, out=m2)
+        numpy.copyto(r7, 0.0, where=m2)
+        numpy.multiply(r7, 0.5, out=r7)
+        numpy.less(ll_max_bw_bytes_per_s, r4, out=m2)
+        numpy.copyto(r7, 0.0, where=m2)
+        numpy.multiply(r7, r6, out=r7)
+        numpy.multiply(r5, r5, out=r8)
+        numpy.divide(r7, r8, out=r7)
+        numpy.negative(r7, out=r7)
+    numpy.copyto(r7, 0.0, where=m1)
+    numpy.copyto(out, r7, where=m0)
+    numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+
+
+collective_all_to_all_p2p_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_ll_time_s__scale_network_beta_block,
+    reals=10,
+    masks=3,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -13177,14 +15860,7 @@ def collective_all_to_all_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_by
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 1/nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s__d_msg_bytes", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 1/nic_bw_bytes_per_s
+        (inv0, inv1) = _collective_all_to_all_p2p_simple_time_s__d_msg_bytes_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_to_all_p2p_simple_time_s__d_msg_bytes",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -13192,30 +15868,59 @@ def collective_all_to_all_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_by
             reals=5,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp1 = msg_bytes/ranks -> r0
-            numpy.divide(msg_bytes, ranks, out=r0)
-            # tmp2 = inv0*(ranks_per_node - 0.5)/ring_channels -> r1
-            numpy.subtract(ranks_per_node, 0.5, out=r1)
-            numpy.multiply(r1, inv0, out=r1)
-            numpy.divide(r1, ring_channels, out=r1)
-            # tmp3 = inv1*ranks_per_node*(ranks - ranks_per_node)/nics_used -> r2
-            numpy.subtract(ranks, ranks_per_node, out=r2)
-            numpy.multiply(r2, inv1, out=r2)
-            numpy.multiply(r2, ranks_per_node, out=r2)
-            numpy.divide(r2, nics_used, out=r2)
-            # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp1), 0,
-            #     numpy.where(numpy.greater(tmp1*tmp2, tmp1*tmp3), tmp2/ranks, tmp3/ranks))
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            if not m0.all():
-                numpy.divide(r2, ranks, out=out)
-                numpy.multiply(r0, r1, out=r3)
-                numpy.multiply(r0, r2, out=r4)
-                numpy.greater(r3, r4, out=m1)
-                numpy.divide(r1, ranks, out=r3)
-                numpy.copyto(out, r3, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_simple_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_simple_time_s__d_msg_bytes_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_to_all_p2p_simple_time_s__d_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 1/nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s__d_msg_bytes", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 1/nic_bw_bytes_per_s
+    return (inv0, inv1)
+
+
+def _collective_all_to_all_p2p_simple_time_s__d_msg_bytes_block(out, r0, r1, r2, r3, r4, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_to_all_p2p_simple_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = msg_bytes/ranks -> r0
+    numpy.divide(msg_bytes, ranks, out=r0)
+    # tmp2 = inv0*(ranks_per_node - 0.5)/ring_channels -> r1
+    numpy.subtract(ranks_per_node, 0.5, out=r1)
+    numpy.multiply(r1, inv0, out=r1)
+    numpy.divide(r1, ring_channels, out=r1)
+    # tmp3 = inv1*ranks_per_node*(ranks - ranks_per_node)/nics_used -> r2
+    numpy.subtract(ranks, ranks_per_node, out=r2)
+    numpy.multiply(r2, inv1, out=r2)
+    numpy.multiply(r2, ranks_per_node, out=r2)
+    numpy.divide(r2, nics_used, out=r2)
+    # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp1), 0,
+    #     numpy.where(numpy.greater(tmp1*tmp2, tmp1*tmp3), tmp2/ranks, tmp3/ranks))
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    if not m0.all():
+        numpy.divide(r2, ranks, out=out)
+        numpy.multiply(r0, r1, out=r3)
+        numpy.multiply(r0, r2, out=r4)
+        numpy.greater(r3, r4, out=m1)
+        numpy.divide(r1, ranks, out=r3)
+        numpy.copyto(out, r3, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+collective_all_to_all_p2p_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_simple_time_s__d_msg_bytes_block,
+    reals=5,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_to_all_p2p_simple_time_s__d_msg_bytes_invariants,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_simple_time_s__d_ranks(*, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -13272,14 +15977,7 @@ def collective_all_to_all_p2p_simple_time_s__d_ranks(*, msg_bytes, nic_bw_bytes_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 1/nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s__d_ranks", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/ring_channel_bw_bytes_per_s
-            inv1 = 1/nic_bw_bytes_per_s
+        (inv0, inv1) = _collective_all_to_all_p2p_simple_time_s__d_ranks_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_to_all_p2p_simple_time_s__d_ranks",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
@@ -13287,39 +15985,67 @@ def collective_all_to_all_p2p_simple_time_s__d_ranks(*, msg_bytes, nic_bw_bytes_
             reals=8,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1 in call.blocks():
-            # tmp0 = msg_bytes/ranks -> r0
-            numpy.divide(msg_bytes, ranks, out=r0)
-            # tmp1 = msg_bytes/(ranks*ranks) -> r1
-            numpy.multiply(ranks, ranks, out=r1)
-            numpy.divide(msg_bytes, r1, out=r1)
-            # tmp2 = inv0*(ranks_per_node - 0.5)/ring_channels -> r2
-            numpy.subtract(ranks_per_node, 0.5, out=r2)
-            numpy.multiply(r2, inv0, out=r2)
-            numpy.divide(r2, ring_channels, out=r2)
-            # tmp3 = ranks - ranks_per_node -> r3
-            numpy.subtract(ranks, ranks_per_node, out=r3)
-            # tmp4 = inv1*ranks_per_node/nics_used -> r4
-            numpy.multiply(inv1, ranks_per_node, out=r4)
-            numpy.divide(r4, nics_used, out=r4)
-            # tmp5 = tmp0*tmp4 -> r5
-            numpy.multiply(r0, r4, out=r5)
-            # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp0), 0,
-            #     numpy.where(numpy.greater(tmp0*tmp2, tmp3*tmp5), -tmp1*tmp2, -tmp1*tmp3*tmp4 +
-            #     tmp5))
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            if not m0.all():
-                numpy.multiply(r1, r3, out=r6)
-                numpy.multiply(r6, r4, out=r6)
-                numpy.subtract(r5, r6, out=out)
-                numpy.multiply(r0, r2, out=r6)
-                numpy.multiply(r3, r5, out=r7)
-                numpy.greater(r6, r7, out=m1)
-                numpy.multiply(r1, r2, out=r6)
-                numpy.negative(r6, out=r6)
-                numpy.copyto(out, r6, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_simple_time_s__d_ranks_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_simple_time_s__d_ranks_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_to_all_p2p_simple_time_s__d_ranks computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 1/nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s__d_ranks", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/ring_channel_bw_bytes_per_s
+        inv1 = 1/nic_bw_bytes_per_s
+    return (inv0, inv1)
+
+
+def _collective_all_to_all_p2p_simple_time_s__d_ranks_block(out, r0, r1, r2, r3, r4, r5, r6, r7, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1):
+    """collective_all_to_all_p2p_simple_time_s__d_ranks on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = msg_bytes/ranks -> r0
+    numpy.divide(msg_bytes, ranks, out=r0)
+    # tmp1 = msg_bytes/(ranks*ranks) -> r1
+    numpy.multiply(ranks, ranks, out=r1)
+    numpy.divide(msg_bytes, r1, out=r1)
+    # tmp2 = inv0*(ranks_per_node - 0.5)/ring_channels -> r2
+    numpy.subtract(ranks_per_node, 0.5, out=r2)
+    numpy.multiply(r2, inv0, out=r2)
+    numpy.divide(r2, ring_channels, out=r2)
+    # tmp3 = ranks - ranks_per_node -> r3
+    numpy.subtract(ranks, ranks_per_node, out=r3)
+    # tmp4 = inv1*ranks_per_node/nics_used -> r4
+    numpy.multiply(inv1, ranks_per_node, out=r4)
+    numpy.divide(r4, nics_used, out=r4)
+    # tmp5 = tmp0*tmp4 -> r5
+    numpy.multiply(r0, r4, out=r5)
+    # out = numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp0), 0,
+    #     numpy.where(numpy.greater(tmp0*tmp2, tmp3*tmp5), -tmp1*tmp2, -tmp1*tmp3*tmp4 + tmp5))
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    if not m0.all():
+        numpy.multiply(r1, r3, out=r6)
+        numpy.multiply(r6, r4, out=r6)
+        numpy.subtract(r5, r6, out=out)
+        numpy.multiply(r0, r2, out=r6)
+        numpy.multiply(r3, r5, out=r7)
+        numpy.greater(r6, r7, out=m1)
+        numpy.multiply(r1, r2, out=r6)
+        numpy.negative(r6, out=r6)
+        numpy.copyto(out, r6, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+collective_all_to_all_p2p_simple_time_s__d_ranks.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_simple_time_s__d_ranks_block,
+    reals=8,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1"),
+    invariants=_collective_all_to_all_p2p_simple_time_s__d_ranks_invariants,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
@@ -13373,23 +16099,39 @@ def collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_si
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks in call.blocks():
-            # tmp0 = numpy.greater_equal(p2p_ll_threshold_bytes, msg_bytes/ranks) -> m0
-            numpy.divide(msg_bytes, ranks, out=r0)
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            # out = alpha_ring_simple_s*numpy.where(tmp0, 0, 1) +
-            #     hop_nvlink_ring_simple_s*numpy.where(tmp0, 0, numpy.where(numpy.less(nodes, 2), 1,
-            #     0))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, alpha_ring_simple_s, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.copyto(r0, 1.0, where=m1)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha_block(out, r0, m0, m1, alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
+    """collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.greater_equal(p2p_ll_threshold_bytes, msg_bytes/ranks) -> m0
+    numpy.divide(msg_bytes, ranks, out=r0)
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    # out = alpha_ring_simple_s*numpy.where(tmp0, 0, 1) + hop_nvlink_ring_simple_s*numpy.where(tmp0,
+    #     0, numpy.where(numpy.less(nodes, 2), 1, 0))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, alpha_ring_simple_s, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.less(nodes, 2.0, out=m1)
+    numpy.copyto(r0, 1.0, where=m1)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r0)
+    numpy.add(out, r0, out=out)
+
+
+collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha_block,
+    reals=1,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
@@ -13439,17 +16181,34 @@ def collective_all_to_all_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring
             reals=1,
             masks=1,
         )
-        for out, r0, m0, hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks in call.blocks():
-            # out = hop_net_ring_simple_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes,
-            #     msg_bytes/ranks), 0, numpy.where(numpy.less(nodes, 2), 0, 1))
-            numpy.copyto(out, 1.0)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.divide(msg_bytes, ranks, out=r0)
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_simple_s, out=out)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_simple_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_simple_time_s__scale_network_alpha_block(out, r0, m0, hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
+    """collective_all_to_all_p2p_simple_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = hop_net_ring_simple_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes,
+    #     msg_bytes/ranks), 0, numpy.where(numpy.less(nodes, 2), 0, 1))
+    numpy.copyto(out, 1.0)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.divide(msg_bytes, ranks, out=r0)
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_simple_s, out=out)
+
+
+collective_all_to_all_p2p_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_simple_time_s__scale_network_alpha_block,
+    reals=1,
+    masks=1,
+    arguments=("hop_net_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -13500,16 +16259,7 @@ def collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = 1/nic_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = 1/nic_bw_bytes_per_s
+        (inv0, inv1, inv2) = _collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2"),
@@ -13517,32 +16267,62 @@ def collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2 in call.blocks():
-            # tmp0 = msg_bytes/ranks -> r0
-            numpy.divide(msg_bytes, ranks, out=r0)
-            # tmp1 = tmp0*(ranks_per_node - 0.5)/ring_channels -> r1
-            numpy.subtract(ranks_per_node, 0.5, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.divide(r1, ring_channels, out=r1)
-            # out =
-            #     ring_channel_bw_bytes_per_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes
-            #     , tmp0), 0, numpy.where(numpy.greater(inv1*tmp1, inv2*ranks_per_node*tmp0*(ranks -
-            #     ranks_per_node)/nics_used), inv0*tmp1, 0))
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            if not m0.all():
-                numpy.copyto(out, 0.0)
-                numpy.multiply(inv1, r1, out=r2)
-                numpy.subtract(ranks, ranks_per_node, out=r3)
-                numpy.multiply(r3, inv2, out=r3)
-                numpy.multiply(r3, r0, out=r3)
-                numpy.multiply(r3, ranks_per_node, out=r3)
-                numpy.divide(r3, nics_used, out=r3)
-                numpy.greater(r2, r3, out=m1)
-                numpy.multiply(inv0, r1, out=r2)
-                numpy.copyto(out, r2, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = 1/nic_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = 1/nic_bw_bytes_per_s
+    return (inv0, inv1, inv2)
+
+
+def _collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2):
+    """collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = msg_bytes/ranks -> r0
+    numpy.divide(msg_bytes, ranks, out=r0)
+    # tmp1 = tmp0*(ranks_per_node - 0.5)/ring_channels -> r1
+    numpy.subtract(ranks_per_node, 0.5, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.divide(r1, ring_channels, out=r1)
+    # out = ring_channel_bw_bytes_per_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes,
+    #     tmp0), 0, numpy.where(numpy.greater(inv1*tmp1, inv2*ranks_per_node*tmp0*(ranks -
+    #     ranks_per_node)/nics_used), inv0*tmp1, 0))
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    if not m0.all():
+        numpy.copyto(out, 0.0)
+        numpy.multiply(inv1, r1, out=r2)
+        numpy.subtract(ranks, ranks_per_node, out=r3)
+        numpy.multiply(r3, inv2, out=r3)
+        numpy.multiply(r3, r0, out=r3)
+        numpy.multiply(r3, ranks_per_node, out=r3)
+        numpy.divide(r3, nics_used, out=r3)
+        numpy.greater(r2, r3, out=m1)
+        numpy.multiply(inv0, r1, out=r2)
+        numpy.copyto(out, r2, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+
+
+collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta_block,
+    reals=4,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta_invariants,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_all_to_all_p2p_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
@@ -13592,16 +16372,7 @@ def collective_all_to_all_p2p_simple_time_s__scale_network_beta(*, msg_bytes, ni
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/nic_bw_bytes_per_s
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = -1/(nic_bw_bytes_per_s*nic_bw_bytes_per_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s__scale_network_beta", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
-            inv0 = 1/nic_bw_bytes_per_s
-            inv1 = 1/ring_channel_bw_bytes_per_s
-            inv2 = -1/(nic_bw_bytes_per_s*nic_bw_bytes_per_s)
+        (inv0, inv1, inv2) = _collective_all_to_all_p2p_simple_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_all_to_all_p2p_simple_time_s__scale_network_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2"),
@@ -13609,30 +16380,61 @@ def collective_all_to_all_p2p_simple_time_s__scale_network_beta(*, msg_bytes, ni
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2 in call.blocks():
-            # tmp0 = msg_bytes/ranks -> r0
-            numpy.divide(msg_bytes, ranks, out=r0)
-            # tmp1 = ranks_per_node*tmp0*(ranks - ranks_per_node)/nics_used -> r1
-            numpy.subtract(ranks, ranks_per_node, out=r1)
-            numpy.multiply(r1, r0, out=r1)
-            numpy.multiply(r1, ranks_per_node, out=r1)
-            numpy.divide(r1, nics_used, out=r1)
-            # out = nic_bw_bytes_per_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes,
-            #     tmp0), 0, numpy.where(numpy.less(inv0*tmp1, inv1*tmp0*(ranks_per_node -
-            #     0.5)/ring_channels), 0, inv2*tmp1))
-            numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
-            if not m0.all():
-                numpy.multiply(inv2, r1, out=out)
-                numpy.multiply(inv0, r1, out=r2)
-                numpy.subtract(ranks_per_node, 0.5, out=r3)
-                numpy.multiply(r3, inv1, out=r3)
-                numpy.multiply(r3, r0, out=r3)
-                numpy.divide(r3, ring_channels, out=r3)
-                numpy.less(r2, r3, out=m1)
-                numpy.copyto(out, 0.0, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+        for block in call.blocks():
+            _collective_all_to_all_p2p_simple_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_all_to_all_p2p_simple_time_s__scale_network_beta_invariants(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s):
+    """What collective_all_to_all_p2p_simple_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/nic_bw_bytes_per_s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = -1/(nic_bw_bytes_per_s*nic_bw_bytes_per_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s) = _runtime.reals("collective_all_to_all_p2p_simple_time_s__scale_network_beta", ("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), (nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s))
+        inv0 = 1/nic_bw_bytes_per_s
+        inv1 = 1/ring_channel_bw_bytes_per_s
+        inv2 = -1/(nic_bw_bytes_per_s*nic_bw_bytes_per_s)
+    return (inv0, inv1, inv2)
+
+
+def _collective_all_to_all_p2p_simple_time_s__scale_network_beta_block(out, r0, r1, r2, r3, m0, m1, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2):
+    """collective_all_to_all_p2p_simple_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = msg_bytes/ranks -> r0
+    numpy.divide(msg_bytes, ranks, out=r0)
+    # tmp1 = ranks_per_node*tmp0*(ranks - ranks_per_node)/nics_used -> r1
+    numpy.subtract(ranks, ranks_per_node, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.multiply(r1, ranks_per_node, out=r1)
+    numpy.divide(r1, nics_used, out=r1)
+    # out = nic_bw_bytes_per_s*numpy.where(numpy.greater_equal(p2p_ll_threshold_bytes, tmp0), 0,
+    #     numpy.where(numpy.less(inv0*tmp1, inv1*tmp0*(ranks_per_node - 0.5)/ring_channels), 0,
+    #     inv2*tmp1))
+    numpy.greater_equal(p2p_ll_threshold_bytes, r0, out=m0)
+    if not m0.all():
+        numpy.multiply(inv2, r1, out=out)
+        numpy.multiply(inv0, r1, out=r2)
+        numpy.subtract(ranks_per_node, 0.5, out=r3)
+        numpy.multiply(r3, inv1, out=r3)
+        numpy.multiply(r3, r0, out=r3)
+        numpy.divide(r3, ring_channels, out=r3)
+        numpy.less(r2, r3, out=m1)
+        numpy.copyto(out, 0.0, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+
+
+collective_all_to_all_p2p_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_all_to_all_p2p_simple_time_s__scale_network_beta_block,
+    reals=4,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_collective_all_to_all_p2p_simple_time_s__scale_network_beta_invariants,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -13679,12 +16481,7 @@ def collective_send_recv_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, ms
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 0.5*ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 0.5*ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_send_recv_p2p_ll_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_send_recv_p2p_ll_time_s__d_msg_bytes",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -13692,24 +16489,50 @@ def collective_send_recv_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, ms
             reals=3,
             masks=2,
         )
-        for out, r0, r1, r2, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = inv0*ring_channels -> r0
-            numpy.multiply(inv0, ring_channels, out=r0)
-            # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes),
-            #     numpy.where(numpy.less(nodes, 2), 1/numpy.minimum(ll_max_bw_bytes_per_s, tmp0),
-            #     1/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s, tmp0))),
-            #     0)
-            numpy.copyto(out, 0.0)
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r1)
-            numpy.minimum(r1, r0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.minimum(ll_max_bw_bytes_per_s, r0, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            numpy.copyto(r1, r2, where=m1)
-            numpy.copyto(out, r1, where=m0)
+        for block in call.blocks():
+            _collective_send_recv_p2p_ll_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_ll_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_send_recv_p2p_ll_time_s__d_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.5*ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 0.5*ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_send_recv_p2p_ll_time_s__d_msg_bytes_block(out, r0, r1, r2, m0, m1, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_send_recv_p2p_ll_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = inv0*ring_channels -> r0
+    numpy.multiply(inv0, ring_channels, out=r0)
+    # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes),
+    #     numpy.where(numpy.less(nodes, 2), 1/numpy.minimum(ll_max_bw_bytes_per_s, tmp0),
+    #     1/numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s, tmp0))), 0)
+    numpy.copyto(out, 0.0)
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r1)
+    numpy.minimum(r1, r0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    numpy.less(nodes, 2.0, out=m1)
+    numpy.minimum(ll_max_bw_bytes_per_s, r0, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    numpy.copyto(r1, r2, where=m1)
+    numpy.copyto(out, r1, where=m0)
+
+
+collective_send_recv_p2p_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_ll_time_s__d_msg_bytes_block,
+    reals=3,
+    masks=2,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_send_recv_p2p_ll_time_s__d_msg_bytes_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
@@ -13762,22 +16585,39 @@ def collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, h
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes in call.blocks():
-            # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            # out = alpha_ring_ll_s*numpy.where(tmp0, 1, 0) + hop_nvlink_ring_ll_s*numpy.where(tmp0,
-            #     numpy.where(numpy.less(nodes, 2), 1, 0), 0)
-            numpy.copyto(out, 0.0)
-            numpy.copyto(out, 1.0, where=m0)
-            numpy.multiply(out, alpha_ring_ll_s, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.copyto(r1, 0.0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.copyto(r1, 1.0, where=m1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha_block(out, r0, r1, m0, m1, alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
+    """collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    # out = alpha_ring_ll_s*numpy.where(tmp0, 1, 0) + hop_nvlink_ring_ll_s*numpy.where(tmp0,
+    #     numpy.where(numpy.less(nodes, 2), 1, 0), 0)
+    numpy.copyto(out, 0.0)
+    numpy.copyto(out, 1.0, where=m0)
+    numpy.multiply(out, alpha_ring_ll_s, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.copyto(r1, 0.0)
+    numpy.less(nodes, 2.0, out=m1)
+    numpy.copyto(r1, 1.0, where=m1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.multiply(r0, hop_nvlink_ring_ll_s, out=r0)
+    numpy.add(out, r0, out=out)
+
+
+collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha_block,
+    reals=2,
+    masks=2,
+    arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
@@ -13826,17 +16666,34 @@ def collective_send_recv_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes in call.blocks():
-            # out = hop_net_ring_ll_s*numpy.where(numpy.less_equal(msg_bytes,
-            #     p2p_ll_threshold_bytes), numpy.where(numpy.less(nodes, 2), 0, 1), 0)
-            numpy.copyto(out, 0.0)
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            numpy.copyto(r0, 1.0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.copyto(r0, 0.0, where=m1)
-            numpy.copyto(out, r0, where=m0)
-            numpy.multiply(out, hop_net_ring_ll_s, out=out)
+        for block in call.blocks():
+            _collective_send_recv_p2p_ll_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_ll_time_s__scale_network_alpha_block(out, r0, m0, m1, hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
+    """collective_send_recv_p2p_ll_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = hop_net_ring_ll_s*numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes),
+    #     numpy.where(numpy.less(nodes, 2), 0, 1), 0)
+    numpy.copyto(out, 0.0)
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    numpy.copyto(r0, 1.0)
+    numpy.less(nodes, 2.0, out=m1)
+    numpy.copyto(r0, 0.0, where=m1)
+    numpy.copyto(out, r0, where=m0)
+    numpy.multiply(out, hop_net_ring_ll_s, out=out)
+
+
+collective_send_recv_p2p_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_ll_time_s__scale_network_alpha_block,
+    reals=1,
+    masks=2,
+    arguments=("hop_net_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -13897,50 +16754,64 @@ def collective_send_recv_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per
             reals=6,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = 0.5*ring_channels -> r0
-            numpy.multiply(ring_channels, 0.5, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*tmp0 -> r1
-            numpy.multiply(r0, ring_channel_bw_bytes_per_s, out=r1)
-            # out = ring_channel_bw_bytes_per_s*numpy.where(numpy.less_equal(msg_bytes,
-            #     p2p_ll_threshold_bytes), numpy.where(numpy.less(nodes, 2),
-            #     -msg_bytes*numpy.where(numpy.less(ll_max_bw_bytes_per_s, tmp1), 0,
-            #     tmp0)/(numpy.minimum(ll_max_bw_bytes_per_s,
-            #     tmp1)*numpy.minimum(ll_max_bw_bytes_per_s, tmp1)),
-            #     -msg_bytes*numpy.where(numpy.less(ll_max_bw_bytes_per_s,
-            #     numpy.minimum(nic_bw_bytes_per_s, tmp1)), 0,
-            #     numpy.where(numpy.less(nic_bw_bytes_per_s, tmp1), 0,
-            #     tmp0))/(numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp1))*numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp1)))), 0)
-            numpy.copyto(out, 0.0)
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            numpy.less(nodes, 2.0, out=m1)
-            if not m1.all():
-                numpy.copyto(r2, r0)
-                numpy.less(nic_bw_bytes_per_s, r1, out=m2)
-                numpy.copyto(r2, 0.0, where=m2)
-                numpy.minimum(nic_bw_bytes_per_s, r1, out=r3)
-                numpy.less(ll_max_bw_bytes_per_s, r3, out=m2)
-                numpy.copyto(r2, 0.0, where=m2)
-                numpy.multiply(r2, msg_bytes, out=r2)
-                numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r3)
-                numpy.minimum(r3, r1, out=r3)
-                numpy.multiply(r3, r3, out=r4)
-                numpy.divide(r2, r4, out=r2)
-                numpy.negative(r2, out=r2)
-            numpy.copyto(r3, r0)
-            numpy.less(ll_max_bw_bytes_per_s, r1, out=m2)
-            numpy.copyto(r3, 0.0, where=m2)
-            numpy.multiply(r3, msg_bytes, out=r3)
-            numpy.minimum(ll_max_bw_bytes_per_s, r1, out=r4)
-            numpy.multiply(r4, r4, out=r5)
-            numpy.divide(r3, r5, out=r3)
-            numpy.negative(r3, out=r3)
-            numpy.copyto(r2, r3, where=m1)
-            numpy.copyto(out, r2, where=m0)
-            numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+        for block in call.blocks():
+            _collective_send_recv_p2p_ll_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_ll_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, r4, r5, m0, m1, m2, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_send_recv_p2p_ll_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 0.5*ring_channels -> r0
+    numpy.multiply(ring_channels, 0.5, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*tmp0 -> r1
+    numpy.multiply(r0, ring_channel_bw_bytes_per_s, out=r1)
+    # out = ring_channel_bw_bytes_per_s*numpy.where(numpy.less_equal(msg_bytes,
+    #     p2p_ll_threshold_bytes), numpy.where(numpy.less(nodes, 2),
+    #     -msg_bytes*numpy.where(numpy.less(ll_max_bw_bytes_per_s, tmp1), 0,
+    #     tmp0)/(numpy.minimum(ll_max_bw_bytes_per_s, tmp1)*numpy.minimum(ll_max_bw_bytes_per_s,
+    #     tmp1)), -msg_bytes*numpy.where(numpy.less(ll_max_bw_bytes_per_s,
+    #     numpy.minimum(nic_bw_bytes_per_s, tmp1)), 0, numpy.where(numpy.less(nic_bw_bytes_per_s,
+    #     tmp1), 0, tmp0))/(numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
+    #     tmp1))*numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s, tmp1)))), 0)
+    numpy.copyto(out, 0.0)
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    numpy.less(nodes, 2.0, out=m1)
+    if not m1.all():
+        numpy.copyto(r2, r0)
+        numpy.less(nic_bw_bytes_per_s, r1, out=m2)
+        numpy.copyto(r2, 0.0, where=m2)
+        numpy.minimum(nic_bw_bytes_per_s, r1, out=r3)
+        numpy.less(ll_max_bw_bytes_per_s, r3, out=m2)
+        numpy.copyto(r2, 0.0, where=m2)
+        numpy.multiply(r2, msg_bytes, out=r2)
+        numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r3)
+        numpy.minimum(r3, r1, out=r3)
+        numpy.multiply(r3, r3, out=r4)
+        numpy.divide(r2, r4, out=r2)
+        numpy.negative(r2, out=r2)
+    numpy.copyto(r3, r0)
+    numpy.less(ll_max_bw_bytes_per_s, r1, out=m2)
+    numpy.copyto(r3, 0.0, where=m2)
+    numpy.multiply(r3, msg_bytes, out=r3)
+    numpy.minimum(ll_max_bw_bytes_per_s, r1, out=r4)
+    numpy.multiply(r4, r4, out=r5)
+    numpy.divide(r3, r5, out=r3)
+    numpy.negative(r3, out=r3)
+    numpy.copyto(r2, r3, where=m1)
+    numpy.copyto(out, r2, where=m0)
+    numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+
+
+collective_send_recv_p2p_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_ll_time_s__scale_nvlink_beta_block,
+    reals=6,
+    masks=3,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -13989,12 +16860,7 @@ def collective_send_recv_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_pe
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 0.5*ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll_time_s__scale_network_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 0.5*ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_send_recv_p2p_ll_time_s__scale_network_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_send_recv_p2p_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -14002,37 +16868,62 @@ def collective_send_recv_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_pe
             reals=4,
             masks=3,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = inv0*ring_channels -> r0
-            numpy.multiply(inv0, ring_channels, out=r0)
-            # out = nic_bw_bytes_per_s*numpy.where(numpy.less_equal(msg_bytes,
-            #     p2p_ll_threshold_bytes), numpy.where(numpy.less(nodes, 2), 0,
-            #     -msg_bytes*numpy.where(numpy.less(ll_max_bw_bytes_per_s,
-            #     numpy.minimum(nic_bw_bytes_per_s, tmp0)), 0,
-            #     numpy.where(numpy.less(nic_bw_bytes_per_s, tmp0), 1,
-            #     0))/(numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp0))*numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp0)))), 0)
-            numpy.copyto(out, 0.0)
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            numpy.less(nodes, 2.0, out=m1)
-            if not m1.all():
-                numpy.copyto(r1, 0.0)
-                numpy.less(nic_bw_bytes_per_s, r0, out=m2)
-                numpy.copyto(r1, 1.0, where=m2)
-                numpy.minimum(nic_bw_bytes_per_s, r0, out=r2)
-                numpy.less(ll_max_bw_bytes_per_s, r2, out=m2)
-                numpy.copyto(r1, 0.0, where=m2)
-                numpy.multiply(r1, msg_bytes, out=r1)
-                numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r2)
-                numpy.minimum(r2, r0, out=r2)
-                numpy.multiply(r2, r2, out=r3)
-                numpy.divide(r1, r3, out=r1)
-                numpy.negative(r1, out=r1)
-            numpy.copyto(r1, 0.0, where=m1)
-            numpy.copyto(out, r1, where=m0)
-            numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+        for block in call.blocks():
+            _collective_send_recv_p2p_ll_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_ll_time_s__scale_network_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_send_recv_p2p_ll_time_s__scale_network_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.5*ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_ll_time_s__scale_network_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 0.5*ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_send_recv_p2p_ll_time_s__scale_network_beta_block(out, r0, r1, r2, r3, m0, m1, m2, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_send_recv_p2p_ll_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = inv0*ring_channels -> r0
+    numpy.multiply(inv0, ring_channels, out=r0)
+    # out = nic_bw_bytes_per_s*numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes),
+    #     numpy.where(numpy.less(nodes, 2), 0,
+    #     -msg_bytes*numpy.where(numpy.less(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
+    #     tmp0)), 0, numpy.where(numpy.less(nic_bw_bytes_per_s, tmp0), 1,
+    #     0))/(numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s,
+    #     tmp0))*numpy.minimum(ll_max_bw_bytes_per_s, numpy.minimum(nic_bw_bytes_per_s, tmp0)))), 0)
+    numpy.copyto(out, 0.0)
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    numpy.less(nodes, 2.0, out=m1)
+    if not m1.all():
+        numpy.copyto(r1, 0.0)
+        numpy.less(nic_bw_bytes_per_s, r0, out=m2)
+        numpy.copyto(r1, 1.0, where=m2)
+        numpy.minimum(nic_bw_bytes_per_s, r0, out=r2)
+        numpy.less(ll_max_bw_bytes_per_s, r2, out=m2)
+        numpy.copyto(r1, 0.0, where=m2)
+        numpy.multiply(r1, msg_bytes, out=r1)
+        numpy.minimum(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, out=r2)
+        numpy.minimum(r2, r0, out=r2)
+        numpy.multiply(r2, r2, out=r3)
+        numpy.divide(r1, r3, out=r1)
+        numpy.negative(r1, out=r1)
+    numpy.copyto(r1, 0.0, where=m1)
+    numpy.copyto(out, r1, where=m0)
+    numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+
+
+collective_send_recv_p2p_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_ll_time_s__scale_network_beta_block,
+    reals=4,
+    masks=3,
+    arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_send_recv_p2p_ll_time_s__scale_network_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -14076,12 +16967,7 @@ def collective_send_recv_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1.5*1/ring_channel_bw_bytes_per_s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_simple_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = 1.5*1/ring_channel_bw_bytes_per_s
+        (inv0,) = _collective_send_recv_p2p_simple_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_send_recv_p2p_simple_time_s__d_msg_bytes",
             ("msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -14089,22 +16975,48 @@ def collective_send_recv_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_byt
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes), 0,
-            #     numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
-            #     1.5*1/numpy.minimum(nic_bw_bytes_per_s,
-            #     ring_channel_bw_bytes_per_s*ring_channels)))
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            if not m0.all():
-                numpy.less(nodes, 2.0, out=m1)
-                if not m1.all():
-                    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-                    numpy.minimum(r0, nic_bw_bytes_per_s, out=r0)
-                    numpy.divide(1.5, r0, out=out)
-                numpy.divide(inv0, ring_channels, out=r0)
-                numpy.copyto(out, r0, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _collective_send_recv_p2p_simple_time_s__d_msg_bytes_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_simple_time_s__d_msg_bytes_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_send_recv_p2p_simple_time_s__d_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1.5*1/ring_channel_bw_bytes_per_s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_simple_time_s__d_msg_bytes", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = 1.5*1/ring_channel_bw_bytes_per_s
+    return (inv0,)
+
+
+def _collective_send_recv_p2p_simple_time_s__d_msg_bytes_block(out, r0, m0, m1, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_send_recv_p2p_simple_time_s__d_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes), 0,
+    #     numpy.where(numpy.less(nodes, 2), inv0/ring_channels,
+    #     1.5*1/numpy.minimum(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels)))
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    if not m0.all():
+        numpy.less(nodes, 2.0, out=m1)
+        if not m1.all():
+            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+            numpy.minimum(r0, nic_bw_bytes_per_s, out=r0)
+            numpy.divide(1.5, r0, out=out)
+        numpy.divide(inv0, ring_channels, out=r0)
+        numpy.copyto(out, r0, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+collective_send_recv_p2p_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_simple_time_s__d_msg_bytes_block,
+    reals=1,
+    masks=2,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_send_recv_p2p_simple_time_s__d_msg_bytes_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
@@ -14157,22 +17069,38 @@ def collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_sim
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes in call.blocks():
-            # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            # out = alpha_ring_simple_s*numpy.where(tmp0, 0, 1) +
-            #     hop_nvlink_ring_simple_s*numpy.where(tmp0, 0, numpy.where(numpy.less(nodes, 2), 1,
-            #     0))
-            numpy.copyto(out, 1.0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, alpha_ring_simple_s, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.less(nodes, 2.0, out=m1)
-            numpy.copyto(r0, 1.0, where=m1)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha_block(out, r0, m0, m1, alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
+    """collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes) -> m0
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    # out = alpha_ring_simple_s*numpy.where(tmp0, 0, 1) + hop_nvlink_ring_simple_s*numpy.where(tmp0,
+    #     0, numpy.where(numpy.less(nodes, 2), 1, 0))
+    numpy.copyto(out, 1.0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, alpha_ring_simple_s, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.less(nodes, 2.0, out=m1)
+    numpy.copyto(r0, 1.0, where=m1)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(r0, hop_nvlink_ring_simple_s, out=r0)
+    numpy.add(out, r0, out=out)
+
+
+collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha_block,
+    reals=1,
+    masks=2,
+    arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
@@ -14221,16 +17149,33 @@ def collective_send_recv_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring_
             reals=0,
             masks=1,
         )
-        for out, m0, hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes in call.blocks():
-            # out = hop_net_ring_simple_s*numpy.where(numpy.less_equal(msg_bytes,
-            #     p2p_ll_threshold_bytes), 0, numpy.where(numpy.less(nodes, 2), 0, 1))
-            numpy.copyto(out, 1.0)
-            numpy.less(nodes, 2.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, hop_net_ring_simple_s, out=out)
+        for block in call.blocks():
+            _collective_send_recv_p2p_simple_time_s__scale_network_alpha_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_simple_time_s__scale_network_alpha_block(out, m0, hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
+    """collective_send_recv_p2p_simple_time_s__scale_network_alpha on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = hop_net_ring_simple_s*numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes),
+    #     0, numpy.where(numpy.less(nodes, 2), 0, 1))
+    numpy.copyto(out, 1.0)
+    numpy.less(nodes, 2.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, hop_net_ring_simple_s, out=out)
+
+
+collective_send_recv_p2p_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_simple_time_s__scale_network_alpha_block,
+    reals=0,
+    masks=1,
+    arguments=("hop_net_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -14279,12 +17224,7 @@ def collective_send_recv_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
-            inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+        (inv0,) = _collective_send_recv_p2p_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s)
         call = _runtime.Call(
             "collective_send_recv_p2p_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
@@ -14292,34 +17232,61 @@ def collective_send_recv_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_
             reals=4,
             masks=3,
         )
-        for out, r0, r1, r2, r3, m0, m1, m2, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0 in call.blocks():
-            # tmp0 = 1.5*msg_bytes -> r0
-            numpy.multiply(msg_bytes, 1.5, out=r0)
-            # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
-            # out = ring_channel_bw_bytes_per_s*numpy.where(numpy.less_equal(msg_bytes,
-            #     p2p_ll_threshold_bytes), 0, numpy.where(numpy.less(nodes, 2),
-            #     inv0*tmp0/ring_channels, -tmp0*numpy.where(numpy.less(nic_bw_bytes_per_s, tmp1),
-            #     0, ring_channels)/(numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp1)*numpy.minimum(nic_bw_bytes_per_s, tmp1))))
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            if not m0.all():
-                numpy.less(nodes, 2.0, out=m1)
-                if not m1.all():
-                    numpy.copyto(out, ring_channels)
-                    numpy.less(nic_bw_bytes_per_s, r1, out=m2)
-                    numpy.copyto(out, 0.0, where=m2)
-                    numpy.multiply(out, r0, out=out)
-                    numpy.minimum(nic_bw_bytes_per_s, r1, out=r2)
-                    numpy.multiply(r2, r2, out=r3)
-                    numpy.divide(out, r3, out=out)
-                    numpy.negative(out, out=out)
-                numpy.multiply(inv0, r0, out=r2)
-                numpy.divide(r2, ring_channels, out=r2)
-                numpy.copyto(out, r2, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+        for block in call.blocks():
+            _collective_send_recv_p2p_simple_time_s__scale_nvlink_beta_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_simple_time_s__scale_nvlink_beta_invariants(ring_channel_bw_bytes_per_s):
+    """What collective_send_recv_p2p_simple_time_s__scale_nvlink_beta computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (ring_channel_bw_bytes_per_s,) = _runtime.reals("collective_send_recv_p2p_simple_time_s__scale_nvlink_beta", ("ring_channel_bw_bytes_per_s",), (ring_channel_bw_bytes_per_s,))
+        inv0 = -1/(ring_channel_bw_bytes_per_s*ring_channel_bw_bytes_per_s)
+    return (inv0,)
+
+
+def _collective_send_recv_p2p_simple_time_s__scale_nvlink_beta_block(out, r0, r1, r2, r3, m0, m1, m2, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0):
+    """collective_send_recv_p2p_simple_time_s__scale_nvlink_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1.5*msg_bytes -> r0
+    numpy.multiply(msg_bytes, 1.5, out=r0)
+    # tmp1 = ring_channel_bw_bytes_per_s*ring_channels -> r1
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r1)
+    # out = ring_channel_bw_bytes_per_s*numpy.where(numpy.less_equal(msg_bytes,
+    #     p2p_ll_threshold_bytes), 0, numpy.where(numpy.less(nodes, 2), inv0*tmp0/ring_channels,
+    #     -tmp0*numpy.where(numpy.less(nic_bw_bytes_per_s, tmp1), 0,
+    #     ring_channels)/(numpy.minimum(nic_bw_bytes_per_s, tmp1)*numpy.minimum(nic_bw_bytes_per_s,
+    #     tmp1))))
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    if not m0.all():
+        numpy.less(nodes, 2.0, out=m1)
+        if not m1.all():
+            numpy.copyto(out, ring_channels)
+            numpy.less(nic_bw_bytes_per_s, r1, out=m2)
+            numpy.copyto(out, 0.0, where=m2)
+            numpy.multiply(out, r0, out=out)
+            numpy.minimum(nic_bw_bytes_per_s, r1, out=r2)
+            numpy.multiply(r2, r2, out=r3)
+            numpy.divide(out, r3, out=out)
+            numpy.negative(out, out=out)
+        numpy.multiply(inv0, r0, out=r2)
+        numpy.divide(r2, ring_channels, out=r2)
+        numpy.copyto(out, r2, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, ring_channel_bw_bytes_per_s, out=out)
+
+
+collective_send_recv_p2p_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_simple_time_s__scale_nvlink_beta_block,
+    reals=4,
+    masks=3,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=("inv0",),
+    invariants=_collective_send_recv_p2p_simple_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",),
+    quiet=True,
+)
 
 
 def collective_send_recv_p2p_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
@@ -14372,27 +17339,43 @@ def collective_send_recv_p2p_simple_time_s__scale_network_beta(*, msg_bytes, nic
             reals=3,
             masks=3,
         )
-        for out, r0, r1, r2, m0, m1, m2, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels in call.blocks():
-            # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
-            numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
-            # out = nic_bw_bytes_per_s*numpy.where(numpy.less_equal(msg_bytes,
-            #     p2p_ll_threshold_bytes), 0, numpy.where(numpy.less(nodes, 2), 0,
-            #     -1.5*(msg_bytes*numpy.where(numpy.less(nic_bw_bytes_per_s, tmp0), 1,
-            #     0)/(numpy.minimum(nic_bw_bytes_per_s, tmp0)*numpy.minimum(nic_bw_bytes_per_s,
-            #     tmp0)))))
-            numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
-            if not m0.all():
-                numpy.less(nodes, 2.0, out=m1)
-                if not m1.all():
-                    numpy.copyto(out, 0.0)
-                    numpy.less(nic_bw_bytes_per_s, r0, out=m2)
-                    numpy.copyto(out, 1.0, where=m2)
-                    numpy.multiply(out, msg_bytes, out=out)
-                    numpy.minimum(nic_bw_bytes_per_s, r0, out=r1)
-                    numpy.multiply(r1, r1, out=r2)
-                    numpy.divide(out, r2, out=out)
-                    numpy.multiply(out, -1.5, out=out)
-                numpy.copyto(out, 0.0, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+        for block in call.blocks():
+            _collective_send_recv_p2p_simple_time_s__scale_network_beta_block(*block)
     return call.out
+
+
+def _collective_send_recv_p2p_simple_time_s__scale_network_beta_block(out, r0, r1, r2, m0, m1, m2, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
+    """collective_send_recv_p2p_simple_time_s__scale_network_beta on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = ring_channel_bw_bytes_per_s*ring_channels -> r0
+    numpy.multiply(ring_channel_bw_bytes_per_s, ring_channels, out=r0)
+    # out = nic_bw_bytes_per_s*numpy.where(numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes), 0,
+    #     numpy.where(numpy.less(nodes, 2), 0,
+    #     -1.5*(msg_bytes*numpy.where(numpy.less(nic_bw_bytes_per_s, tmp0), 1,
+    #     0)/(numpy.minimum(nic_bw_bytes_per_s, tmp0)*numpy.minimum(nic_bw_bytes_per_s, tmp0)))))
+    numpy.less_equal(msg_bytes, p2p_ll_threshold_bytes, out=m0)
+    if not m0.all():
+        numpy.less(nodes, 2.0, out=m1)
+        if not m1.all():
+            numpy.copyto(out, 0.0)
+            numpy.less(nic_bw_bytes_per_s, r0, out=m2)
+            numpy.copyto(out, 1.0, where=m2)
+            numpy.multiply(out, msg_bytes, out=out)
+            numpy.minimum(nic_bw_bytes_per_s, r0, out=r1)
+            numpy.multiply(r1, r1, out=r2)
+            numpy.divide(out, r2, out=out)
+            numpy.multiply(out, -1.5, out=out)
+        numpy.copyto(out, 0.0, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, nic_bw_bytes_per_s, out=out)
+
+
+collective_send_recv_p2p_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
+    _collective_send_recv_p2p_simple_time_s__scale_network_beta_block,
+    reals=3,
+    masks=3,
+    arguments=("msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)

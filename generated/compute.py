@@ -89,20 +89,7 @@ def compute_standard_dense_layer_forward_flop(*, a, attn_extra_p, attn_output_ga
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = h + qkv_bias
-            tmp3 = 0.5*n_attMM
-            inv0 = 2*attn_extra_p + 2*h*hff*n_ffMM + h*tmp3*(o_bias + tmp1) + n_attMM*n_kv*tmp0*tmp2 + 4*s*tmp1 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s) = _runtime.reals("compute_standard_dense_layer_forward_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s"), (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = h + qkv_bias
-            tmp3 = 0.5*n_attMM
-            inv0 = 2*attn_extra_p + 2*h*hff*n_ffMM + h*tmp3*(o_bias + tmp1) + n_attMM*n_kv*tmp0*tmp2 + 4*s*tmp1 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
+        (inv0,) = _compute_standard_dense_layer_forward_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s)
         call = _runtime.Call(
             "compute_standard_dense_layer_forward_flop",
             ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s", "inv0"),
@@ -110,10 +97,45 @@ def compute_standard_dense_layer_forward_flop(*, a, attn_extra_p, attn_output_ga
             reals=0,
             masks=0,
         )
-        for out, a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_standard_dense_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_standard_dense_layer_forward_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s):
+    """What compute_standard_dense_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = h + qkv_bias
+        tmp3 = 0.5*n_attMM
+        inv0 = 2*attn_extra_p + 2*h*hff*n_ffMM + h*tmp3*(o_bias + tmp1) + n_attMM*n_kv*tmp0*tmp2 + 4*s*tmp1 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s) = _runtime.reals("compute_standard_dense_layer_forward_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s"), (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = h + qkv_bias
+        tmp3 = 0.5*n_attMM
+        inv0 = 2*attn_extra_p + 2*h*hff*n_ffMM + h*tmp3*(o_bias + tmp1) + n_attMM*n_kv*tmp0*tmp2 + 4*s*tmp1 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
+    return (inv0,)
+
+
+def _compute_standard_dense_layer_forward_flop_block(out, a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, inv0):
+    """compute_standard_dense_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_standard_dense_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_standard_dense_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s"),
+    passed=("inv0",),
+    invariants=_compute_standard_dense_layer_forward_flop_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s"),
+    quiet=True,
+)
 
 
 def compute_standard_dense_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v):
@@ -182,28 +204,7 @@ def compute_standard_dense_stage_flop(*, a, attn_extra_p, attn_output_gate, b, c
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = s*tmp1
-            tmp3 = n_attMM*(h + qkv_bias)
-            tmp4 = 4*attn_extra_p + 4*h*hff*n_ffMM + h*n_attMM*(o_bias + tmp1) + 2*n_kv*tmp0*tmp3 + tmp1*tmp3*(attn_output_gate + 1) + 8*tmp2
-            inv0 = 0.5*tmp4
-            inv1 = 4*tmp2
-            inv2 = 1.5*tmp4
-            inv3 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v) = _runtime.reals("compute_standard_dense_stage_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = s*tmp1
-            tmp3 = n_attMM*(h + qkv_bias)
-            tmp4 = 4*attn_extra_p + 4*h*hff*n_ffMM + h*n_attMM*(o_bias + tmp1) + 2*n_kv*tmp0*tmp3 + tmp1*tmp3*(attn_output_gate + 1) + 8*tmp2
-            inv0 = 0.5*tmp4
-            inv1 = 4*tmp2
-            inv2 = 1.5*tmp4
-            inv3 = 6*h*v
+        (inv0, inv1, inv2, inv3) = _compute_standard_dense_stage_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v)
         call = _runtime.Call(
             "compute_standard_dense_stage_flop",
             ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "o_bias", "qkv_bias", "s", "t", "v", "inv0", "inv1", "inv2", "inv3"),
@@ -211,22 +212,64 @@ def compute_standard_dense_stage_flop(*, a, attn_extra_p, attn_output_gate, b, c
             reals=1,
             masks=0,
         )
-        for out, r0, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3 in call.blocks():
-            # out = b*m*s*(inv0*n_full_rec + inv1*n_sel_rec + inv2*n_layers_stage +
-            #     inv3*n_output)/(cp*t)
-            numpy.multiply(inv0, n_full_rec, out=out)
-            numpy.multiply(inv1, n_sel_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv2, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv3, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_standard_dense_stage_flop_block(*block)
     return call.out
+
+
+def _compute_standard_dense_stage_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v):
+    """What compute_standard_dense_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = s*tmp1
+        tmp3 = n_attMM*(h + qkv_bias)
+        tmp4 = 4*attn_extra_p + 4*h*hff*n_ffMM + h*n_attMM*(o_bias + tmp1) + 2*n_kv*tmp0*tmp3 + tmp1*tmp3*(attn_output_gate + 1) + 8*tmp2
+        inv0 = 0.5*tmp4
+        inv1 = 4*tmp2
+        inv2 = 1.5*tmp4
+        inv3 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v) = _runtime.reals("compute_standard_dense_stage_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, v))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = s*tmp1
+        tmp3 = n_attMM*(h + qkv_bias)
+        tmp4 = 4*attn_extra_p + 4*h*hff*n_ffMM + h*n_attMM*(o_bias + tmp1) + 2*n_kv*tmp0*tmp3 + tmp1*tmp3*(attn_output_gate + 1) + 8*tmp2
+        inv0 = 0.5*tmp4
+        inv1 = 4*tmp2
+        inv2 = 1.5*tmp4
+        inv3 = 6*h*v
+    return (inv0, inv1, inv2, inv3)
+
+
+def _compute_standard_dense_stage_flop_block(out, r0, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3):
+    """compute_standard_dense_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_full_rec + inv1*n_sel_rec + inv2*n_layers_stage + inv3*n_output)/(cp*t)
+    numpy.multiply(inv0, n_full_rec, out=out)
+    numpy.multiply(inv1, n_sel_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv2, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv3, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_standard_dense_stage_flop.kernel = _runtime.Kernel(
+    _compute_standard_dense_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "o_bias", "qkv_bias", "s", "t", "v"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_compute_standard_dense_stage_flop_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_standard_dense_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, sp, t, v, zero_level):
@@ -357,46 +400,7 @@ def compute_standard_dense_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = h*n_ffMM
-            tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp7 = a*tmp6
-            tmp8 = h*tmp7
-            tmp9 = 0.25*n_attMM
-            tmp10 = n_kv*tmp6
-            tmp11 = attn_output_gate + 1
-            tmp12 = attn_extra_p + 0.5*(n_attMM*(h*tmp10 + qkv_bias*tmp10)) + tmp9*(h*o_bias + tmp8) + tmp9*(qkv_bias*tmp11*tmp7 + tmp11*tmp8)
-            inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*tmp6 + tmp12 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv1 = a*(s*s)*(1 - flash_attention)
-            tmp15 = 5*dropout
-            inv2 = tmp15 + 4
-            inv3 = tmp12/h
-            inv4 = 4*h
-            inv5 = hff*n_ffMM
-            inv6 = tmp15 + 10
-            inv7 = tmp15 + 20
-            inv8 = numpy.greater_equal(zero_level, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, zero_level) = _runtime.reals("compute_standard_dense_stage_hbm_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, zero_level))
-            tmp5 = h*n_ffMM
-            tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp7 = a*tmp6
-            tmp8 = h*tmp7
-            tmp9 = 0.25*n_attMM
-            tmp10 = n_kv*tmp6
-            tmp11 = attn_output_gate + 1
-            tmp12 = attn_extra_p + 0.5*(n_attMM*(h*tmp10 + qkv_bias*tmp10)) + tmp9*(h*o_bias + tmp8) + tmp9*(qkv_bias*tmp11*tmp7 + tmp11*tmp8)
-            inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*tmp6 + tmp12 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv1 = a*(s*s)*(1 - flash_attention)
-            tmp15 = 5*dropout
-            inv2 = tmp15 + 4
-            inv3 = tmp12/h
-            inv4 = 4*h
-            inv5 = hff*n_ffMM
-            inv6 = tmp15 + 10
-            inv7 = tmp15 + 20
-            inv8 = numpy.greater_equal(zero_level, 1)
+        (tmp5, tmp7, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7) = _compute_standard_dense_stage_hbm_bytes_invariants(a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, zero_level)
         call = _runtime.Call(
             "compute_standard_dense_stage_hbm_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "d", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "sp", "t", "v", "zero_level", "tmp5", "tmp7", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
@@ -404,107 +408,168 @@ def compute_standard_dense_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate,
             reals=19,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, sp, t, v, zero_level, tmp5, tmp7, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
-            # inv8_mask = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
-            # tmp1 = v/t -> r0
-            numpy.divide(v, t, out=r0)
-            # tmp2 = h*tmp1 -> r1
-            numpy.multiply(r0, h, out=r1)
-            # tmp3 = b/cp -> r2
-            numpy.divide(b, cp, out=r2)
-            # tmp4 = s*tmp3 -> r3
-            numpy.multiply(r2, s, out=r3)
-            # tmp13 = inv0/t -> r4
-            numpy.divide(inv0, t, out=r4)
-            # tmp14 = inv1*tmp3/t -> r5
-            numpy.multiply(inv1, r2, out=r5)
-            numpy.divide(r5, t, out=r5)
-            # tmp16 = inv2*tmp14 -> r2
-            numpy.multiply(inv2, r5, out=r2)
-            # tmp17 = 8*tmp4 -> r6
-            numpy.multiply(r3, 8.0, out=r6)
-            # tmp18 = tmp7/t -> r7
-            numpy.divide(tmp7, t, out=r7)
-            # tmp19 = 4*tmp14 + tmp16 + tmp17*tmp18 -> r8
-            numpy.multiply(r5, 4.0, out=r8)
-            numpy.multiply(r6, r7, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.add(r8, r2, out=r8)
-            # tmp20 = inv3/t + inv4 -> r9
-            numpy.divide(inv3, t, out=r9)
-            numpy.add(r9, inv4, out=r9)
-            # tmp21 = 2*tmp4 -> r10
-            numpy.multiply(r3, 2.0, out=r10)
-            # tmp22 = inv5/t -> r11
-            numpy.divide(inv5, t, out=r11)
-            # tmp23 = tmp22 + tmp5 -> r12
-            numpy.add(r11, tmp5, out=r12)
-            # tmp24 = h*tmp21/sp -> r13
-            numpy.multiply(r10, h, out=r13)
-            numpy.divide(r13, sp, out=r13)
-            # tmp25 = inv6*tmp24 -> r14
-            numpy.multiply(inv6, r13, out=r14)
-            # tmp26 = 6*tmp4 -> r15
-            numpy.multiply(r3, 6.0, out=r15)
-            # out = 6*m*n_output*(tmp2 + tmp4*(h + tmp1)) + m*(n_full_rec*(2*tmp13 + tmp19 +
-            #     tmp20*tmp21 + tmp21*tmp22 + tmp21*tmp23 + tmp25) + n_layers_stage*(h*tmp17 +
-            #     inv7*tmp24 + 6*tmp13 + 12*tmp14 + 2*tmp16 + 24*tmp18*tmp4 + tmp20*tmp26 +
-            #     4*tmp22*tmp4 + tmp23*tmp26 + tmp25) + n_sel_rec*tmp19) + (30*n_layers_stage*tmp13
-            #     + 30*n_output*tmp2)*numpy.where(inv8_mask, 1/d, 1)
-            numpy.multiply(r8, n_sel_rec, out=out)
-            numpy.multiply(r4, 2.0, out=r16)
-            numpy.multiply(r9, r10, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r10, r11, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r10, r12, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(r16, r8, out=r16)
-            numpy.add(r16, r14, out=r16)
-            numpy.multiply(r16, n_full_rec, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r2, 2.0, out=r16)
-            numpy.multiply(r4, 6.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r5, 12.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r6, h, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r9, r15, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r12, r15, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(inv7, r13, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r11, r3, out=r17)
-            numpy.multiply(r17, 4.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r7, r3, out=r17)
-            numpy.multiply(r17, 24.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(r16, r14, out=r16)
-            numpy.multiply(r16, n_layers_stage, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(r4, n_layers_stage, out=r16)
-            numpy.multiply(r16, 30.0, out=r16)
-            numpy.multiply(r1, n_output, out=r17)
-            numpy.multiply(r17, 30.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.copyto(r17, 1.0)
-            numpy.divide(1.0, d, out=r18)
-            numpy.copyto(r17, r18, where=m0)
-            numpy.multiply(r16, r17, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.add(r0, h, out=r16)
-            numpy.multiply(r16, r3, out=r16)
-            numpy.add(r16, r1, out=r16)
-            numpy.multiply(r16, n_output, out=r16)
-            numpy.multiply(r16, m, out=r16)
-            numpy.multiply(r16, 6.0, out=r16)
-            numpy.add(out, r16, out=out)
+        for block in call.blocks():
+            _compute_standard_dense_stage_hbm_bytes_block(*block)
     return call.out
+
+
+def _compute_standard_dense_stage_hbm_bytes_invariants(a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, zero_level):
+    """What compute_standard_dense_stage_hbm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = h*n_ffMM
+        tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp7 = a*tmp6
+        tmp8 = h*tmp7
+        tmp9 = 0.25*n_attMM
+        tmp10 = n_kv*tmp6
+        tmp11 = attn_output_gate + 1
+        tmp12 = attn_extra_p + 0.5*(n_attMM*(h*tmp10 + qkv_bias*tmp10)) + tmp9*(h*o_bias + tmp8) + tmp9*(qkv_bias*tmp11*tmp7 + tmp11*tmp8)
+        inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*tmp6 + tmp12 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv1 = a*(s*s)*(1 - flash_attention)
+        tmp15 = 5*dropout
+        inv2 = tmp15 + 4
+        inv3 = tmp12/h
+        inv4 = 4*h
+        inv5 = hff*n_ffMM
+        inv6 = tmp15 + 10
+        inv7 = tmp15 + 20
+        inv8 = numpy.greater_equal(zero_level, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, zero_level) = _runtime.reals("compute_standard_dense_stage_hbm_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, zero_level))
+        tmp5 = h*n_ffMM
+        tmp6 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp7 = a*tmp6
+        tmp8 = h*tmp7
+        tmp9 = 0.25*n_attMM
+        tmp10 = n_kv*tmp6
+        tmp11 = attn_output_gate + 1
+        tmp12 = attn_extra_p + 0.5*(n_attMM*(h*tmp10 + qkv_bias*tmp10)) + tmp9*(h*o_bias + tmp8) + tmp9*(qkv_bias*tmp11*tmp7 + tmp11*tmp8)
+        inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*tmp6 + tmp12 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv1 = a*(s*s)*(1 - flash_attention)
+        tmp15 = 5*dropout
+        inv2 = tmp15 + 4
+        inv3 = tmp12/h
+        inv4 = 4*h
+        inv5 = hff*n_ffMM
+        inv6 = tmp15 + 10
+        inv7 = tmp15 + 20
+        inv8 = numpy.greater_equal(zero_level, 1)
+    return (tmp5, tmp7, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7)
+
+
+def _compute_standard_dense_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, sp, t, v, zero_level, tmp5, tmp7, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7):
+    """compute_standard_dense_stage_hbm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv8_mask = numpy.greater_equal(zero_level, 1) -> m0
+    numpy.greater_equal(zero_level, 1.0, out=m0)
+    # tmp1 = v/t -> r0
+    numpy.divide(v, t, out=r0)
+    # tmp2 = h*tmp1 -> r1
+    numpy.multiply(r0, h, out=r1)
+    # tmp3 = b/cp -> r2
+    numpy.divide(b, cp, out=r2)
+    # tmp4 = s*tmp3 -> r3
+    numpy.multiply(r2, s, out=r3)
+    # tmp13 = inv0/t -> r4
+    numpy.divide(inv0, t, out=r4)
+    # tmp14 = inv1*tmp3/t -> r5
+    numpy.multiply(inv1, r2, out=r5)
+    numpy.divide(r5, t, out=r5)
+    # tmp16 = inv2*tmp14 -> r2
+    numpy.multiply(inv2, r5, out=r2)
+    # tmp17 = 8*tmp4 -> r6
+    numpy.multiply(r3, 8.0, out=r6)
+    # tmp18 = tmp7/t -> r7
+    numpy.divide(tmp7, t, out=r7)
+    # tmp19 = 4*tmp14 + tmp16 + tmp17*tmp18 -> r8
+    numpy.multiply(r5, 4.0, out=r8)
+    numpy.multiply(r6, r7, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.add(r8, r2, out=r8)
+    # tmp20 = inv3/t + inv4 -> r9
+    numpy.divide(inv3, t, out=r9)
+    numpy.add(r9, inv4, out=r9)
+    # tmp21 = 2*tmp4 -> r10
+    numpy.multiply(r3, 2.0, out=r10)
+    # tmp22 = inv5/t -> r11
+    numpy.divide(inv5, t, out=r11)
+    # tmp23 = tmp22 + tmp5 -> r12
+    numpy.add(r11, tmp5, out=r12)
+    # tmp24 = h*tmp21/sp -> r13
+    numpy.multiply(r10, h, out=r13)
+    numpy.divide(r13, sp, out=r13)
+    # tmp25 = inv6*tmp24 -> r14
+    numpy.multiply(inv6, r13, out=r14)
+    # tmp26 = 6*tmp4 -> r15
+    numpy.multiply(r3, 6.0, out=r15)
+    # out = 6*m*n_output*(tmp2 + tmp4*(h + tmp1)) + m*(n_full_rec*(2*tmp13 + tmp19 + tmp20*tmp21 +
+    #     tmp21*tmp22 + tmp21*tmp23 + tmp25) + n_layers_stage*(h*tmp17 + inv7*tmp24 + 6*tmp13 +
+    #     12*tmp14 + 2*tmp16 + 24*tmp18*tmp4 + tmp20*tmp26 + 4*tmp22*tmp4 + tmp23*tmp26 + tmp25) +
+    #     n_sel_rec*tmp19) + (30*n_layers_stage*tmp13 + 30*n_output*tmp2)*numpy.where(inv8_mask,
+    #     1/d, 1)
+    numpy.multiply(r8, n_sel_rec, out=out)
+    numpy.multiply(r4, 2.0, out=r16)
+    numpy.multiply(r9, r10, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r10, r11, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r10, r12, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.add(r16, r8, out=r16)
+    numpy.add(r16, r14, out=r16)
+    numpy.multiply(r16, n_full_rec, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r2, 2.0, out=r16)
+    numpy.multiply(r4, 6.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r5, 12.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r6, h, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r9, r15, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r12, r15, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(inv7, r13, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r11, r3, out=r17)
+    numpy.multiply(r17, 4.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r7, r3, out=r17)
+    numpy.multiply(r17, 24.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.add(r16, r14, out=r16)
+    numpy.multiply(r16, n_layers_stage, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(r4, n_layers_stage, out=r16)
+    numpy.multiply(r16, 30.0, out=r16)
+    numpy.multiply(r1, n_output, out=r17)
+    numpy.multiply(r17, 30.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.copyto(r17, 1.0)
+    numpy.divide(1.0, d, out=r18)
+    numpy.copyto(r17, r18, where=m0)
+    numpy.multiply(r16, r17, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.add(r0, h, out=r16)
+    numpy.multiply(r16, r3, out=r16)
+    numpy.add(r16, r1, out=r16)
+    numpy.multiply(r16, n_output, out=r16)
+    numpy.multiply(r16, m, out=r16)
+    numpy.multiply(r16, 6.0, out=r16)
+    numpy.add(out, r16, out=out)
+
+
+compute_standard_dense_stage_hbm_bytes.kernel = _runtime.Kernel(
+    _compute_standard_dense_stage_hbm_bytes_block,
+    reals=19,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "b", "cp", "d", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "sp", "t", "v", "zero_level"),
+    passed=("tmp5", "tmp7", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+    invariants=_compute_standard_dense_stage_hbm_bytes_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "zero_level"),
+    quiet=True,
+)
 
 
 def compute_standard_moe_layer_forward_flop(*, a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s):
@@ -559,22 +624,7 @@ def compute_standard_moe_layer_forward_flop(*, a, attn_extra_p, attn_output_gate
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp2 = a*tmp1
-            tmp3 = h + qkv_bias
-            tmp4 = 0.5*n_attMM
-            inv0 = 2*attn_extra_p + h*tmp4*(o_bias + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + n_attMM*n_kv*tmp1*tmp3 + n_exp*tmp0 + 4*s*tmp2 + tmp2*tmp3*tmp4*(attn_output_gate + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s) = _runtime.reals("compute_standard_moe_layer_forward_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s))
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp2 = a*tmp1
-            tmp3 = h + qkv_bias
-            tmp4 = 0.5*n_attMM
-            inv0 = 2*attn_extra_p + h*tmp4*(o_bias + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + n_attMM*n_kv*tmp1*tmp3 + n_exp*tmp0 + 4*s*tmp2 + tmp2*tmp3*tmp4*(attn_output_gate + 1)
+        (inv0,) = _compute_standard_moe_layer_forward_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s)
         call = _runtime.Call(
             "compute_standard_moe_layer_forward_flop",
             ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "inv0"),
@@ -582,10 +632,47 @@ def compute_standard_moe_layer_forward_flop(*, a, attn_extra_p, attn_output_gate
             reals=0,
             masks=0,
         )
-        for out, a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_standard_moe_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_standard_moe_layer_forward_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s):
+    """What compute_standard_moe_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp2 = a*tmp1
+        tmp3 = h + qkv_bias
+        tmp4 = 0.5*n_attMM
+        inv0 = 2*attn_extra_p + h*tmp4*(o_bias + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + n_attMM*n_kv*tmp1*tmp3 + n_exp*tmp0 + 4*s*tmp2 + tmp2*tmp3*tmp4*(attn_output_gate + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s) = _runtime.reals("compute_standard_moe_layer_forward_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s))
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp2 = a*tmp1
+        tmp3 = h + qkv_bias
+        tmp4 = 0.5*n_attMM
+        inv0 = 2*attn_extra_p + h*tmp4*(o_bias + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + n_attMM*n_kv*tmp1*tmp3 + n_exp*tmp0 + 4*s*tmp2 + tmp2*tmp3*tmp4*(attn_output_gate + 1)
+    return (inv0,)
+
+
+def _compute_standard_moe_layer_forward_flop_block(out, a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, inv0):
+    """compute_standard_moe_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_standard_moe_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_standard_moe_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s"),
+    passed=("inv0",),
+    invariants=_compute_standard_moe_layer_forward_flop_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s"),
+    quiet=True,
+)
 
 
 def compute_standard_moe_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v):
@@ -659,30 +746,7 @@ def compute_standard_moe_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = s*tmp1
-            tmp3 = 4*h
-            tmp4 = n_attMM*(h + qkv_bias)
-            tmp5 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp1) + hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + n_exp*tmp3 + 2*n_kv*tmp0*tmp4 + tmp1*tmp4*(attn_output_gate + 1) + 8*tmp2
-            inv0 = 0.5*tmp5
-            inv1 = 4*tmp2
-            inv2 = 1.5*tmp5
-            inv3 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v) = _runtime.reals("compute_standard_moe_stage_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = a*tmp0
-            tmp2 = s*tmp1
-            tmp3 = 4*h
-            tmp4 = n_attMM*(h + qkv_bias)
-            tmp5 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp1) + hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + n_exp*tmp3 + 2*n_kv*tmp0*tmp4 + tmp1*tmp4*(attn_output_gate + 1) + 8*tmp2
-            inv0 = 0.5*tmp5
-            inv1 = 4*tmp2
-            inv2 = 1.5*tmp5
-            inv3 = 6*h*v
+        (inv0, inv1, inv2, inv3) = _compute_standard_moe_stage_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v)
         call = _runtime.Call(
             "compute_standard_moe_stage_flop",
             ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "o_bias", "qkv_bias", "s", "t", "v", "inv0", "inv1", "inv2", "inv3"),
@@ -690,22 +754,66 @@ def compute_standard_moe_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp,
             reals=1,
             masks=0,
         )
-        for out, r0, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3 in call.blocks():
-            # out = b*m*s*(inv0*n_full_rec + inv1*n_sel_rec + inv2*n_layers_stage +
-            #     inv3*n_output)/(cp*t)
-            numpy.multiply(inv0, n_full_rec, out=out)
-            numpy.multiply(inv1, n_sel_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv2, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv3, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_standard_moe_stage_flop_block(*block)
     return call.out
+
+
+def _compute_standard_moe_stage_flop_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v):
+    """What compute_standard_moe_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = s*tmp1
+        tmp3 = 4*h
+        tmp4 = n_attMM*(h + qkv_bias)
+        tmp5 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp1) + hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + n_exp*tmp3 + 2*n_kv*tmp0*tmp4 + tmp1*tmp4*(attn_output_gate + 1) + 8*tmp2
+        inv0 = 0.5*tmp5
+        inv1 = 4*tmp2
+        inv2 = 1.5*tmp5
+        inv3 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v) = _runtime.reals("compute_standard_moe_stage_flop", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "v"), (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, v))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = a*tmp0
+        tmp2 = s*tmp1
+        tmp3 = 4*h
+        tmp4 = n_attMM*(h + qkv_bias)
+        tmp5 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp1) + hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + n_exp*tmp3 + 2*n_kv*tmp0*tmp4 + tmp1*tmp4*(attn_output_gate + 1) + 8*tmp2
+        inv0 = 0.5*tmp5
+        inv1 = 4*tmp2
+        inv2 = 1.5*tmp5
+        inv3 = 6*h*v
+    return (inv0, inv1, inv2, inv3)
+
+
+def _compute_standard_moe_stage_flop_block(out, r0, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3):
+    """compute_standard_moe_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_full_rec + inv1*n_sel_rec + inv2*n_layers_stage + inv3*n_output)/(cp*t)
+    numpy.multiply(inv0, n_full_rec, out=out)
+    numpy.multiply(inv1, n_sel_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv2, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv3, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_standard_moe_stage_flop.kernel = _runtime.Kernel(
+    _compute_standard_moe_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "o_bias", "qkv_bias", "s", "t", "v"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_compute_standard_moe_stage_flop_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_standard_moe_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, sp, t, v, zero_level):
@@ -854,60 +962,7 @@ def compute_standard_moe_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate, b
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = 4*h
-            tmp6 = hff_exp*n_ffMM
-            tmp7 = h*tmp6
-            tmp8 = hff_exp*(n_ffMM - 1)
-            tmp10 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp11 = 8*tmp10
-            tmp12 = a*tmp10
-            tmp13 = n_attMM*(h + qkv_bias)
-            tmp14 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp12) + 2*n_kv*tmp10*tmp13 + tmp12*tmp13*(attn_output_gate + 1)
-            inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + n_qknorm*tmp11 + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp14 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp17 = 1 - flash_attention
-            tmp18 = s*tmp17
-            tmp19 = 5*dropout + 4
-            tmp21 = 16*h
-            inv1 = tmp14/h
-            inv2 = a*(s*s)*tmp17
-            inv3 = 20*h
-            inv4 = dropout + 2
-            tmp30 = n_chosen_exp + n_shared_exp
-            tmp31 = tmp30*tmp6
-            tmp33 = n_ffMM*tmp30*(h + hff_exp)
-            inv5 = dropout + 4
-            inv6 = 12*tmp33
-            inv7 = 2*a*(tmp11 + tmp18*tmp19 + 4*tmp18)
-            inv8 = numpy.greater_equal(zero_level, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, zero_level) = _runtime.reals("compute_standard_moe_stage_hbm_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "shared_expert_gate", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, zero_level))
-            tmp4 = 4*h
-            tmp6 = hff_exp*n_ffMM
-            tmp7 = h*tmp6
-            tmp8 = hff_exp*(n_ffMM - 1)
-            tmp10 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp11 = 8*tmp10
-            tmp12 = a*tmp10
-            tmp13 = n_attMM*(h + qkv_bias)
-            tmp14 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp12) + 2*n_kv*tmp10*tmp13 + tmp12*tmp13*(attn_output_gate + 1)
-            inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + n_qknorm*tmp11 + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp14 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp17 = 1 - flash_attention
-            tmp18 = s*tmp17
-            tmp19 = 5*dropout + 4
-            tmp21 = 16*h
-            inv1 = tmp14/h
-            inv2 = a*(s*s)*tmp17
-            inv3 = 20*h
-            inv4 = dropout + 2
-            tmp30 = n_chosen_exp + n_shared_exp
-            tmp31 = tmp30*tmp6
-            tmp33 = n_ffMM*tmp30*(h + hff_exp)
-            inv5 = dropout + 4
-            inv6 = 12*tmp33
-            inv7 = 2*a*(tmp11 + tmp18*tmp19 + 4*tmp18)
-            inv8 = numpy.greater_equal(zero_level, 1)
+        (tmp4, tmp7, tmp8, tmp12, inv0, tmp19, tmp21, inv1, inv2, inv3, inv4, tmp31, tmp33, inv5, inv6, inv7) = _compute_standard_moe_stage_hbm_bytes_invariants(a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, zero_level)
         call = _runtime.Call(
             "compute_standard_moe_stage_hbm_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "d", "dh", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "shared_expert_gate", "sp", "t", "v", "zero_level", "tmp4", "tmp7", "tmp8", "tmp12", "inv0", "tmp19", "tmp21", "inv1", "inv2", "inv3", "inv4", "tmp31", "tmp33", "inv5", "inv6", "inv7"),
@@ -915,119 +970,193 @@ def compute_standard_moe_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate, b
             reals=18,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, sp, t, v, zero_level, tmp4, tmp7, tmp8, tmp12, inv0, tmp19, tmp21, inv1, inv2, inv3, inv4, tmp31, tmp33, inv5, inv6, inv7 in call.blocks():
-            # inv8_mask = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
-            # tmp1 = v/t -> r0
-            numpy.divide(v, t, out=r0)
-            # tmp2 = b/cp -> r1
-            numpy.divide(b, cp, out=r1)
-            # tmp3 = s*tmp2 -> r2
-            numpy.multiply(r1, s, out=r2)
-            # tmp9 = n_exp*(mlp_bias*(h + tmp8/numpy.maximum(1, etp)) + tmp7/numpy.maximum(1,
-            #     etp))/ep -> r3
-            numpy.maximum(1.0, etp, out=r3)
-            numpy.divide(tmp7, r3, out=r3)
-            numpy.maximum(1.0, etp, out=r4)
-            numpy.divide(tmp8, r4, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.divide(r3, ep, out=r3)
-            # tmp15 = inv0/t -> r4
-            numpy.divide(inv0, t, out=r4)
-            # tmp16 = tmp15 + 4*tmp9 -> r5
-            numpy.multiply(r3, 4.0, out=r5)
-            numpy.add(r5, r4, out=r5)
-            # tmp20 = tmp3/t -> r6
-            numpy.divide(r2, t, out=r6)
-            # tmp22 = tmp3*(inv1/t + tmp21) -> r7
-            numpy.divide(inv1, t, out=r7)
-            numpy.add(r7, tmp21, out=r7)
-            numpy.multiply(r7, r2, out=r7)
-            # tmp23 = 8/t -> r8
-            numpy.divide(8.0, t, out=r8)
-            # tmp24 = inv2*tmp2 -> r9
-            numpy.multiply(inv2, r1, out=r9)
-            # tmp25 = tmp12*tmp20 -> r1
-            numpy.multiply(tmp12, r6, out=r1)
-            # tmp26 = inv3*tmp3/sp -> r10
-            numpy.multiply(inv3, r2, out=r10)
-            numpy.divide(r10, sp, out=r10)
-            # tmp27 = inv4*tmp26 -> r11
-            numpy.multiply(inv4, r10, out=r11)
-            # tmp28 = tmp24/t -> r12
-            numpy.divide(r9, t, out=r12)
-            # tmp29 = tmp19*tmp28 -> r13
-            numpy.multiply(tmp19, r12, out=r13)
-            # tmp32 = 4*tmp20 -> r14
-            numpy.multiply(r6, 4.0, out=r14)
-            # out = 6*m*n_output*(h*tmp1 + tmp3*(h + tmp1)) + 0.5*(m*(inv7*n_sel_rec*tmp20 +
-            #     n_full_rec*(tmp16 + tmp22 + tmp23*tmp24 + 16*tmp25 + tmp27 + 2*tmp29 + tmp31*tmp32
-            #     + tmp32*tmp33) + n_layers_stage*(inv5*tmp26 + inv6*tmp20 + 3*tmp15 + tmp21*tmp3 +
-            #     3*tmp22 + tmp23*tmp3*tmp31 + 48*tmp25 + tmp27 + 24*tmp28 + 4*tmp29 + 12*tmp9))) +
-            #     7.5*((n_layers_stage*tmp16 + n_output*tmp1*tmp4)*numpy.where(inv8_mask, 1/d, 1))
-            numpy.multiply(r13, 2.0, out=out)
-            numpy.multiply(r1, 16.0, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r8, r9, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(tmp31, r14, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r14, tmp33, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.add(out, r5, out=out)
-            numpy.add(out, r7, out=out)
-            numpy.add(out, r11, out=out)
-            numpy.multiply(out, n_full_rec, out=out)
-            numpy.multiply(r4, 3.0, out=r15)
-            numpy.multiply(r7, 3.0, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r13, 4.0, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r3, 12.0, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r12, 24.0, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r1, 48.0, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(tmp21, r2, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(inv5, r10, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(inv6, r6, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r8, r2, out=r16)
-            numpy.multiply(r16, tmp31, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.add(r15, r11, out=r15)
-            numpy.multiply(r15, n_layers_stage, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(inv7, r6, out=r15)
-            numpy.multiply(r15, n_sel_rec, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, 0.5, out=out)
-            numpy.multiply(r5, n_layers_stage, out=r15)
-            numpy.multiply(r0, tmp4, out=r16)
-            numpy.multiply(r16, n_output, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.copyto(r16, 1.0)
-            numpy.divide(1.0, d, out=r17)
-            numpy.copyto(r16, r17, where=m0)
-            numpy.multiply(r15, r16, out=r15)
-            numpy.multiply(r15, 7.5, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r0, h, out=r15)
-            numpy.add(r0, h, out=r16)
-            numpy.multiply(r16, r2, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r15, n_output, out=r15)
-            numpy.multiply(r15, m, out=r15)
-            numpy.multiply(r15, 6.0, out=r15)
-            numpy.add(out, r15, out=out)
+        for block in call.blocks():
+            _compute_standard_moe_stage_hbm_bytes_block(*block)
     return call.out
+
+
+def _compute_standard_moe_stage_hbm_bytes_invariants(a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, zero_level):
+    """What compute_standard_moe_stage_hbm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = 4*h
+        tmp6 = hff_exp*n_ffMM
+        tmp7 = h*tmp6
+        tmp8 = hff_exp*(n_ffMM - 1)
+        tmp10 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp11 = 8*tmp10
+        tmp12 = a*tmp10
+        tmp13 = n_attMM*(h + qkv_bias)
+        tmp14 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp12) + 2*n_kv*tmp10*tmp13 + tmp12*tmp13*(attn_output_gate + 1)
+        inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + n_qknorm*tmp11 + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp14 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp17 = 1 - flash_attention
+        tmp18 = s*tmp17
+        tmp19 = 5*dropout + 4
+        tmp21 = 16*h
+        inv1 = tmp14/h
+        inv2 = a*(s*s)*tmp17
+        inv3 = 20*h
+        inv4 = dropout + 2
+        tmp30 = n_chosen_exp + n_shared_exp
+        tmp31 = tmp30*tmp6
+        tmp33 = n_ffMM*tmp30*(h + hff_exp)
+        inv5 = dropout + 4
+        inv6 = 12*tmp33
+        inv7 = 2*a*(tmp11 + tmp18*tmp19 + 4*tmp18)
+        inv8 = numpy.greater_equal(zero_level, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, zero_level) = _runtime.reals("compute_standard_moe_stage_hbm_bytes", ("a", "attn_extra_p", "attn_output_gate", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "shared_expert_gate", "zero_level"), (a, attn_extra_p, attn_output_gate, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, zero_level))
+        tmp4 = 4*h
+        tmp6 = hff_exp*n_ffMM
+        tmp7 = h*tmp6
+        tmp8 = hff_exp*(n_ffMM - 1)
+        tmp10 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp11 = 8*tmp10
+        tmp12 = a*tmp10
+        tmp13 = n_attMM*(h + qkv_bias)
+        tmp14 = 4*attn_extra_p + h*n_attMM*(o_bias + tmp12) + 2*n_kv*tmp10*tmp13 + tmp12*tmp13*(attn_output_gate + 1)
+        inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + n_qknorm*tmp11 + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp14 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp17 = 1 - flash_attention
+        tmp18 = s*tmp17
+        tmp19 = 5*dropout + 4
+        tmp21 = 16*h
+        inv1 = tmp14/h
+        inv2 = a*(s*s)*tmp17
+        inv3 = 20*h
+        inv4 = dropout + 2
+        tmp30 = n_chosen_exp + n_shared_exp
+        tmp31 = tmp30*tmp6
+        tmp33 = n_ffMM*tmp30*(h + hff_exp)
+        inv5 = dropout + 4
+        inv6 = 12*tmp33
+        inv7 = 2*a*(tmp11 + tmp18*tmp19 + 4*tmp18)
+        inv8 = numpy.greater_equal(zero_level, 1)
+    return (tmp4, tmp7, tmp8, tmp12, inv0, tmp19, tmp21, inv1, inv2, inv3, inv4, tmp31, tmp33, inv5, inv6, inv7)
+
+
+def _compute_standard_moe_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, sp, t, v, zero_level, tmp4, tmp7, tmp8, tmp12, inv0, tmp19, tmp21, inv1, inv2, inv3, inv4, tmp31, tmp33, inv5, inv6, inv7):
+    """compute_standard_moe_stage_hbm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv8_mask = numpy.greater_equal(zero_level, 1) -> m0
+    numpy.greater_equal(zero_level, 1.0, out=m0)
+    # tmp1 = v/t -> r0
+    numpy.divide(v, t, out=r0)
+    # tmp2 = b/cp -> r1
+    numpy.divide(b, cp, out=r1)
+    # tmp3 = s*tmp2 -> r2
+    numpy.multiply(r1, s, out=r2)
+    # tmp9 = n_exp*(mlp_bias*(h + tmp8/numpy.maximum(1, etp)) + tmp7/numpy.maximum(1, etp))/ep -> r3
+    numpy.maximum(1.0, etp, out=r3)
+    numpy.divide(tmp7, r3, out=r3)
+    numpy.maximum(1.0, etp, out=r4)
+    numpy.divide(tmp8, r4, out=r4)
+    numpy.add(r4, h, out=r4)
+    numpy.multiply(r4, mlp_bias, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(r3, n_exp, out=r3)
+    numpy.divide(r3, ep, out=r3)
+    # tmp15 = inv0/t -> r4
+    numpy.divide(inv0, t, out=r4)
+    # tmp16 = tmp15 + 4*tmp9 -> r5
+    numpy.multiply(r3, 4.0, out=r5)
+    numpy.add(r5, r4, out=r5)
+    # tmp20 = tmp3/t -> r6
+    numpy.divide(r2, t, out=r6)
+    # tmp22 = tmp3*(inv1/t + tmp21) -> r7
+    numpy.divide(inv1, t, out=r7)
+    numpy.add(r7, tmp21, out=r7)
+    numpy.multiply(r7, r2, out=r7)
+    # tmp23 = 8/t -> r8
+    numpy.divide(8.0, t, out=r8)
+    # tmp24 = inv2*tmp2 -> r9
+    numpy.multiply(inv2, r1, out=r9)
+    # tmp25 = tmp12*tmp20 -> r1
+    numpy.multiply(tmp12, r6, out=r1)
+    # tmp26 = inv3*tmp3/sp -> r10
+    numpy.multiply(inv3, r2, out=r10)
+    numpy.divide(r10, sp, out=r10)
+    # tmp27 = inv4*tmp26 -> r11
+    numpy.multiply(inv4, r10, out=r11)
+    # tmp28 = tmp24/t -> r12
+    numpy.divide(r9, t, out=r12)
+    # tmp29 = tmp19*tmp28 -> r13
+    numpy.multiply(tmp19, r12, out=r13)
+    # tmp32 = 4*tmp20 -> r14
+    numpy.multiply(r6, 4.0, out=r14)
+    # out = 6*m*n_output*(h*tmp1 + tmp3*(h + tmp1)) + 0.5*(m*(inv7*n_sel_rec*tmp20 +
+    #     n_full_rec*(tmp16 + tmp22 + tmp23*tmp24 + 16*tmp25 + tmp27 + 2*tmp29 + tmp31*tmp32 +
+    #     tmp32*tmp33) + n_layers_stage*(inv5*tmp26 + inv6*tmp20 + 3*tmp15 + tmp21*tmp3 + 3*tmp22 +
+    #     tmp23*tmp3*tmp31 + 48*tmp25 + tmp27 + 24*tmp28 + 4*tmp29 + 12*tmp9))) +
+    #     7.5*((n_layers_stage*tmp16 + n_output*tmp1*tmp4)*numpy.where(inv8_mask, 1/d, 1))
+    numpy.multiply(r13, 2.0, out=out)
+    numpy.multiply(r1, 16.0, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r8, r9, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(tmp31, r14, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r14, tmp33, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.add(out, r5, out=out)
+    numpy.add(out, r7, out=out)
+    numpy.add(out, r11, out=out)
+    numpy.multiply(out, n_full_rec, out=out)
+    numpy.multiply(r4, 3.0, out=r15)
+    numpy.multiply(r7, 3.0, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r13, 4.0, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r3, 12.0, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r12, 24.0, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r1, 48.0, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(tmp21, r2, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(inv5, r10, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(inv6, r6, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r8, r2, out=r16)
+    numpy.multiply(r16, tmp31, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.add(r15, r11, out=r15)
+    numpy.multiply(r15, n_layers_stage, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(inv7, r6, out=r15)
+    numpy.multiply(r15, n_sel_rec, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 0.5, out=out)
+    numpy.multiply(r5, n_layers_stage, out=r15)
+    numpy.multiply(r0, tmp4, out=r16)
+    numpy.multiply(r16, n_output, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.copyto(r16, 1.0)
+    numpy.divide(1.0, d, out=r17)
+    numpy.copyto(r16, r17, where=m0)
+    numpy.multiply(r15, r16, out=r15)
+    numpy.multiply(r15, 7.5, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r0, h, out=r15)
+    numpy.add(r0, h, out=r16)
+    numpy.multiply(r16, r2, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r15, n_output, out=r15)
+    numpy.multiply(r15, m, out=r15)
+    numpy.multiply(r15, 6.0, out=r15)
+    numpy.add(out, r15, out=out)
+
+
+compute_standard_moe_stage_hbm_bytes.kernel = _runtime.Kernel(
+    _compute_standard_moe_stage_hbm_bytes_block,
+    reals=18,
+    masks=1,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "b", "cp", "d", "dh", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "shared_expert_gate", "sp", "t", "v", "zero_level"),
+    passed=("tmp4", "tmp7", "tmp8", "tmp12", "inv0", "tmp19", "tmp21", "inv1", "inv2", "inv3", "inv4", "tmp31", "tmp33", "inv5", "inv6", "inv7"),
+    invariants=_compute_standard_moe_stage_hbm_bytes_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "shared_expert_gate", "zero_level"),
+    quiet=True,
+)
 
 
 def compute_mla_q_latent_dense_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
@@ -1074,16 +1203,7 @@ def compute_mla_q_latent_dense_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_latent_dense_layer_forward_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"), (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)))
+        (inv0,) = _compute_mla_q_latent_dense_layer_forward_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s)
         call = _runtime.Call(
             "compute_mla_q_latent_dense_layer_forward_flop",
             ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "inv0"),
@@ -1091,10 +1211,41 @@ def compute_mla_q_latent_dense_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h,
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_mla_q_latent_dense_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_latent_dense_layer_forward_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
+    """What compute_mla_q_latent_dense_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_latent_dense_layer_forward_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"), (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr)))
+    return (inv0,)
+
+
+def _compute_mla_q_latent_dense_layer_forward_flop_block(out, a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0):
+    """compute_mla_q_latent_dense_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_mla_q_latent_dense_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_latent_dense_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
+    passed=("inv0",),
+    invariants=_compute_mla_q_latent_dense_layer_forward_flop_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
+    quiet=True,
+)
 
 
 def compute_mla_q_latent_dense_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v):
@@ -1160,22 +1311,7 @@ def compute_mla_q_latent_dense_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + tmp2
-            inv0 = 3*tmp3
-            inv1 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_latent_dense_stage_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + tmp2
-            inv0 = 3*tmp3
-            inv1 = 6*h*v
+        (tmp2, tmp3, inv0, inv1) = _compute_mla_q_latent_dense_stage_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "compute_mla_q_latent_dense_stage_flop",
             ("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp3", "inv0", "inv1"),
@@ -1183,22 +1319,58 @@ def compute_mla_q_latent_dense_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, 
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp3, inv0, inv1 in call.blocks():
-            # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp3 +
-            #     n_sel_rec*tmp2)/(cp*t)
-            numpy.multiply(tmp2, n_sel_rec, out=out)
-            numpy.multiply(tmp3, n_full_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv0, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv1, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_mla_q_latent_dense_stage_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_latent_dense_stage_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v):
+    """What compute_mla_q_latent_dense_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + tmp2
+        inv0 = 3*tmp3
+        inv1 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_latent_dense_stage_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + tmp2
+        inv0 = 3*tmp3
+        inv1 = 6*h*v
+    return (tmp2, tmp3, inv0, inv1)
+
+
+def _compute_mla_q_latent_dense_stage_flop_block(out, r0, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp3, inv0, inv1):
+    """compute_mla_q_latent_dense_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp3 + n_sel_rec*tmp2)/(cp*t)
+    numpy.multiply(tmp2, n_sel_rec, out=out)
+    numpy.multiply(tmp3, n_full_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv0, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv1, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_mla_q_latent_dense_stage_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_latent_dense_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v"),
+    passed=("tmp2", "tmp3", "inv0", "inv1"),
+    invariants=_compute_mla_q_latent_dense_stage_flop_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_mla_q_latent_dense_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level):
@@ -1317,38 +1489,7 @@ def compute_mla_q_latent_dense_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dc_q, dh, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = h*n_ffMM
-            tmp6 = a*dh
-            tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp8 = 0.25*(n_attMM*(a*dc_q*(dhr + tmp7) + dc_kv*n_kv*(dh + tmp7) + dc_kv + dc_q*h + dc_q + h*tmp6 + h*(dc_kv + dhr)))
-            inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + tmp8 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv1 = a*(s*s)*(1 - flash_attention)
-            tmp13 = 5*dropout
-            inv2 = tmp13 + 4
-            inv3 = tmp8/h
-            inv4 = 4*h
-            inv5 = hff*n_ffMM
-            inv6 = tmp13 + 10
-            inv7 = tmp13 + 20
-            inv8 = numpy.greater_equal(zero_level, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level) = _runtime.reals("compute_mla_q_latent_dense_stage_hbm_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "zero_level"), (a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level))
-            tmp5 = h*n_ffMM
-            tmp6 = a*dh
-            tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp8 = 0.25*(n_attMM*(a*dc_q*(dhr + tmp7) + dc_kv*n_kv*(dh + tmp7) + dc_kv + dc_q*h + dc_q + h*tmp6 + h*(dc_kv + dhr)))
-            inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + tmp8 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv1 = a*(s*s)*(1 - flash_attention)
-            tmp13 = 5*dropout
-            inv2 = tmp13 + 4
-            inv3 = tmp8/h
-            inv4 = 4*h
-            inv5 = hff*n_ffMM
-            inv6 = tmp13 + 10
-            inv7 = tmp13 + 20
-            inv8 = numpy.greater_equal(zero_level, 1)
+        (tmp5, tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7) = _compute_mla_q_latent_dense_stage_hbm_bytes_invariants(a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level)
         call = _runtime.Call(
             "compute_mla_q_latent_dense_stage_hbm_bytes",
             ("a", "b", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level", "tmp5", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
@@ -1356,107 +1497,160 @@ def compute_mla_q_latent_dense_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dc_q, dh, 
             reals=19,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level, tmp5, tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
-            # inv8_mask = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
-            # tmp1 = v/t -> r0
-            numpy.divide(v, t, out=r0)
-            # tmp2 = h*tmp1 -> r1
-            numpy.multiply(r0, h, out=r1)
-            # tmp3 = b/cp -> r2
-            numpy.divide(b, cp, out=r2)
-            # tmp4 = s*tmp3 -> r3
-            numpy.multiply(r2, s, out=r3)
-            # tmp9 = inv0/t -> r4
-            numpy.divide(inv0, t, out=r4)
-            # tmp10 = 8*tmp4 -> r5
-            numpy.multiply(r3, 8.0, out=r5)
-            # tmp11 = tmp6/t -> r6
-            numpy.divide(tmp6, t, out=r6)
-            # tmp12 = inv1*tmp3/t -> r7
-            numpy.multiply(inv1, r2, out=r7)
-            numpy.divide(r7, t, out=r7)
-            # tmp14 = inv2*tmp12 -> r2
-            numpy.multiply(inv2, r7, out=r2)
-            # tmp15 = tmp10*tmp11 + 4*tmp12 + tmp14 -> r8
-            numpy.multiply(r7, 4.0, out=r8)
-            numpy.multiply(r5, r6, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.add(r8, r2, out=r8)
-            # tmp16 = inv3/t + inv4 -> r9
-            numpy.divide(inv3, t, out=r9)
-            numpy.add(r9, inv4, out=r9)
-            # tmp17 = 2*tmp4 -> r10
-            numpy.multiply(r3, 2.0, out=r10)
-            # tmp18 = inv5/t -> r11
-            numpy.divide(inv5, t, out=r11)
-            # tmp19 = tmp18 + tmp5 -> r12
-            numpy.add(r11, tmp5, out=r12)
-            # tmp20 = h*tmp17/sp -> r13
-            numpy.multiply(r10, h, out=r13)
-            numpy.divide(r13, sp, out=r13)
-            # tmp21 = inv6*tmp20 -> r14
-            numpy.multiply(inv6, r13, out=r14)
-            # tmp22 = 6*tmp4 -> r15
-            numpy.multiply(r3, 6.0, out=r15)
-            # out = 6*m*n_output*(tmp2 + tmp4*(h + tmp1)) + m*(n_full_rec*(tmp15 + tmp16*tmp17 +
-            #     tmp17*tmp18 + tmp17*tmp19 + tmp21 + 2*tmp9) + n_layers_stage*(h*tmp10 + inv7*tmp20
-            #     + 24*tmp11*tmp4 + 12*tmp12 + 2*tmp14 + tmp16*tmp22 + 4*tmp18*tmp4 + tmp19*tmp22 +
-            #     tmp21 + 6*tmp9) + n_sel_rec*tmp15) + (30*n_layers_stage*tmp9 +
-            #     30*n_output*tmp2)*numpy.where(inv8_mask, 1/d, 1)
-            numpy.multiply(r8, n_sel_rec, out=out)
-            numpy.multiply(r4, 2.0, out=r16)
-            numpy.multiply(r9, r10, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r10, r11, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r10, r12, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(r16, r8, out=r16)
-            numpy.add(r16, r14, out=r16)
-            numpy.multiply(r16, n_full_rec, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r2, 2.0, out=r16)
-            numpy.multiply(r4, 6.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r7, 12.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r5, h, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r9, r15, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r12, r15, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(inv7, r13, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r11, r3, out=r17)
-            numpy.multiply(r17, 4.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r6, r3, out=r17)
-            numpy.multiply(r17, 24.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(r16, r14, out=r16)
-            numpy.multiply(r16, n_layers_stage, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(r1, n_output, out=r16)
-            numpy.multiply(r16, 30.0, out=r16)
-            numpy.multiply(r4, n_layers_stage, out=r17)
-            numpy.multiply(r17, 30.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.copyto(r17, 1.0)
-            numpy.divide(1.0, d, out=r18)
-            numpy.copyto(r17, r18, where=m0)
-            numpy.multiply(r16, r17, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.add(r0, h, out=r16)
-            numpy.multiply(r16, r3, out=r16)
-            numpy.add(r16, r1, out=r16)
-            numpy.multiply(r16, n_output, out=r16)
-            numpy.multiply(r16, m, out=r16)
-            numpy.multiply(r16, 6.0, out=r16)
-            numpy.add(out, r16, out=out)
+        for block in call.blocks():
+            _compute_mla_q_latent_dense_stage_hbm_bytes_block(*block)
     return call.out
+
+
+def _compute_mla_q_latent_dense_stage_hbm_bytes_invariants(a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level):
+    """What compute_mla_q_latent_dense_stage_hbm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = h*n_ffMM
+        tmp6 = a*dh
+        tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp8 = 0.25*(n_attMM*(a*dc_q*(dhr + tmp7) + dc_kv*n_kv*(dh + tmp7) + dc_kv + dc_q*h + dc_q + h*tmp6 + h*(dc_kv + dhr)))
+        inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + tmp8 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv1 = a*(s*s)*(1 - flash_attention)
+        tmp13 = 5*dropout
+        inv2 = tmp13 + 4
+        inv3 = tmp8/h
+        inv4 = 4*h
+        inv5 = hff*n_ffMM
+        inv6 = tmp13 + 10
+        inv7 = tmp13 + 20
+        inv8 = numpy.greater_equal(zero_level, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level) = _runtime.reals("compute_mla_q_latent_dense_stage_hbm_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "zero_level"), (a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level))
+        tmp5 = h*n_ffMM
+        tmp6 = a*dh
+        tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp8 = 0.25*(n_attMM*(a*dc_q*(dhr + tmp7) + dc_kv*n_kv*(dh + tmp7) + dc_kv + dc_q*h + dc_q + h*tmp6 + h*(dc_kv + dhr)))
+        inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + tmp8 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv1 = a*(s*s)*(1 - flash_attention)
+        tmp13 = 5*dropout
+        inv2 = tmp13 + 4
+        inv3 = tmp8/h
+        inv4 = 4*h
+        inv5 = hff*n_ffMM
+        inv6 = tmp13 + 10
+        inv7 = tmp13 + 20
+        inv8 = numpy.greater_equal(zero_level, 1)
+    return (tmp5, tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7)
+
+
+def _compute_mla_q_latent_dense_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level, tmp5, tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7):
+    """compute_mla_q_latent_dense_stage_hbm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv8_mask = numpy.greater_equal(zero_level, 1) -> m0
+    numpy.greater_equal(zero_level, 1.0, out=m0)
+    # tmp1 = v/t -> r0
+    numpy.divide(v, t, out=r0)
+    # tmp2 = h*tmp1 -> r1
+    numpy.multiply(r0, h, out=r1)
+    # tmp3 = b/cp -> r2
+    numpy.divide(b, cp, out=r2)
+    # tmp4 = s*tmp3 -> r3
+    numpy.multiply(r2, s, out=r3)
+    # tmp9 = inv0/t -> r4
+    numpy.divide(inv0, t, out=r4)
+    # tmp10 = 8*tmp4 -> r5
+    numpy.multiply(r3, 8.0, out=r5)
+    # tmp11 = tmp6/t -> r6
+    numpy.divide(tmp6, t, out=r6)
+    # tmp12 = inv1*tmp3/t -> r7
+    numpy.multiply(inv1, r2, out=r7)
+    numpy.divide(r7, t, out=r7)
+    # tmp14 = inv2*tmp12 -> r2
+    numpy.multiply(inv2, r7, out=r2)
+    # tmp15 = tmp10*tmp11 + 4*tmp12 + tmp14 -> r8
+    numpy.multiply(r7, 4.0, out=r8)
+    numpy.multiply(r5, r6, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.add(r8, r2, out=r8)
+    # tmp16 = inv3/t + inv4 -> r9
+    numpy.divide(inv3, t, out=r9)
+    numpy.add(r9, inv4, out=r9)
+    # tmp17 = 2*tmp4 -> r10
+    numpy.multiply(r3, 2.0, out=r10)
+    # tmp18 = inv5/t -> r11
+    numpy.divide(inv5, t, out=r11)
+    # tmp19 = tmp18 + tmp5 -> r12
+    numpy.add(r11, tmp5, out=r12)
+    # tmp20 = h*tmp17/sp -> r13
+    numpy.multiply(r10, h, out=r13)
+    numpy.divide(r13, sp, out=r13)
+    # tmp21 = inv6*tmp20 -> r14
+    numpy.multiply(inv6, r13, out=r14)
+    # tmp22 = 6*tmp4 -> r15
+    numpy.multiply(r3, 6.0, out=r15)
+    # out = 6*m*n_output*(tmp2 + tmp4*(h + tmp1)) + m*(n_full_rec*(tmp15 + tmp16*tmp17 + tmp17*tmp18
+    #     + tmp17*tmp19 + tmp21 + 2*tmp9) + n_layers_stage*(h*tmp10 + inv7*tmp20 + 24*tmp11*tmp4 +
+    #     12*tmp12 + 2*tmp14 + tmp16*tmp22 + 4*tmp18*tmp4 + tmp19*tmp22 + tmp21 + 6*tmp9) +
+    #     n_sel_rec*tmp15) + (30*n_layers_stage*tmp9 + 30*n_output*tmp2)*numpy.where(inv8_mask, 1/d,
+    #     1)
+    numpy.multiply(r8, n_sel_rec, out=out)
+    numpy.multiply(r4, 2.0, out=r16)
+    numpy.multiply(r9, r10, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r10, r11, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r10, r12, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.add(r16, r8, out=r16)
+    numpy.add(r16, r14, out=r16)
+    numpy.multiply(r16, n_full_rec, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r2, 2.0, out=r16)
+    numpy.multiply(r4, 6.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r7, 12.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r5, h, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r9, r15, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r12, r15, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(inv7, r13, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r11, r3, out=r17)
+    numpy.multiply(r17, 4.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r6, r3, out=r17)
+    numpy.multiply(r17, 24.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.add(r16, r14, out=r16)
+    numpy.multiply(r16, n_layers_stage, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(r1, n_output, out=r16)
+    numpy.multiply(r16, 30.0, out=r16)
+    numpy.multiply(r4, n_layers_stage, out=r17)
+    numpy.multiply(r17, 30.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.copyto(r17, 1.0)
+    numpy.divide(1.0, d, out=r18)
+    numpy.copyto(r17, r18, where=m0)
+    numpy.multiply(r16, r17, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.add(r0, h, out=r16)
+    numpy.multiply(r16, r3, out=r16)
+    numpy.add(r16, r1, out=r16)
+    numpy.multiply(r16, n_output, out=r16)
+    numpy.multiply(r16, m, out=r16)
+    numpy.multiply(r16, 6.0, out=r16)
+    numpy.add(out, r16, out=out)
+
+
+compute_mla_q_latent_dense_stage_hbm_bytes.kernel = _runtime.Kernel(
+    _compute_mla_q_latent_dense_stage_hbm_bytes_block,
+    reals=19,
+    masks=1,
+    arguments=("a", "b", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level"),
+    passed=("tmp5", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+    invariants=_compute_mla_q_latent_dense_stage_hbm_bytes_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "zero_level"),
+    quiet=True,
+)
 
 
 def compute_mla_q_latent_moe_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
@@ -1508,18 +1702,7 @@ def compute_mla_q_latent_moe_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, h
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp2 = dh + tmp1
-            inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*tmp2 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp0
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_latent_moe_layer_forward_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp2 = dh + tmp1
-            inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*tmp2 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp0
+        (inv0,) = _compute_mla_q_latent_moe_layer_forward_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s)
         call = _runtime.Call(
             "compute_mla_q_latent_moe_layer_forward_flop",
             ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "inv0"),
@@ -1527,10 +1710,43 @@ def compute_mla_q_latent_moe_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, h
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_mla_q_latent_moe_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_latent_moe_layer_forward_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
+    """What compute_mla_q_latent_moe_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp2 = dh + tmp1
+        inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*tmp2 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp0
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_latent_moe_layer_forward_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp2 = dh + tmp1
+        inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp1) + a*dh*h + dc_kv*n_kv*tmp2 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp0
+    return (inv0,)
+
+
+def _compute_mla_q_latent_moe_layer_forward_flop_block(out, a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0):
+    """compute_mla_q_latent_moe_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_mla_q_latent_moe_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_latent_moe_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
+    passed=("inv0",),
+    invariants=_compute_mla_q_latent_moe_layer_forward_flop_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
+    quiet=True,
+)
 
 
 def compute_mla_q_latent_moe_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v):
@@ -1601,24 +1817,7 @@ def compute_mla_q_latent_moe_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hf
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h
-            tmp4 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp3 + tmp2
-            inv0 = 3*tmp4
-            inv1 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_latent_moe_stage_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h
-            tmp4 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp3 + tmp2
-            inv0 = 3*tmp4
-            inv1 = 6*h*v
+        (tmp2, tmp4, inv0, inv1) = _compute_mla_q_latent_moe_stage_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "compute_mla_q_latent_moe_stage_flop",
             ("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp4", "inv0", "inv1"),
@@ -1626,22 +1825,60 @@ def compute_mla_q_latent_moe_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hf
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1 in call.blocks():
-            # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp4 +
-            #     n_sel_rec*tmp2)/(cp*t)
-            numpy.multiply(tmp2, n_sel_rec, out=out)
-            numpy.multiply(tmp4, n_full_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv0, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv1, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_mla_q_latent_moe_stage_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_latent_moe_stage_flop_invariants(a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v):
+    """What compute_mla_q_latent_moe_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h
+        tmp4 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp3 + tmp2
+        inv0 = 3*tmp4
+        inv1 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_latent_moe_stage_flop", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h
+        tmp4 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*tmp1 + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + n_exp*tmp3 + tmp2
+        inv0 = 3*tmp4
+        inv1 = 6*h*v
+    return (tmp2, tmp4, inv0, inv1)
+
+
+def _compute_mla_q_latent_moe_stage_flop_block(out, r0, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1):
+    """compute_mla_q_latent_moe_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp4 + n_sel_rec*tmp2)/(cp*t)
+    numpy.multiply(tmp2, n_sel_rec, out=out)
+    numpy.multiply(tmp4, n_full_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv0, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv1, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_mla_q_latent_moe_stage_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_latent_moe_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v"),
+    passed=("tmp2", "tmp4", "inv0", "inv1"),
+    invariants=_compute_mla_q_latent_moe_stage_flop_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_mla_q_latent_moe_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level):
@@ -1779,56 +2016,7 @@ def compute_mla_q_latent_moe_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dc_q, dh, dh
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = 4*h
-            tmp6 = hff_exp*n_ffMM
-            tmp7 = h*tmp6
-            tmp8 = hff_exp*(n_ffMM - 1)
-            tmp10 = a*dh
-            tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp12 = n_attMM*(a*dc_q*(dhr + tmp11) + dc_kv*n_kv*(dh + tmp11) + dc_kv + dc_q*h + dc_q + h*tmp10 + h*(dc_kv + dhr))
-            inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp12 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp15 = 1 - flash_attention
-            tmp16 = s*tmp15
-            tmp17 = 5*dropout + 4
-            tmp19 = 16*h
-            inv1 = tmp12/h
-            inv2 = a*(s*s)*tmp15
-            inv3 = 20*h
-            inv4 = dropout + 2
-            tmp28 = n_chosen_exp + n_shared_exp
-            tmp29 = tmp28*tmp6
-            tmp31 = n_ffMM*tmp28*(h + hff_exp)
-            inv5 = dropout + 4
-            inv6 = 12*tmp31
-            inv7 = 2*a*(8*dh + tmp16*tmp17 + 4*tmp16)
-            inv8 = numpy.greater_equal(zero_level, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level) = _runtime.reals("compute_mla_q_latent_moe_stage_hbm_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "zero_level"), (a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level))
-            tmp4 = 4*h
-            tmp6 = hff_exp*n_ffMM
-            tmp7 = h*tmp6
-            tmp8 = hff_exp*(n_ffMM - 1)
-            tmp10 = a*dh
-            tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp12 = n_attMM*(a*dc_q*(dhr + tmp11) + dc_kv*n_kv*(dh + tmp11) + dc_kv + dc_q*h + dc_q + h*tmp10 + h*(dc_kv + dhr))
-            inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp12 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp15 = 1 - flash_attention
-            tmp16 = s*tmp15
-            tmp17 = 5*dropout + 4
-            tmp19 = 16*h
-            inv1 = tmp12/h
-            inv2 = a*(s*s)*tmp15
-            inv3 = 20*h
-            inv4 = dropout + 2
-            tmp28 = n_chosen_exp + n_shared_exp
-            tmp29 = tmp28*tmp6
-            tmp31 = n_ffMM*tmp28*(h + hff_exp)
-            inv5 = dropout + 4
-            inv6 = 12*tmp31
-            inv7 = 2*a*(8*dh + tmp16*tmp17 + 4*tmp16)
-            inv8 = numpy.greater_equal(zero_level, 1)
+        (tmp4, tmp7, tmp8, tmp10, inv0, tmp17, tmp19, inv1, inv2, inv3, inv4, tmp29, tmp31, inv5, inv6, inv7) = _compute_mla_q_latent_moe_stage_hbm_bytes_invariants(a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level)
         call = _runtime.Call(
             "compute_mla_q_latent_moe_stage_hbm_bytes",
             ("a", "b", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level", "tmp4", "tmp7", "tmp8", "tmp10", "inv0", "tmp17", "tmp19", "inv1", "inv2", "inv3", "inv4", "tmp29", "tmp31", "inv5", "inv6", "inv7"),
@@ -1836,119 +2024,189 @@ def compute_mla_q_latent_moe_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dc_q, dh, dh
             reals=18,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level, tmp4, tmp7, tmp8, tmp10, inv0, tmp17, tmp19, inv1, inv2, inv3, inv4, tmp29, tmp31, inv5, inv6, inv7 in call.blocks():
-            # inv8_mask = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
-            # tmp1 = v/t -> r0
-            numpy.divide(v, t, out=r0)
-            # tmp2 = b/cp -> r1
-            numpy.divide(b, cp, out=r1)
-            # tmp3 = s*tmp2 -> r2
-            numpy.multiply(r1, s, out=r2)
-            # tmp9 = n_exp*(mlp_bias*(h + tmp8/numpy.maximum(1, etp)) + tmp7/numpy.maximum(1,
-            #     etp))/ep -> r3
-            numpy.maximum(1.0, etp, out=r3)
-            numpy.divide(tmp7, r3, out=r3)
-            numpy.maximum(1.0, etp, out=r4)
-            numpy.divide(tmp8, r4, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.divide(r3, ep, out=r3)
-            # tmp13 = inv0/t -> r4
-            numpy.divide(inv0, t, out=r4)
-            # tmp14 = tmp13 + 4*tmp9 -> r5
-            numpy.multiply(r3, 4.0, out=r5)
-            numpy.add(r5, r4, out=r5)
-            # tmp18 = tmp3/t -> r6
-            numpy.divide(r2, t, out=r6)
-            # tmp20 = tmp3*(inv1/t + tmp19) -> r7
-            numpy.divide(inv1, t, out=r7)
-            numpy.add(r7, tmp19, out=r7)
-            numpy.multiply(r7, r2, out=r7)
-            # tmp21 = 8/t -> r8
-            numpy.divide(8.0, t, out=r8)
-            # tmp22 = inv2*tmp2 -> r9
-            numpy.multiply(inv2, r1, out=r9)
-            # tmp23 = tmp10*tmp18 -> r1
-            numpy.multiply(tmp10, r6, out=r1)
-            # tmp24 = inv3*tmp3/sp -> r10
-            numpy.multiply(inv3, r2, out=r10)
-            numpy.divide(r10, sp, out=r10)
-            # tmp25 = inv4*tmp24 -> r11
-            numpy.multiply(inv4, r10, out=r11)
-            # tmp26 = tmp22/t -> r12
-            numpy.divide(r9, t, out=r12)
-            # tmp27 = tmp17*tmp26 -> r13
-            numpy.multiply(tmp17, r12, out=r13)
-            # tmp30 = 4*tmp18 -> r14
-            numpy.multiply(r6, 4.0, out=r14)
-            # out = 6*m*n_output*(h*tmp1 + tmp3*(h + tmp1)) + 0.5*(m*(inv7*n_sel_rec*tmp18 +
-            #     n_full_rec*(tmp14 + tmp20 + tmp21*tmp22 + 16*tmp23 + tmp25 + 2*tmp27 + tmp29*tmp30
-            #     + tmp30*tmp31) + n_layers_stage*(inv5*tmp24 + inv6*tmp18 + 3*tmp13 + tmp19*tmp3 +
-            #     3*tmp20 + tmp21*tmp29*tmp3 + 48*tmp23 + tmp25 + 24*tmp26 + 4*tmp27 + 12*tmp9))) +
-            #     7.5*((n_layers_stage*tmp14 + n_output*tmp1*tmp4)*numpy.where(inv8_mask, 1/d, 1))
-            numpy.multiply(r13, 2.0, out=out)
-            numpy.multiply(r1, 16.0, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r8, r9, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(tmp29, r14, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r14, tmp31, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.add(out, r5, out=out)
-            numpy.add(out, r7, out=out)
-            numpy.add(out, r11, out=out)
-            numpy.multiply(out, n_full_rec, out=out)
-            numpy.multiply(r4, 3.0, out=r15)
-            numpy.multiply(r7, 3.0, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r13, 4.0, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r3, 12.0, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r12, 24.0, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r1, 48.0, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(tmp19, r2, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(inv5, r10, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(inv6, r6, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r8, tmp29, out=r16)
-            numpy.multiply(r16, r2, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.add(r15, r11, out=r15)
-            numpy.multiply(r15, n_layers_stage, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(inv7, r6, out=r15)
-            numpy.multiply(r15, n_sel_rec, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, 0.5, out=out)
-            numpy.multiply(r5, n_layers_stage, out=r15)
-            numpy.multiply(r0, tmp4, out=r16)
-            numpy.multiply(r16, n_output, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.copyto(r16, 1.0)
-            numpy.divide(1.0, d, out=r17)
-            numpy.copyto(r16, r17, where=m0)
-            numpy.multiply(r15, r16, out=r15)
-            numpy.multiply(r15, 7.5, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r0, h, out=r15)
-            numpy.add(r0, h, out=r16)
-            numpy.multiply(r16, r2, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r15, n_output, out=r15)
-            numpy.multiply(r15, m, out=r15)
-            numpy.multiply(r15, 6.0, out=r15)
-            numpy.add(out, r15, out=out)
+        for block in call.blocks():
+            _compute_mla_q_latent_moe_stage_hbm_bytes_block(*block)
     return call.out
+
+
+def _compute_mla_q_latent_moe_stage_hbm_bytes_invariants(a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level):
+    """What compute_mla_q_latent_moe_stage_hbm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = 4*h
+        tmp6 = hff_exp*n_ffMM
+        tmp7 = h*tmp6
+        tmp8 = hff_exp*(n_ffMM - 1)
+        tmp10 = a*dh
+        tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp12 = n_attMM*(a*dc_q*(dhr + tmp11) + dc_kv*n_kv*(dh + tmp11) + dc_kv + dc_q*h + dc_q + h*tmp10 + h*(dc_kv + dhr))
+        inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp12 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp15 = 1 - flash_attention
+        tmp16 = s*tmp15
+        tmp17 = 5*dropout + 4
+        tmp19 = 16*h
+        inv1 = tmp12/h
+        inv2 = a*(s*s)*tmp15
+        inv3 = 20*h
+        inv4 = dropout + 2
+        tmp28 = n_chosen_exp + n_shared_exp
+        tmp29 = tmp28*tmp6
+        tmp31 = n_ffMM*tmp28*(h + hff_exp)
+        inv5 = dropout + 4
+        inv6 = 12*tmp31
+        inv7 = 2*a*(8*dh + tmp16*tmp17 + 4*tmp16)
+        inv8 = numpy.greater_equal(zero_level, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level) = _runtime.reals("compute_mla_q_latent_moe_stage_hbm_bytes", ("a", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "zero_level"), (a, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level))
+        tmp4 = 4*h
+        tmp6 = hff_exp*n_ffMM
+        tmp7 = h*tmp6
+        tmp8 = hff_exp*(n_ffMM - 1)
+        tmp10 = a*dh
+        tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp12 = n_attMM*(a*dc_q*(dhr + tmp11) + dc_kv*n_kv*(dh + tmp11) + dc_kv + dc_q*h + dc_q + h*tmp10 + h*(dc_kv + dhr))
+        inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp12 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp15 = 1 - flash_attention
+        tmp16 = s*tmp15
+        tmp17 = 5*dropout + 4
+        tmp19 = 16*h
+        inv1 = tmp12/h
+        inv2 = a*(s*s)*tmp15
+        inv3 = 20*h
+        inv4 = dropout + 2
+        tmp28 = n_chosen_exp + n_shared_exp
+        tmp29 = tmp28*tmp6
+        tmp31 = n_ffMM*tmp28*(h + hff_exp)
+        inv5 = dropout + 4
+        inv6 = 12*tmp31
+        inv7 = 2*a*(8*dh + tmp16*tmp17 + 4*tmp16)
+        inv8 = numpy.greater_equal(zero_level, 1)
+    return (tmp4, tmp7, tmp8, tmp10, inv0, tmp17, tmp19, inv1, inv2, inv3, inv4, tmp29, tmp31, inv5, inv6, inv7)
+
+
+def _compute_mla_q_latent_moe_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level, tmp4, tmp7, tmp8, tmp10, inv0, tmp17, tmp19, inv1, inv2, inv3, inv4, tmp29, tmp31, inv5, inv6, inv7):
+    """compute_mla_q_latent_moe_stage_hbm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv8_mask = numpy.greater_equal(zero_level, 1) -> m0
+    numpy.greater_equal(zero_level, 1.0, out=m0)
+    # tmp1 = v/t -> r0
+    numpy.divide(v, t, out=r0)
+    # tmp2 = b/cp -> r1
+    numpy.divide(b, cp, out=r1)
+    # tmp3 = s*tmp2 -> r2
+    numpy.multiply(r1, s, out=r2)
+    # tmp9 = n_exp*(mlp_bias*(h + tmp8/numpy.maximum(1, etp)) + tmp7/numpy.maximum(1, etp))/ep -> r3
+    numpy.maximum(1.0, etp, out=r3)
+    numpy.divide(tmp7, r3, out=r3)
+    numpy.maximum(1.0, etp, out=r4)
+    numpy.divide(tmp8, r4, out=r4)
+    numpy.add(r4, h, out=r4)
+    numpy.multiply(r4, mlp_bias, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(r3, n_exp, out=r3)
+    numpy.divide(r3, ep, out=r3)
+    # tmp13 = inv0/t -> r4
+    numpy.divide(inv0, t, out=r4)
+    # tmp14 = tmp13 + 4*tmp9 -> r5
+    numpy.multiply(r3, 4.0, out=r5)
+    numpy.add(r5, r4, out=r5)
+    # tmp18 = tmp3/t -> r6
+    numpy.divide(r2, t, out=r6)
+    # tmp20 = tmp3*(inv1/t + tmp19) -> r7
+    numpy.divide(inv1, t, out=r7)
+    numpy.add(r7, tmp19, out=r7)
+    numpy.multiply(r7, r2, out=r7)
+    # tmp21 = 8/t -> r8
+    numpy.divide(8.0, t, out=r8)
+    # tmp22 = inv2*tmp2 -> r9
+    numpy.multiply(inv2, r1, out=r9)
+    # tmp23 = tmp10*tmp18 -> r1
+    numpy.multiply(tmp10, r6, out=r1)
+    # tmp24 = inv3*tmp3/sp -> r10
+    numpy.multiply(inv3, r2, out=r10)
+    numpy.divide(r10, sp, out=r10)
+    # tmp25 = inv4*tmp24 -> r11
+    numpy.multiply(inv4, r10, out=r11)
+    # tmp26 = tmp22/t -> r12
+    numpy.divide(r9, t, out=r12)
+    # tmp27 = tmp17*tmp26 -> r13
+    numpy.multiply(tmp17, r12, out=r13)
+    # tmp30 = 4*tmp18 -> r14
+    numpy.multiply(r6, 4.0, out=r14)
+    # out = 6*m*n_output*(h*tmp1 + tmp3*(h + tmp1)) + 0.5*(m*(inv7*n_sel_rec*tmp18 +
+    #     n_full_rec*(tmp14 + tmp20 + tmp21*tmp22 + 16*tmp23 + tmp25 + 2*tmp27 + tmp29*tmp30 +
+    #     tmp30*tmp31) + n_layers_stage*(inv5*tmp24 + inv6*tmp18 + 3*tmp13 + tmp19*tmp3 + 3*tmp20 +
+    #     tmp21*tmp29*tmp3 + 48*tmp23 + tmp25 + 24*tmp26 + 4*tmp27 + 12*tmp9))) +
+    #     7.5*((n_layers_stage*tmp14 + n_output*tmp1*tmp4)*numpy.where(inv8_mask, 1/d, 1))
+    numpy.multiply(r13, 2.0, out=out)
+    numpy.multiply(r1, 16.0, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r8, r9, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(tmp29, r14, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r14, tmp31, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.add(out, r5, out=out)
+    numpy.add(out, r7, out=out)
+    numpy.add(out, r11, out=out)
+    numpy.multiply(out, n_full_rec, out=out)
+    numpy.multiply(r4, 3.0, out=r15)
+    numpy.multiply(r7, 3.0, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r13, 4.0, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r3, 12.0, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r12, 24.0, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r1, 48.0, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(tmp19, r2, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(inv5, r10, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(inv6, r6, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r8, tmp29, out=r16)
+    numpy.multiply(r16, r2, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.add(r15, r11, out=r15)
+    numpy.multiply(r15, n_layers_stage, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(inv7, r6, out=r15)
+    numpy.multiply(r15, n_sel_rec, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 0.5, out=out)
+    numpy.multiply(r5, n_layers_stage, out=r15)
+    numpy.multiply(r0, tmp4, out=r16)
+    numpy.multiply(r16, n_output, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.copyto(r16, 1.0)
+    numpy.divide(1.0, d, out=r17)
+    numpy.copyto(r16, r17, where=m0)
+    numpy.multiply(r15, r16, out=r15)
+    numpy.multiply(r15, 7.5, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r0, h, out=r15)
+    numpy.add(r0, h, out=r16)
+    numpy.multiply(r16, r2, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r15, n_output, out=r15)
+    numpy.multiply(r15, m, out=r15)
+    numpy.multiply(r15, 6.0, out=r15)
+    numpy.add(out, r15, out=out)
+
+
+compute_mla_q_latent_moe_stage_hbm_bytes.kernel = _runtime.Kernel(
+    _compute_mla_q_latent_moe_stage_hbm_bytes_block,
+    reals=18,
+    masks=1,
+    arguments=("a", "b", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level"),
+    passed=("tmp4", "tmp7", "tmp8", "tmp10", "inv0", "tmp17", "tmp19", "inv1", "inv2", "inv3", "inv4", "tmp29", "tmp31", "inv5", "inv6", "inv7"),
+    invariants=_compute_mla_q_latent_moe_stage_hbm_bytes_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "zero_level"),
+    quiet=True,
+)
 
 
 def compute_mla_q_direct_dense_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
@@ -1995,18 +2253,7 @@ def compute_mla_q_direct_dense_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = a*h
-            inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp0)))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_direct_dense_layer_forward_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"), (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = a*h
-            inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp0)))
+        (inv0,) = _compute_mla_q_direct_dense_layer_forward_flop_invariants(a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s)
         call = _runtime.Call(
             "compute_mla_q_direct_dense_layer_forward_flop",
             ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "inv0"),
@@ -2014,10 +2261,43 @@ def compute_mla_q_direct_dense_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff, 
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_mla_q_direct_dense_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_direct_dense_layer_forward_flop_invariants(a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
+    """What compute_mla_q_direct_dense_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = a*h
+        inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp0)))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_direct_dense_layer_forward_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"), (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = a*h
+        inv0 = 2*a*s*(dhr + tmp1) + 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp2 + h*(dc_kv + dhr) + tmp2*(dhr + tmp0)))
+    return (inv0,)
+
+
+def _compute_mla_q_direct_dense_layer_forward_flop_block(out, a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0):
+    """compute_mla_q_direct_dense_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_mla_q_direct_dense_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_direct_dense_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
+    passed=("inv0",),
+    invariants=_compute_mla_q_direct_dense_layer_forward_flop_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
+    quiet=True,
+)
 
 
 def compute_mla_q_direct_dense_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v):
@@ -2083,24 +2363,7 @@ def compute_mla_q_direct_dense_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff, m
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = a*h
-            tmp4 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp0))) + tmp2
-            inv0 = 3*tmp4
-            inv1 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_direct_dense_stage_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = a*h
-            tmp4 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp0))) + tmp2
-            inv0 = 3*tmp4
-            inv1 = 6*h*v
+        (tmp2, tmp4, inv0, inv1) = _compute_mla_q_direct_dense_stage_flop_invariants(a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "compute_mla_q_direct_dense_stage_flop",
             ("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp4", "inv0", "inv1"),
@@ -2108,22 +2371,60 @@ def compute_mla_q_direct_dense_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff, m
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1 in call.blocks():
-            # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp4 +
-            #     n_sel_rec*tmp2)/(cp*t)
-            numpy.multiply(tmp2, n_sel_rec, out=out)
-            numpy.multiply(tmp4, n_full_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv0, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv1, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_mla_q_direct_dense_stage_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_direct_dense_stage_flop_invariants(a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v):
+    """What compute_mla_q_direct_dense_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = a*h
+        tmp4 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp0))) + tmp2
+        inv0 = 3*tmp4
+        inv1 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_direct_dense_stage_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, v))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = a*h
+        tmp4 = 2*h*hff*n_ffMM + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp0))) + tmp2
+        inv0 = 3*tmp4
+        inv1 = 6*h*v
+    return (tmp2, tmp4, inv0, inv1)
+
+
+def _compute_mla_q_direct_dense_stage_flop_block(out, r0, a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1):
+    """compute_mla_q_direct_dense_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp4 + n_sel_rec*tmp2)/(cp*t)
+    numpy.multiply(tmp2, n_sel_rec, out=out)
+    numpy.multiply(tmp4, n_full_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv0, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv1, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_mla_q_direct_dense_stage_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_direct_dense_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v"),
+    passed=("tmp2", "tmp4", "inv0", "inv1"),
+    invariants=_compute_mla_q_direct_dense_stage_flop_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_mla_q_direct_dense_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level):
@@ -2241,38 +2542,7 @@ def compute_mla_q_direct_dense_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dh, dhr, d
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = h*n_ffMM
-            tmp6 = a*h
-            tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp8 = 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7)))
-            inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + tmp8 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv1 = (s*s)*(1 - flash_attention)
-            tmp14 = 5*dropout
-            inv2 = tmp14 + 4
-            inv3 = tmp8/h
-            inv4 = 4*h
-            inv5 = hff*n_ffMM
-            inv6 = tmp14 + 10
-            inv7 = tmp14 + 20
-            inv8 = numpy.greater_equal(zero_level, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level) = _runtime.reals("compute_mla_q_direct_dense_stage_hbm_bytes", ("a", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "zero_level"), (a, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level))
-            tmp5 = h*n_ffMM
-            tmp6 = a*h
-            tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp8 = 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7)))
-            inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + tmp8 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv1 = (s*s)*(1 - flash_attention)
-            tmp14 = 5*dropout
-            inv2 = tmp14 + 4
-            inv3 = tmp8/h
-            inv4 = 4*h
-            inv5 = hff*n_ffMM
-            inv6 = tmp14 + 10
-            inv7 = tmp14 + 20
-            inv8 = numpy.greater_equal(zero_level, 1)
+        (tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7) = _compute_mla_q_direct_dense_stage_hbm_bytes_invariants(a, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level)
         call = _runtime.Call(
             "compute_mla_q_direct_dense_stage_hbm_bytes",
             ("a", "b", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
@@ -2280,109 +2550,162 @@ def compute_mla_q_direct_dense_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dh, dhr, d
             reals=19,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, a, b, cp, d, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
-            # inv8_mask = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
-            # tmp1 = v/t -> r0
-            numpy.divide(v, t, out=r0)
-            # tmp2 = h*tmp1 -> r1
-            numpy.multiply(r0, h, out=r1)
-            # tmp3 = b/cp -> r2
-            numpy.divide(b, cp, out=r2)
-            # tmp4 = s*tmp3 -> r3
-            numpy.multiply(r2, s, out=r3)
-            # tmp9 = inv0/t -> r4
-            numpy.divide(inv0, t, out=r4)
-            # tmp10 = 8*tmp4 -> r5
-            numpy.multiply(r3, 8.0, out=r5)
-            # tmp11 = a/t -> r6
-            numpy.divide(a, t, out=r6)
-            # tmp12 = dh*tmp11 -> r7
-            numpy.multiply(r6, dh, out=r7)
-            # tmp13 = inv1*tmp11*tmp3 -> r8
-            numpy.multiply(inv1, r6, out=r8)
-            numpy.multiply(r8, r2, out=r8)
-            # tmp15 = inv2*tmp13 -> r2
-            numpy.multiply(inv2, r8, out=r2)
-            # tmp16 = tmp10*tmp12 + 4*tmp13 + tmp15 -> r6
-            numpy.multiply(r8, 4.0, out=r6)
-            numpy.multiply(r5, r7, out=r9)
-            numpy.add(r6, r9, out=r6)
-            numpy.add(r6, r2, out=r6)
-            # tmp17 = inv3/t + inv4 -> r9
-            numpy.divide(inv3, t, out=r9)
-            numpy.add(r9, inv4, out=r9)
-            # tmp18 = 2*tmp4 -> r10
-            numpy.multiply(r3, 2.0, out=r10)
-            # tmp19 = inv5/t -> r11
-            numpy.divide(inv5, t, out=r11)
-            # tmp20 = tmp19 + tmp5 -> r12
-            numpy.add(r11, tmp5, out=r12)
-            # tmp21 = h*tmp18/sp -> r13
-            numpy.multiply(r10, h, out=r13)
-            numpy.divide(r13, sp, out=r13)
-            # tmp22 = inv6*tmp21 -> r14
-            numpy.multiply(inv6, r13, out=r14)
-            # tmp23 = 6*tmp4 -> r15
-            numpy.multiply(r3, 6.0, out=r15)
-            # out = 6*m*n_output*(tmp2 + tmp4*(h + tmp1)) + m*(n_full_rec*(tmp16 + tmp17*tmp18 +
-            #     tmp18*tmp19 + tmp18*tmp20 + tmp22 + 2*tmp9) + n_layers_stage*(h*tmp10 + inv7*tmp21
-            #     + 24*tmp12*tmp4 + 12*tmp13 + 2*tmp15 + tmp17*tmp23 + 4*tmp19*tmp4 + tmp20*tmp23 +
-            #     tmp22 + 6*tmp9) + n_sel_rec*tmp16) + (30*n_layers_stage*tmp9 +
-            #     30*n_output*tmp2)*numpy.where(inv8_mask, 1/d, 1)
-            numpy.multiply(r6, n_sel_rec, out=out)
-            numpy.multiply(r4, 2.0, out=r16)
-            numpy.multiply(r9, r10, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r10, r11, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r10, r12, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(r16, r6, out=r16)
-            numpy.add(r16, r14, out=r16)
-            numpy.multiply(r16, n_full_rec, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r2, 2.0, out=r16)
-            numpy.multiply(r4, 6.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r8, 12.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r5, h, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r9, r15, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r12, r15, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(inv7, r13, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r11, r3, out=r17)
-            numpy.multiply(r17, 4.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r7, r3, out=r17)
-            numpy.multiply(r17, 24.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(r16, r14, out=r16)
-            numpy.multiply(r16, n_layers_stage, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(r1, n_output, out=r16)
-            numpy.multiply(r16, 30.0, out=r16)
-            numpy.multiply(r4, n_layers_stage, out=r17)
-            numpy.multiply(r17, 30.0, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.copyto(r17, 1.0)
-            numpy.divide(1.0, d, out=r18)
-            numpy.copyto(r17, r18, where=m0)
-            numpy.multiply(r16, r17, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.add(r0, h, out=r16)
-            numpy.multiply(r16, r3, out=r16)
-            numpy.add(r16, r1, out=r16)
-            numpy.multiply(r16, n_output, out=r16)
-            numpy.multiply(r16, m, out=r16)
-            numpy.multiply(r16, 6.0, out=r16)
-            numpy.add(out, r16, out=out)
+        for block in call.blocks():
+            _compute_mla_q_direct_dense_stage_hbm_bytes_block(*block)
     return call.out
+
+
+def _compute_mla_q_direct_dense_stage_hbm_bytes_invariants(a, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level):
+    """What compute_mla_q_direct_dense_stage_hbm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = h*n_ffMM
+        tmp6 = a*h
+        tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp8 = 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7)))
+        inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + tmp8 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv1 = (s*s)*(1 - flash_attention)
+        tmp14 = 5*dropout
+        inv2 = tmp14 + 4
+        inv3 = tmp8/h
+        inv4 = 4*h
+        inv5 = hff*n_ffMM
+        inv6 = tmp14 + 10
+        inv7 = tmp14 + 20
+        inv8 = numpy.greater_equal(zero_level, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level) = _runtime.reals("compute_mla_q_direct_dense_stage_hbm_bytes", ("a", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "zero_level"), (a, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, zero_level))
+        tmp5 = h*n_ffMM
+        tmp6 = a*h
+        tmp7 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp8 = 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp7) + dc_kv + dh*tmp6 + h*(dc_kv + dhr) + tmp6*(dhr + tmp7)))
+        inv0 = h*layer_norms*(norm_bias + 1) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + tmp8 + (n_exp + n_shared_exp)*(hff*tmp5 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv1 = (s*s)*(1 - flash_attention)
+        tmp14 = 5*dropout
+        inv2 = tmp14 + 4
+        inv3 = tmp8/h
+        inv4 = 4*h
+        inv5 = hff*n_ffMM
+        inv6 = tmp14 + 10
+        inv7 = tmp14 + 20
+        inv8 = numpy.greater_equal(zero_level, 1)
+    return (tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7)
+
+
+def _compute_mla_q_direct_dense_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, a, b, cp, d, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7):
+    """compute_mla_q_direct_dense_stage_hbm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv8_mask = numpy.greater_equal(zero_level, 1) -> m0
+    numpy.greater_equal(zero_level, 1.0, out=m0)
+    # tmp1 = v/t -> r0
+    numpy.divide(v, t, out=r0)
+    # tmp2 = h*tmp1 -> r1
+    numpy.multiply(r0, h, out=r1)
+    # tmp3 = b/cp -> r2
+    numpy.divide(b, cp, out=r2)
+    # tmp4 = s*tmp3 -> r3
+    numpy.multiply(r2, s, out=r3)
+    # tmp9 = inv0/t -> r4
+    numpy.divide(inv0, t, out=r4)
+    # tmp10 = 8*tmp4 -> r5
+    numpy.multiply(r3, 8.0, out=r5)
+    # tmp11 = a/t -> r6
+    numpy.divide(a, t, out=r6)
+    # tmp12 = dh*tmp11 -> r7
+    numpy.multiply(r6, dh, out=r7)
+    # tmp13 = inv1*tmp11*tmp3 -> r8
+    numpy.multiply(inv1, r6, out=r8)
+    numpy.multiply(r8, r2, out=r8)
+    # tmp15 = inv2*tmp13 -> r2
+    numpy.multiply(inv2, r8, out=r2)
+    # tmp16 = tmp10*tmp12 + 4*tmp13 + tmp15 -> r6
+    numpy.multiply(r8, 4.0, out=r6)
+    numpy.multiply(r5, r7, out=r9)
+    numpy.add(r6, r9, out=r6)
+    numpy.add(r6, r2, out=r6)
+    # tmp17 = inv3/t + inv4 -> r9
+    numpy.divide(inv3, t, out=r9)
+    numpy.add(r9, inv4, out=r9)
+    # tmp18 = 2*tmp4 -> r10
+    numpy.multiply(r3, 2.0, out=r10)
+    # tmp19 = inv5/t -> r11
+    numpy.divide(inv5, t, out=r11)
+    # tmp20 = tmp19 + tmp5 -> r12
+    numpy.add(r11, tmp5, out=r12)
+    # tmp21 = h*tmp18/sp -> r13
+    numpy.multiply(r10, h, out=r13)
+    numpy.divide(r13, sp, out=r13)
+    # tmp22 = inv6*tmp21 -> r14
+    numpy.multiply(inv6, r13, out=r14)
+    # tmp23 = 6*tmp4 -> r15
+    numpy.multiply(r3, 6.0, out=r15)
+    # out = 6*m*n_output*(tmp2 + tmp4*(h + tmp1)) + m*(n_full_rec*(tmp16 + tmp17*tmp18 + tmp18*tmp19
+    #     + tmp18*tmp20 + tmp22 + 2*tmp9) + n_layers_stage*(h*tmp10 + inv7*tmp21 + 24*tmp12*tmp4 +
+    #     12*tmp13 + 2*tmp15 + tmp17*tmp23 + 4*tmp19*tmp4 + tmp20*tmp23 + tmp22 + 6*tmp9) +
+    #     n_sel_rec*tmp16) + (30*n_layers_stage*tmp9 + 30*n_output*tmp2)*numpy.where(inv8_mask, 1/d,
+    #     1)
+    numpy.multiply(r6, n_sel_rec, out=out)
+    numpy.multiply(r4, 2.0, out=r16)
+    numpy.multiply(r9, r10, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r10, r11, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r10, r12, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.add(r16, r6, out=r16)
+    numpy.add(r16, r14, out=r16)
+    numpy.multiply(r16, n_full_rec, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r2, 2.0, out=r16)
+    numpy.multiply(r4, 6.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r8, 12.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r5, h, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r9, r15, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r12, r15, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(inv7, r13, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r11, r3, out=r17)
+    numpy.multiply(r17, 4.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r7, r3, out=r17)
+    numpy.multiply(r17, 24.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.add(r16, r14, out=r16)
+    numpy.multiply(r16, n_layers_stage, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(r1, n_output, out=r16)
+    numpy.multiply(r16, 30.0, out=r16)
+    numpy.multiply(r4, n_layers_stage, out=r17)
+    numpy.multiply(r17, 30.0, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.copyto(r17, 1.0)
+    numpy.divide(1.0, d, out=r18)
+    numpy.copyto(r17, r18, where=m0)
+    numpy.multiply(r16, r17, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.add(r0, h, out=r16)
+    numpy.multiply(r16, r3, out=r16)
+    numpy.add(r16, r1, out=r16)
+    numpy.multiply(r16, n_output, out=r16)
+    numpy.multiply(r16, m, out=r16)
+    numpy.multiply(r16, 6.0, out=r16)
+    numpy.add(out, r16, out=out)
+
+
+compute_mla_q_direct_dense_stage_hbm_bytes.kernel = _runtime.Kernel(
+    _compute_mla_q_direct_dense_stage_hbm_bytes_block,
+    reals=19,
+    masks=1,
+    arguments=("a", "b", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level"),
+    passed=("tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+    invariants=_compute_mla_q_direct_dense_stage_hbm_bytes_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "zero_level"),
+    quiet=True,
+)
 
 
 def compute_mla_q_direct_moe_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
@@ -2434,20 +2757,7 @@ def compute_mla_q_direct_moe_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff_exp
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp2 = dh + tmp1
-            tmp3 = a*h
-            inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp2 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp1))) + n_exp*tmp0
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_direct_moe_layer_forward_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"), (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
-            tmp0 = 2*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp2 = dh + tmp1
-            tmp3 = a*h
-            inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp2 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp1))) + n_exp*tmp0
+        (inv0,) = _compute_mla_q_direct_moe_layer_forward_flop_invariants(a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s)
         call = _runtime.Call(
             "compute_mla_q_direct_moe_layer_forward_flop",
             ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "inv0"),
@@ -2455,10 +2765,45 @@ def compute_mla_q_direct_moe_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff_exp
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _compute_mla_q_direct_moe_layer_forward_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_direct_moe_layer_forward_flop_invariants(a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
+    """What compute_mla_q_direct_moe_layer_forward_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp2 = dh + tmp1
+        tmp3 = a*h
+        inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp2 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp1))) + n_exp*tmp0
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s) = _runtime.reals("compute_mla_q_direct_moe_layer_forward_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"), (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
+        tmp0 = 2*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp2 = dh + tmp1
+        tmp3 = a*h
+        inv0 = 2*a*s*(dhr + tmp2) + hff_exp*n_ffMM*tmp0*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp2 + dc_kv + dh*tmp3 + h*(dc_kv + dhr) + tmp3*(dhr + tmp1))) + n_exp*tmp0
+    return (inv0,)
+
+
+def _compute_mla_q_direct_moe_layer_forward_flop_block(out, a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0):
+    """compute_mla_q_direct_moe_layer_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+compute_mla_q_direct_moe_layer_forward_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_direct_moe_layer_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
+    passed=("inv0",),
+    invariants=_compute_mla_q_direct_moe_layer_forward_flop_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
+    quiet=True,
+)
 
 
 def compute_mla_q_direct_moe_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v):
@@ -2529,26 +2874,7 @@ def compute_mla_q_direct_moe_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff_exp,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h
-            tmp4 = a*h
-            tmp5 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp0))) + n_exp*tmp3 + tmp2
-            inv0 = 3*tmp5
-            inv1 = 6*h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_direct_moe_stage_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp1 = dh + tmp0
-            tmp2 = 2*a*s*(dhr + tmp1)
-            tmp3 = 2*h
-            tmp4 = a*h
-            tmp5 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp0))) + n_exp*tmp3 + tmp2
-            inv0 = 3*tmp5
-            inv1 = 6*h*v
+        (tmp2, tmp5, inv0, inv1) = _compute_mla_q_direct_moe_stage_flop_invariants(a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "compute_mla_q_direct_moe_stage_flop",
             ("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp5", "inv0", "inv1"),
@@ -2556,22 +2882,62 @@ def compute_mla_q_direct_moe_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff_exp,
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp5, inv0, inv1 in call.blocks():
-            # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp5 +
-            #     n_sel_rec*tmp2)/(cp*t)
-            numpy.multiply(tmp2, n_sel_rec, out=out)
-            numpy.multiply(tmp5, n_full_rec, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv0, n_layers_stage, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(inv1, n_output, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _compute_mla_q_direct_moe_stage_flop_block(*block)
     return call.out
+
+
+def _compute_mla_q_direct_moe_stage_flop_invariants(a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v):
+    """What compute_mla_q_direct_moe_stage_flop computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h
+        tmp4 = a*h
+        tmp5 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp0))) + n_exp*tmp3 + tmp2
+        inv0 = 3*tmp5
+        inv1 = 6*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v) = _runtime.reals("compute_mla_q_direct_moe_stage_flop", ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"), (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, v))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp1 = dh + tmp0
+        tmp2 = 2*a*s*(dhr + tmp1)
+        tmp3 = 2*h
+        tmp4 = a*h
+        tmp5 = hff_exp*n_ffMM*tmp3*(n_chosen_exp + n_shared_exp) + 0.5*(n_attMM*(dc_kv*n_kv*tmp1 + dc_kv + dh*tmp4 + h*(dc_kv + dhr) + tmp4*(dhr + tmp0))) + n_exp*tmp3 + tmp2
+        inv0 = 3*tmp5
+        inv1 = 6*h*v
+    return (tmp2, tmp5, inv0, inv1)
+
+
+def _compute_mla_q_direct_moe_stage_flop_block(out, r0, a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp5, inv0, inv1):
+    """compute_mla_q_direct_moe_stage_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*m*s*(inv0*n_layers_stage + inv1*n_output + n_full_rec*tmp5 + n_sel_rec*tmp2)/(cp*t)
+    numpy.multiply(tmp2, n_sel_rec, out=out)
+    numpy.multiply(tmp5, n_full_rec, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv0, n_layers_stage, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(inv1, n_output, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_mla_q_direct_moe_stage_flop.kernel = _runtime.Kernel(
+    _compute_mla_q_direct_moe_stage_flop_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v"),
+    passed=("tmp2", "tmp5", "inv0", "inv1"),
+    invariants=_compute_mla_q_direct_moe_stage_flop_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def compute_mla_q_direct_moe_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level):
@@ -2705,56 +3071,7 @@ def compute_mla_q_direct_moe_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dh, dhr, dro
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = 4*h
-            tmp6 = hff_exp*n_ffMM
-            tmp7 = h*tmp6
-            tmp8 = hff_exp*(n_ffMM - 1)
-            tmp10 = a*h
-            tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp12 = n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11))
-            inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp12 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp15 = 1 - flash_attention
-            tmp16 = s*tmp15
-            tmp17 = 5*dropout + 4
-            tmp20 = 16*h
-            inv1 = tmp12/h
-            inv2 = (s*s)*tmp15
-            inv3 = 20*h
-            inv4 = dropout + 2
-            inv5 = n_chosen_exp + n_shared_exp
-            tmp29 = n_ffMM*(h + hff_exp)
-            inv6 = dropout + 4
-            inv7 = 8*tmp6
-            inv8 = 12*tmp29
-            inv9 = 16*dh + 2*tmp16*tmp17 + 8*tmp16
-            inv10 = numpy.greater_equal(zero_level, 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level) = _runtime.reals("compute_mla_q_direct_moe_stage_hbm_bytes", ("a", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "zero_level"), (a, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level))
-            tmp4 = 4*h
-            tmp6 = hff_exp*n_ffMM
-            tmp7 = h*tmp6
-            tmp8 = hff_exp*(n_ffMM - 1)
-            tmp10 = a*h
-            tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp12 = n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11))
-            inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp12 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp15 = 1 - flash_attention
-            tmp16 = s*tmp15
-            tmp17 = 5*dropout + 4
-            tmp20 = 16*h
-            inv1 = tmp12/h
-            inv2 = (s*s)*tmp15
-            inv3 = 20*h
-            inv4 = dropout + 2
-            inv5 = n_chosen_exp + n_shared_exp
-            tmp29 = n_ffMM*(h + hff_exp)
-            inv6 = dropout + 4
-            inv7 = 8*tmp6
-            inv8 = 12*tmp29
-            inv9 = 16*dh + 2*tmp16*tmp17 + 8*tmp16
-            inv10 = numpy.greater_equal(zero_level, 1)
+        (tmp4, tmp6, tmp7, tmp8, inv0, tmp17, tmp20, inv1, inv2, inv3, inv4, inv5, tmp29, inv6, inv7, inv8, inv9) = _compute_mla_q_direct_moe_stage_hbm_bytes_invariants(a, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level)
         call = _runtime.Call(
             "compute_mla_q_direct_moe_stage_hbm_bytes",
             ("a", "b", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level", "tmp4", "tmp6", "tmp7", "tmp8", "inv0", "tmp17", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp29", "inv6", "inv7", "inv8", "inv9"),
@@ -2762,120 +3079,190 @@ def compute_mla_q_direct_moe_stage_hbm_bytes(*, a, b, cp, d, dc_kv, dh, dhr, dro
             reals=17,
             masks=1,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, a, b, cp, d, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level, tmp4, tmp6, tmp7, tmp8, inv0, tmp17, tmp20, inv1, inv2, inv3, inv4, inv5, tmp29, inv6, inv7, inv8, inv9 in call.blocks():
-            # inv10_mask = numpy.greater_equal(zero_level, 1) -> m0
-            numpy.greater_equal(zero_level, 1.0, out=m0)
-            # tmp1 = v/t -> r0
-            numpy.divide(v, t, out=r0)
-            # tmp2 = b/cp -> r1
-            numpy.divide(b, cp, out=r1)
-            # tmp3 = s*tmp2 -> r2
-            numpy.multiply(r1, s, out=r2)
-            # tmp9 = n_exp*(mlp_bias*(h + tmp8/numpy.maximum(1, etp)) + tmp7/numpy.maximum(1,
-            #     etp))/ep -> r3
-            numpy.maximum(1.0, etp, out=r3)
-            numpy.divide(tmp7, r3, out=r3)
-            numpy.maximum(1.0, etp, out=r4)
-            numpy.divide(tmp8, r4, out=r4)
-            numpy.add(r4, h, out=r4)
-            numpy.multiply(r4, mlp_bias, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.divide(r3, ep, out=r3)
-            # tmp13 = inv0/t -> r4
-            numpy.divide(inv0, t, out=r4)
-            # tmp14 = tmp13 + 4*tmp9 -> r5
-            numpy.multiply(r3, 4.0, out=r5)
-            numpy.add(r5, r4, out=r5)
-            # tmp18 = a/t -> r6
-            numpy.divide(a, t, out=r6)
-            # tmp19 = tmp18*tmp3 -> r7
-            numpy.multiply(r6, r2, out=r7)
-            # tmp21 = tmp3*(inv1/t + tmp20) -> r8
-            numpy.divide(inv1, t, out=r8)
-            numpy.add(r8, tmp20, out=r8)
-            numpy.multiply(r8, r2, out=r8)
-            # tmp22 = inv2*tmp18*tmp2 -> r9
-            numpy.multiply(inv2, r6, out=r9)
-            numpy.multiply(r9, r1, out=r9)
-            # tmp23 = dh*tmp19 -> r1
-            numpy.multiply(r7, dh, out=r1)
-            # tmp24 = inv3*tmp3/sp -> r6
-            numpy.multiply(inv3, r2, out=r6)
-            numpy.divide(r6, sp, out=r6)
-            # tmp25 = inv4*tmp24 -> r10
-            numpy.multiply(inv4, r6, out=r10)
-            # tmp26 = tmp17*tmp22 -> r11
-            numpy.multiply(tmp17, r9, out=r11)
-            # tmp27 = inv5*tmp3/t -> r12
-            numpy.multiply(inv5, r2, out=r12)
-            numpy.divide(r12, t, out=r12)
-            # tmp28 = 4*tmp27 -> r13
-            numpy.multiply(r12, 4.0, out=r13)
-            # out = 6*m*n_output*(h*tmp1 + tmp3*(h + tmp1)) + 0.5*(m*(inv9*n_sel_rec*tmp19 +
-            #     n_full_rec*(tmp14 + tmp21 + 8*tmp22 + 16*tmp23 + tmp25 + 2*tmp26 + tmp28*tmp29 +
-            #     tmp28*tmp6) + n_layers_stage*(inv6*tmp24 + inv7*tmp27 + inv8*tmp27 + 3*tmp13 +
-            #     tmp20*tmp3 + 3*tmp21 + 24*tmp22 + 48*tmp23 + tmp25 + 4*tmp26 + 12*tmp9))) +
-            #     7.5*((n_layers_stage*tmp14 + n_output*tmp1*tmp4)*numpy.where(inv10_mask, 1/d, 1))
-            numpy.multiply(r11, 2.0, out=out)
-            numpy.multiply(r9, 8.0, out=r14)
-            numpy.add(out, r14, out=out)
-            numpy.multiply(r1, 16.0, out=r14)
-            numpy.add(out, r14, out=out)
-            numpy.multiply(r13, tmp29, out=r14)
-            numpy.add(out, r14, out=out)
-            numpy.multiply(r13, tmp6, out=r14)
-            numpy.add(out, r14, out=out)
-            numpy.add(out, r5, out=out)
-            numpy.add(out, r8, out=out)
-            numpy.add(out, r10, out=out)
-            numpy.multiply(out, n_full_rec, out=out)
-            numpy.multiply(r4, 3.0, out=r14)
-            numpy.multiply(r8, 3.0, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r11, 4.0, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r3, 12.0, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r9, 24.0, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r1, 48.0, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(tmp20, r2, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(inv6, r6, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(inv7, r12, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(inv8, r12, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.add(r14, r10, out=r14)
-            numpy.multiply(r14, n_layers_stage, out=r14)
-            numpy.add(out, r14, out=out)
-            numpy.multiply(inv9, r7, out=r14)
-            numpy.multiply(r14, n_sel_rec, out=r14)
-            numpy.add(out, r14, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, 0.5, out=out)
-            numpy.multiply(r5, n_layers_stage, out=r14)
-            numpy.multiply(r0, tmp4, out=r15)
-            numpy.multiply(r15, n_output, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.copyto(r15, 1.0)
-            numpy.divide(1.0, d, out=r16)
-            numpy.copyto(r15, r16, where=m0)
-            numpy.multiply(r14, r15, out=r14)
-            numpy.multiply(r14, 7.5, out=r14)
-            numpy.add(out, r14, out=out)
-            numpy.multiply(r0, h, out=r14)
-            numpy.add(r0, h, out=r15)
-            numpy.multiply(r15, r2, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r14, n_output, out=r14)
-            numpy.multiply(r14, m, out=r14)
-            numpy.multiply(r14, 6.0, out=r14)
-            numpy.add(out, r14, out=out)
+        for block in call.blocks():
+            _compute_mla_q_direct_moe_stage_hbm_bytes_block(*block)
     return call.out
+
+
+def _compute_mla_q_direct_moe_stage_hbm_bytes_invariants(a, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level):
+    """What compute_mla_q_direct_moe_stage_hbm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = 4*h
+        tmp6 = hff_exp*n_ffMM
+        tmp7 = h*tmp6
+        tmp8 = hff_exp*(n_ffMM - 1)
+        tmp10 = a*h
+        tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp12 = n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11))
+        inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp12 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp15 = 1 - flash_attention
+        tmp16 = s*tmp15
+        tmp17 = 5*dropout + 4
+        tmp20 = 16*h
+        inv1 = tmp12/h
+        inv2 = (s*s)*tmp15
+        inv3 = 20*h
+        inv4 = dropout + 2
+        inv5 = n_chosen_exp + n_shared_exp
+        tmp29 = n_ffMM*(h + hff_exp)
+        inv6 = dropout + 4
+        inv7 = 8*tmp6
+        inv8 = 12*tmp29
+        inv9 = 16*dh + 2*tmp16*tmp17 + 8*tmp16
+        inv10 = numpy.greater_equal(zero_level, 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level) = _runtime.reals("compute_mla_q_direct_moe_stage_hbm_bytes", ("a", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "zero_level"), (a, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, zero_level))
+        tmp4 = 4*h
+        tmp6 = hff_exp*n_ffMM
+        tmp7 = h*tmp6
+        tmp8 = hff_exp*(n_ffMM - 1)
+        tmp10 = a*h
+        tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp12 = n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dh*tmp10 + h*(dc_kv + dhr) + tmp10*(dhr + tmp11))
+        inv0 = layer_norms*tmp4*(norm_bias + 1) + n_exp*tmp4 + 8*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + 4*n_shared_exp*(mlp_bias*(h + tmp8) + tmp7) + tmp12 + 4*numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp15 = 1 - flash_attention
+        tmp16 = s*tmp15
+        tmp17 = 5*dropout + 4
+        tmp20 = 16*h
+        inv1 = tmp12/h
+        inv2 = (s*s)*tmp15
+        inv3 = 20*h
+        inv4 = dropout + 2
+        inv5 = n_chosen_exp + n_shared_exp
+        tmp29 = n_ffMM*(h + hff_exp)
+        inv6 = dropout + 4
+        inv7 = 8*tmp6
+        inv8 = 12*tmp29
+        inv9 = 16*dh + 2*tmp16*tmp17 + 8*tmp16
+        inv10 = numpy.greater_equal(zero_level, 1)
+    return (tmp4, tmp6, tmp7, tmp8, inv0, tmp17, tmp20, inv1, inv2, inv3, inv4, inv5, tmp29, inv6, inv7, inv8, inv9)
+
+
+def _compute_mla_q_direct_moe_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, a, b, cp, d, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level, tmp4, tmp6, tmp7, tmp8, inv0, tmp17, tmp20, inv1, inv2, inv3, inv4, inv5, tmp29, inv6, inv7, inv8, inv9):
+    """compute_mla_q_direct_moe_stage_hbm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv10_mask = numpy.greater_equal(zero_level, 1) -> m0
+    numpy.greater_equal(zero_level, 1.0, out=m0)
+    # tmp1 = v/t -> r0
+    numpy.divide(v, t, out=r0)
+    # tmp2 = b/cp -> r1
+    numpy.divide(b, cp, out=r1)
+    # tmp3 = s*tmp2 -> r2
+    numpy.multiply(r1, s, out=r2)
+    # tmp9 = n_exp*(mlp_bias*(h + tmp8/numpy.maximum(1, etp)) + tmp7/numpy.maximum(1, etp))/ep -> r3
+    numpy.maximum(1.0, etp, out=r3)
+    numpy.divide(tmp7, r3, out=r3)
+    numpy.maximum(1.0, etp, out=r4)
+    numpy.divide(tmp8, r4, out=r4)
+    numpy.add(r4, h, out=r4)
+    numpy.multiply(r4, mlp_bias, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(r3, n_exp, out=r3)
+    numpy.divide(r3, ep, out=r3)
+    # tmp13 = inv0/t -> r4
+    numpy.divide(inv0, t, out=r4)
+    # tmp14 = tmp13 + 4*tmp9 -> r5
+    numpy.multiply(r3, 4.0, out=r5)
+    numpy.add(r5, r4, out=r5)
+    # tmp18 = a/t -> r6
+    numpy.divide(a, t, out=r6)
+    # tmp19 = tmp18*tmp3 -> r7
+    numpy.multiply(r6, r2, out=r7)
+    # tmp21 = tmp3*(inv1/t + tmp20) -> r8
+    numpy.divide(inv1, t, out=r8)
+    numpy.add(r8, tmp20, out=r8)
+    numpy.multiply(r8, r2, out=r8)
+    # tmp22 = inv2*tmp18*tmp2 -> r9
+    numpy.multiply(inv2, r6, out=r9)
+    numpy.multiply(r9, r1, out=r9)
+    # tmp23 = dh*tmp19 -> r1
+    numpy.multiply(r7, dh, out=r1)
+    # tmp24 = inv3*tmp3/sp -> r6
+    numpy.multiply(inv3, r2, out=r6)
+    numpy.divide(r6, sp, out=r6)
+    # tmp25 = inv4*tmp24 -> r10
+    numpy.multiply(inv4, r6, out=r10)
+    # tmp26 = tmp17*tmp22 -> r11
+    numpy.multiply(tmp17, r9, out=r11)
+    # tmp27 = inv5*tmp3/t -> r12
+    numpy.multiply(inv5, r2, out=r12)
+    numpy.divide(r12, t, out=r12)
+    # tmp28 = 4*tmp27 -> r13
+    numpy.multiply(r12, 4.0, out=r13)
+    # out = 6*m*n_output*(h*tmp1 + tmp3*(h + tmp1)) + 0.5*(m*(inv9*n_sel_rec*tmp19 +
+    #     n_full_rec*(tmp14 + tmp21 + 8*tmp22 + 16*tmp23 + tmp25 + 2*tmp26 + tmp28*tmp29 +
+    #     tmp28*tmp6) + n_layers_stage*(inv6*tmp24 + inv7*tmp27 + inv8*tmp27 + 3*tmp13 + tmp20*tmp3
+    #     + 3*tmp21 + 24*tmp22 + 48*tmp23 + tmp25 + 4*tmp26 + 12*tmp9))) +
+    #     7.5*((n_layers_stage*tmp14 + n_output*tmp1*tmp4)*numpy.where(inv10_mask, 1/d, 1))
+    numpy.multiply(r11, 2.0, out=out)
+    numpy.multiply(r9, 8.0, out=r14)
+    numpy.add(out, r14, out=out)
+    numpy.multiply(r1, 16.0, out=r14)
+    numpy.add(out, r14, out=out)
+    numpy.multiply(r13, tmp29, out=r14)
+    numpy.add(out, r14, out=out)
+    numpy.multiply(r13, tmp6, out=r14)
+    numpy.add(out, r14, out=out)
+    numpy.add(out, r5, out=out)
+    numpy.add(out, r8, out=out)
+    numpy.add(out, r10, out=out)
+    numpy.multiply(out, n_full_rec, out=out)
+    numpy.multiply(r4, 3.0, out=r14)
+    numpy.multiply(r8, 3.0, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(r11, 4.0, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(r3, 12.0, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(r9, 24.0, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(r1, 48.0, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(tmp20, r2, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(inv6, r6, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(inv7, r12, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(inv8, r12, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.add(r14, r10, out=r14)
+    numpy.multiply(r14, n_layers_stage, out=r14)
+    numpy.add(out, r14, out=out)
+    numpy.multiply(inv9, r7, out=r14)
+    numpy.multiply(r14, n_sel_rec, out=r14)
+    numpy.add(out, r14, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 0.5, out=out)
+    numpy.multiply(r5, n_layers_stage, out=r14)
+    numpy.multiply(r0, tmp4, out=r15)
+    numpy.multiply(r15, n_output, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.copyto(r15, 1.0)
+    numpy.divide(1.0, d, out=r16)
+    numpy.copyto(r15, r16, where=m0)
+    numpy.multiply(r14, r15, out=r14)
+    numpy.multiply(r14, 7.5, out=r14)
+    numpy.add(out, r14, out=out)
+    numpy.multiply(r0, h, out=r14)
+    numpy.add(r0, h, out=r15)
+    numpy.multiply(r15, r2, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(r14, n_output, out=r14)
+    numpy.multiply(r14, m, out=r14)
+    numpy.multiply(r14, 6.0, out=r14)
+    numpy.add(out, r14, out=out)
+
+
+compute_mla_q_direct_moe_stage_hbm_bytes.kernel = _runtime.Kernel(
+    _compute_mla_q_direct_moe_stage_hbm_bytes_block,
+    reals=17,
+    masks=1,
+    arguments=("a", "b", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level"),
+    passed=("tmp4", "tmp6", "tmp7", "tmp8", "inv0", "tmp17", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp29", "inv6", "inv7", "inv8", "inv9"),
+    invariants=_compute_mla_q_direct_moe_stage_hbm_bytes_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "zero_level"),
+    quiet=True,
+)
 
 
 def compute_output_forward_flop(*, h, v):
@@ -2911,11 +3298,28 @@ def compute_output_forward_flop(*, h, v):
         reals=0,
         masks=0,
     )
-    for out, h, v in call.blocks():
-        # out = 2*h*v
-        numpy.multiply(h, v, out=out)
-        numpy.multiply(out, 2.0, out=out)
+    for block in call.blocks():
+        _compute_output_forward_flop_block(*block)
     return call.out
+
+
+def _compute_output_forward_flop_block(out, h, v):
+    """compute_output_forward_flop on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2*h*v
+    numpy.multiply(h, v, out=out)
+    numpy.multiply(out, 2.0, out=out)
+
+
+compute_output_forward_flop.kernel = _runtime.Kernel(
+    _compute_output_forward_flop_block,
+    reals=0,
+    masks=0,
+    arguments=("h", "v"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def compute_stage_time_s(*, compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s, stage_flops, stage_hbm_bytes):
@@ -2954,14 +3358,7 @@ def compute_stage_time_s(*, compute_efficiency, hbm_bytes_per_s, hbm_efficiency,
         (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s, stage_flops, stage_hbm_bytes) = _runtime.floats(xp, (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s, stage_flops, stage_hbm_bytes))
         out = stage_hbm_bytes/(hbm_bytes_per_s*hbm_efficiency) + stage_flops/(compute_efficiency*peak_flops_per_s)
         return _runtime.broadcast(xp, out, (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s, stage_flops, stage_hbm_bytes))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/(compute_efficiency*peak_flops_per_s)
-        inv1 = 1/(hbm_bytes_per_s*hbm_efficiency)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s) = _runtime.reals("compute_stage_time_s", ("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s"), (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s))
-        inv0 = 1/(compute_efficiency*peak_flops_per_s)
-        inv1 = 1/(hbm_bytes_per_s*hbm_efficiency)
+    (inv0, inv1) = _compute_stage_time_s_invariants(compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s)
     call = _runtime.Call(
         "compute_stage_time_s",
         ("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s", "stage_flops", "stage_hbm_bytes", "inv0", "inv1"),
@@ -2969,12 +3366,41 @@ def compute_stage_time_s(*, compute_efficiency, hbm_bytes_per_s, hbm_efficiency,
         reals=1,
         masks=0,
     )
-    for out, r0, compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s, stage_flops, stage_hbm_bytes, inv0, inv1 in call.blocks():
-        # out = inv0*stage_flops + inv1*stage_hbm_bytes
-        numpy.multiply(inv0, stage_flops, out=out)
-        numpy.multiply(inv1, stage_hbm_bytes, out=r0)
-        numpy.add(out, r0, out=out)
+    for block in call.blocks():
+        _compute_stage_time_s_block(*block)
     return call.out
+
+
+def _compute_stage_time_s_invariants(compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s):
+    """What compute_stage_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/(compute_efficiency*peak_flops_per_s)
+        inv1 = 1/(hbm_bytes_per_s*hbm_efficiency)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s) = _runtime.reals("compute_stage_time_s", ("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s"), (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s))
+        inv0 = 1/(compute_efficiency*peak_flops_per_s)
+        inv1 = 1/(hbm_bytes_per_s*hbm_efficiency)
+    return (inv0, inv1)
+
+
+def _compute_stage_time_s_block(out, r0, compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s, stage_flops, stage_hbm_bytes, inv0, inv1):
+    """compute_stage_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0*stage_flops + inv1*stage_hbm_bytes
+    numpy.multiply(inv0, stage_flops, out=out)
+    numpy.multiply(inv1, stage_hbm_bytes, out=r0)
+    numpy.add(out, r0, out=out)
+
+
+compute_stage_time_s.kernel = _runtime.Kernel(
+    _compute_stage_time_s_block,
+    reals=1,
+    masks=0,
+    arguments=("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s", "stage_flops", "stage_hbm_bytes"),
+    passed=("inv0", "inv1"),
+    invariants=_compute_stage_time_s_invariants,
+    widened=("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s"),
+    quiet=False,
+)
 
 
 def compute_pipeline_bubble(*, m, p, vp):
@@ -3011,12 +3437,29 @@ def compute_pipeline_bubble(*, m, p, vp):
         reals=1,
         masks=0,
     )
-    for out, r0, m, p, vp in call.blocks():
-        # out = (p - 1)/(m*vp)
-        numpy.subtract(p, 1.0, out=out)
-        numpy.multiply(m, vp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _compute_pipeline_bubble_block(*block)
     return call.out
+
+
+def _compute_pipeline_bubble_block(out, r0, m, p, vp):
+    """compute_pipeline_bubble on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (p - 1)/(m*vp)
+    numpy.subtract(p, 1.0, out=out)
+    numpy.multiply(m, vp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+compute_pipeline_bubble.kernel = _runtime.Kernel(
+    _compute_pipeline_bubble_block,
+    reals=1,
+    masks=0,
+    arguments=("m", "p", "vp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def compute_step_time_s(*, compute_efficiency, exposed_comm_s, hbm_bytes_per_s, hbm_efficiency, m, p, peak_flops_per_s, stage_flops, stage_hbm_bytes, vp):
@@ -3056,14 +3499,7 @@ def compute_step_time_s(*, compute_efficiency, exposed_comm_s, hbm_bytes_per_s, 
         (compute_efficiency, exposed_comm_s, hbm_bytes_per_s, hbm_efficiency, m, p, peak_flops_per_s, stage_flops, stage_hbm_bytes, vp) = _runtime.floats(xp, (compute_efficiency, exposed_comm_s, hbm_bytes_per_s, hbm_efficiency, m, p, peak_flops_per_s, stage_flops, stage_hbm_bytes, vp))
         out = exposed_comm_s + (1 + (p - 1)/(m*vp))*(stage_hbm_bytes/(hbm_bytes_per_s*hbm_efficiency) + stage_flops/(compute_efficiency*peak_flops_per_s))
         return _runtime.broadcast(xp, out, (compute_efficiency, exposed_comm_s, hbm_bytes_per_s, hbm_efficiency, m, p, peak_flops_per_s, stage_flops, stage_hbm_bytes, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/(compute_efficiency*peak_flops_per_s)
-        inv1 = 1/(hbm_bytes_per_s*hbm_efficiency)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s) = _runtime.reals("compute_step_time_s", ("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s"), (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s))
-        inv0 = 1/(compute_efficiency*peak_flops_per_s)
-        inv1 = 1/(hbm_bytes_per_s*hbm_efficiency)
+    (inv0, inv1) = _compute_step_time_s_invariants(compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s)
     call = _runtime.Call(
         "compute_step_time_s",
         ("compute_efficiency", "exposed_comm_s", "hbm_bytes_per_s", "hbm_efficiency", "m", "p", "peak_flops_per_s", "stage_flops", "stage_hbm_bytes", "vp", "inv0", "inv1"),
@@ -3071,15 +3507,44 @@ def compute_step_time_s(*, compute_efficiency, exposed_comm_s, hbm_bytes_per_s, 
         reals=2,
         masks=0,
     )
-    for out, r0, r1, compute_efficiency, exposed_comm_s, hbm_bytes_per_s, hbm_efficiency, m, p, peak_flops_per_s, stage_flops, stage_hbm_bytes, vp, inv0, inv1 in call.blocks():
-        # out = exposed_comm_s + (1 + (p - 1)/(m*vp))*(inv0*stage_flops + inv1*stage_hbm_bytes)
-        numpy.subtract(p, 1.0, out=out)
-        numpy.multiply(m, vp, out=r0)
-        numpy.divide(out, r0, out=out)
-        numpy.add(out, 1.0, out=out)
-        numpy.multiply(inv0, stage_flops, out=r0)
-        numpy.multiply(inv1, stage_hbm_bytes, out=r1)
-        numpy.add(r0, r1, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.add(out, exposed_comm_s, out=out)
+    for block in call.blocks():
+        _compute_step_time_s_block(*block)
     return call.out
+
+
+def _compute_step_time_s_invariants(compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s):
+    """What compute_step_time_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/(compute_efficiency*peak_flops_per_s)
+        inv1 = 1/(hbm_bytes_per_s*hbm_efficiency)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s) = _runtime.reals("compute_step_time_s", ("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s"), (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s))
+        inv0 = 1/(compute_efficiency*peak_flops_per_s)
+        inv1 = 1/(hbm_bytes_per_s*hbm_efficiency)
+    return (inv0, inv1)
+
+
+def _compute_step_time_s_block(out, r0, r1, compute_efficiency, exposed_comm_s, hbm_bytes_per_s, hbm_efficiency, m, p, peak_flops_per_s, stage_flops, stage_hbm_bytes, vp, inv0, inv1):
+    """compute_step_time_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = exposed_comm_s + (1 + (p - 1)/(m*vp))*(inv0*stage_flops + inv1*stage_hbm_bytes)
+    numpy.subtract(p, 1.0, out=out)
+    numpy.multiply(m, vp, out=r0)
+    numpy.divide(out, r0, out=out)
+    numpy.add(out, 1.0, out=out)
+    numpy.multiply(inv0, stage_flops, out=r0)
+    numpy.multiply(inv1, stage_hbm_bytes, out=r1)
+    numpy.add(r0, r1, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.add(out, exposed_comm_s, out=out)
+
+
+compute_step_time_s.kernel = _runtime.Kernel(
+    _compute_step_time_s_block,
+    reals=2,
+    masks=0,
+    arguments=("compute_efficiency", "exposed_comm_s", "hbm_bytes_per_s", "hbm_efficiency", "m", "p", "peak_flops_per_s", "stage_flops", "stage_hbm_bytes", "vp"),
+    passed=("inv0", "inv1"),
+    invariants=_compute_step_time_s_invariants,
+    widened=("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s"),
+    quiet=False,
+)

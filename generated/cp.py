@@ -120,12 +120,7 @@ def cp_ulysses_mha_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        (inv0,) = _cp_ulysses_mha_traffic_bytes_invariants(a, bytes_compute, dh, h, s)
         call = _runtime.Call(
             "cp_ulysses_mha_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
@@ -133,15 +128,42 @@ def cp_ulysses_mha_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
-            # out = b*inv0*(cp - 1)/((cp*cp)*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ulysses_mha_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mha_traffic_bytes_invariants(a, bytes_compute, dh, h, s):
+    """What cp_ulysses_mha_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    return (inv0,)
+
+
+def _cp_ulysses_mha_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0):
+    """cp_ulysses_mha_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/((cp*cp)*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ulysses_mha_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mha_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mha_traffic_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mha_traffic_bytes(*, b, bytes_compute, cp, h, s, t):
@@ -175,12 +197,7 @@ def cp_ring_mha_traffic_bytes(*, b, bytes_compute, cp, h, s, t):
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = 4*b*bytes_compute*h*s*(cp - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 4*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("cp_ring_mha_traffic_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 4*bytes_compute*h*s
+    (inv0,) = _cp_ring_mha_traffic_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "cp_ring_mha_traffic_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -188,14 +205,41 @@ def cp_ring_mha_traffic_bytes(*, b, bytes_compute, cp, h, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-        # out = b*inv0*(cp - 1)/(cp*t)
-        numpy.subtract(cp, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _cp_ring_mha_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mha_traffic_bytes_invariants(bytes_compute, h, s):
+    """What cp_ring_mha_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("cp_ring_mha_traffic_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 4*bytes_compute*h*s
+    return (inv0,)
+
+
+def _cp_ring_mha_traffic_bytes_block(out, r0, b, bytes_compute, cp, h, s, t, inv0):
+    """cp_ring_mha_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_mha_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mha_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mha_traffic_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -236,12 +280,7 @@ def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        (inv0,) = _cp_ulysses_gqa_traffic_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_ulysses_gqa_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -249,15 +288,42 @@ def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0*(cp - 1)/((cp*cp)*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ulysses_gqa_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_gqa_traffic_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_ulysses_gqa_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    return (inv0,)
+
+
+def _cp_ulysses_gqa_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """cp_ulysses_gqa_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/((cp*cp)*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ulysses_gqa_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_gqa_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_gqa_traffic_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
@@ -296,12 +362,7 @@ def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _cp_ring_gqa_traffic_bytes_invariants(a, bytes_compute, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
@@ -309,14 +370,41 @@ def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0*(cp - 1)/(cp*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ring_gqa_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_traffic_bytes_invariants(a, bytes_compute, dh, n_kv, s):
+    """What cp_ring_gqa_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_traffic_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _cp_ring_gqa_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0):
+    """cp_ring_gqa_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_gqa_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ring_gqa_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_gqa_traffic_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
@@ -355,12 +443,7 @@ def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        (inv0,) = _cp_ulysses_mqa_traffic_bytes_invariants(a, bytes_compute, dh, h, s)
         call = _runtime.Call(
             "cp_ulysses_mqa_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
@@ -368,15 +451,42 @@ def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
-            # out = b*inv0*(cp - 1)/((cp*cp)*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ulysses_mqa_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mqa_traffic_bytes_invariants(a, bytes_compute, dh, h, s):
+    """What cp_ulysses_mqa_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_traffic_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+    return (inv0,)
+
+
+def _cp_ulysses_mqa_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, s, t, inv0):
+    """cp_ulysses_mqa_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/((cp*cp)*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ulysses_mqa_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mqa_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mqa_traffic_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_traffic_bytes(*, b, bytes_compute, cp, dh, s, t):
@@ -410,12 +520,7 @@ def cp_ring_mqa_traffic_bytes(*, b, bytes_compute, cp, dh, s, t):
         (b, bytes_compute, cp, dh, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, s, t))
         out = 4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 4*bytes_compute*dh*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, dh, s) = _runtime.reals("cp_ring_mqa_traffic_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
-        inv0 = 4*bytes_compute*dh*s
+    (inv0,) = _cp_ring_mqa_traffic_bytes_invariants(bytes_compute, dh, s)
     call = _runtime.Call(
         "cp_ring_mqa_traffic_bytes",
         ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
@@ -423,14 +528,41 @@ def cp_ring_mqa_traffic_bytes(*, b, bytes_compute, cp, dh, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, dh, s, t, inv0 in call.blocks():
-        # out = b*inv0*(cp - 1)/(cp*t)
-        numpy.subtract(cp, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _cp_ring_mqa_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_traffic_bytes_invariants(bytes_compute, dh, s):
+    """What cp_ring_mqa_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, s) = _runtime.reals("cp_ring_mqa_traffic_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
+        inv0 = 4*bytes_compute*dh*s
+    return (inv0,)
+
+
+def _cp_ring_mqa_traffic_bytes_block(out, r0, b, bytes_compute, cp, dh, s, t, inv0):
+    """cp_ring_mqa_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_mqa_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mqa_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mqa_traffic_bytes_invariants,
+    widened=("bytes_compute", "dh", "s"),
+    quiet=False,
+)
 
 
 def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t):
@@ -473,14 +605,7 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_traffic_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        (inv0,) = _cp_ulysses_mla_traffic_bytes_invariants(a, bytes_compute, dh, dhr, h, n_kv, s)
         call = _runtime.Call(
             "cp_ulysses_mla_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
@@ -488,15 +613,44 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0*(cp - 1)/((cp*cp)*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ulysses_mla_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mla_traffic_bytes_invariants(a, bytes_compute, dh, dhr, h, n_kv, s):
+    """What cp_ulysses_mla_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_traffic_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    return (inv0,)
+
+
+def _cp_ulysses_mla_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0):
+    """cp_ulysses_mla_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/((cp*cp)*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ulysses_mla_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mla_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mla_traffic_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_traffic_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
@@ -532,12 +686,7 @@ def cp_ring_mla_traffic_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
         (b, bytes_compute, cp, dh, dhr, n_kv, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
         out = 2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, dhr, n_kv, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_traffic_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
-        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    (inv0,) = _cp_ring_mla_traffic_bytes_invariants(bytes_compute, dh, dhr, n_kv, s)
     call = _runtime.Call(
         "cp_ring_mla_traffic_bytes",
         ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
@@ -545,14 +694,41 @@ def cp_ring_mla_traffic_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
-        # out = b*inv0*(cp - 1)/(cp*t)
-        numpy.subtract(cp, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _cp_ring_mla_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mla_traffic_bytes_invariants(bytes_compute, dh, dhr, n_kv, s):
+    """What cp_ring_mla_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_traffic_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    return (inv0,)
+
+
+def _cp_ring_mla_traffic_bytes_block(out, r0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0):
+    """cp_ring_mla_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_mla_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mla_traffic_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mla_traffic_bytes_invariants,
+    widened=("bytes_compute", "dh", "dhr", "n_kv", "s"),
+    quiet=False,
+)
 
 
 def cp_linear_state_traffic_bytes(*, a, dh, h, t):
@@ -588,12 +764,7 @@ def cp_linear_state_traffic_bytes(*, a, dh, h, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, h) = _runtime.reals("cp_linear_state_traffic_bytes", ("a", "dh", "h"), (a, dh, h))
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        (inv0,) = _cp_linear_state_traffic_bytes_invariants(a, dh, h)
         call = _runtime.Call(
             "cp_linear_state_traffic_bytes",
             ("a", "dh", "h", "t", "inv0"),
@@ -601,10 +772,37 @@ def cp_linear_state_traffic_bytes(*, a, dh, h, t):
             reals=0,
             masks=0,
         )
-        for out, a, dh, h, t, inv0 in call.blocks():
-            # out = inv0/t
-            numpy.divide(inv0, t, out=out)
+        for block in call.blocks():
+            _cp_linear_state_traffic_bytes_block(*block)
     return call.out
+
+
+def _cp_linear_state_traffic_bytes_invariants(a, dh, h):
+    """What cp_linear_state_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, h) = _runtime.reals("cp_linear_state_traffic_bytes", ("a", "dh", "h"), (a, dh, h))
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    return (inv0,)
+
+
+def _cp_linear_state_traffic_bytes_block(out, a, dh, h, t, inv0):
+    """cp_linear_state_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/t
+    numpy.divide(inv0, t, out=out)
+
+
+cp_linear_state_traffic_bytes.kernel = _runtime.Kernel(
+    _cp_linear_state_traffic_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dh", "h", "t"),
+    passed=("inv0",),
+    invariants=_cp_linear_state_traffic_bytes_invariants,
+    widened=("a", "dh", "h"),
+    quiet=True,
+)
 
 
 def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_node):
@@ -647,22 +845,39 @@ def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_n
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, bw_inter, bw_intra, cp, device_per_node in call.blocks():
-            # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
-            numpy.minimum(cp, device_per_node, out=r0)
-            numpy.subtract(r0, 1.0, out=r0)
-            numpy.subtract(cp, 1.0, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            # out = numpy.where(numpy.less_equal(cp, device_per_node), bw_intra, bw_inter*(1 - tmp0)
-            #     + bw_intra*tmp0)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            if not m0.all():
-                numpy.multiply(r0, bw_intra, out=out)
-                numpy.subtract(1.0, r0, out=r1)
-                numpy.multiply(r1, bw_inter, out=r1)
-                numpy.add(out, r1, out=out)
-            numpy.copyto(out, bw_intra, where=m0)
+        for block in call.blocks():
+            _cp_topology_effective_bandwidth_gbps_block(*block)
     return call.out
+
+
+def _cp_topology_effective_bandwidth_gbps_block(out, r0, r1, m0, bw_inter, bw_intra, cp, device_per_node):
+    """cp_topology_effective_bandwidth_gbps on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
+    numpy.minimum(cp, device_per_node, out=r0)
+    numpy.subtract(r0, 1.0, out=r0)
+    numpy.subtract(cp, 1.0, out=r1)
+    numpy.divide(r0, r1, out=r0)
+    # out = numpy.where(numpy.less_equal(cp, device_per_node), bw_intra, bw_inter*(1 - tmp0) +
+    #     bw_intra*tmp0)
+    numpy.less_equal(cp, device_per_node, out=m0)
+    if not m0.all():
+        numpy.multiply(r0, bw_intra, out=out)
+        numpy.subtract(1.0, r0, out=r1)
+        numpy.multiply(r1, bw_inter, out=r1)
+        numpy.add(out, r1, out=out)
+    numpy.copyto(out, bw_intra, where=m0)
+
+
+cp_topology_effective_bandwidth_gbps.kernel = _runtime.Kernel(
+    _cp_topology_effective_bandwidth_gbps_block,
+    reals=2,
+    masks=1,
+    arguments=("bw_inter", "bw_intra", "cp", "device_per_node"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_topology_code(*, cp, device_per_node):
@@ -700,16 +915,33 @@ def cp_topology_code(*, cp, device_per_node):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, cp, device_per_node in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, device_per_node), 1,
-            #     numpy.where(numpy.equal(numpy.minimum(cp, device_per_node), 1), 2, 3))
-            numpy.copyto(out, 3.0)
-            numpy.minimum(cp, device_per_node, out=r0)
-            numpy.equal(r0, 1.0, out=m0)
-            numpy.copyto(out, 2.0, where=m0)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.copyto(out, 1.0, where=m0)
+        for block in call.blocks():
+            _cp_topology_code_block(*block)
     return call.out
+
+
+def _cp_topology_code_block(out, r0, m0, cp, device_per_node):
+    """cp_topology_code on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, device_per_node), 1,
+    #     numpy.where(numpy.equal(numpy.minimum(cp, device_per_node), 1), 2, 3))
+    numpy.copyto(out, 3.0)
+    numpy.minimum(cp, device_per_node, out=r0)
+    numpy.equal(r0, 1.0, out=m0)
+    numpy.copyto(out, 2.0, where=m0)
+    numpy.less_equal(cp, device_per_node, out=m0)
+    numpy.copyto(out, 1.0, where=m0)
+
+
+cp_topology_code.kernel = _runtime.Kernel(
+    _cp_topology_code_block,
+    reals=1,
+    masks=1,
+    arguments=("cp", "device_per_node"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_record_overlap_ratio():
@@ -735,10 +967,27 @@ def cp_record_overlap_ratio():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 0.5
-        numpy.copyto(out, 0.5)
+    for block in call.blocks():
+        _cp_record_overlap_ratio_block(*block)
     return call.out
+
+
+def _cp_record_overlap_ratio_block(out,):
+    """cp_record_overlap_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0.5
+    numpy.copyto(out, 0.5)
+
+
+cp_record_overlap_ratio.kernel = _runtime.Kernel(
+    _cp_record_overlap_ratio_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def cp_record_ring_directions_count(*, cp):
@@ -775,12 +1024,29 @@ def cp_record_ring_directions_count(*, cp):
             reals=0,
             masks=1,
         )
-        for out, m0, cp in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, 2)
-            numpy.copyto(out, 2.0)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_ring_directions_count_block(*block)
     return call.out
+
+
+def _cp_record_ring_directions_count_block(out, m0, cp):
+    """cp_record_ring_directions_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, 2)
+    numpy.copyto(out, 2.0)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_ring_directions_count.kernel = _runtime.Kernel(
+    _cp_record_ring_directions_count_block,
+    reals=0,
+    masks=1,
+    arguments=("cp",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_node):
@@ -823,25 +1089,42 @@ def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_nod
             reals=2,
             masks=2,
         )
-        for out, r0, r1, m0, m1, bw_inter, bw_intra, cp, device_per_node in call.blocks():
-            # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
-            numpy.minimum(cp, device_per_node, out=r0)
-            numpy.subtract(r0, 1.0, out=r0)
-            numpy.subtract(cp, 1.0, out=r1)
-            numpy.divide(r0, r1, out=r0)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.where(numpy.less_equal(cp,
-            #     device_per_node), bw_intra, bw_inter*(1 - tmp0) + bw_intra*tmp0))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r0, bw_intra, out=out)
-                    numpy.subtract(1.0, r0, out=r1)
-                    numpy.multiply(r1, bw_inter, out=r1)
-                    numpy.add(out, r1, out=out)
-                numpy.copyto(out, bw_intra, where=m1)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_effective_bandwidth_gbps_block(*block)
     return call.out
+
+
+def _cp_record_effective_bandwidth_gbps_block(out, r0, r1, m0, m1, bw_inter, bw_intra, cp, device_per_node):
+    """cp_record_effective_bandwidth_gbps on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = (numpy.minimum(cp, device_per_node) - 1)/(cp - 1) -> r0
+    numpy.minimum(cp, device_per_node, out=r0)
+    numpy.subtract(r0, 1.0, out=r0)
+    numpy.subtract(cp, 1.0, out=r1)
+    numpy.divide(r0, r1, out=r0)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.where(numpy.less_equal(cp,
+    #     device_per_node), bw_intra, bw_inter*(1 - tmp0) + bw_intra*tmp0))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r0, bw_intra, out=out)
+            numpy.subtract(1.0, r0, out=r1)
+            numpy.multiply(r1, bw_inter, out=r1)
+            numpy.add(out, r1, out=out)
+        numpy.copyto(out, bw_intra, where=m1)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_effective_bandwidth_gbps.kernel = _runtime.Kernel(
+    _cp_record_effective_bandwidth_gbps_block,
+    reals=2,
+    masks=2,
+    arguments=("bw_inter", "bw_intra", "cp", "device_per_node"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_record_topology_code(*, cp, device_per_node):
@@ -880,19 +1163,36 @@ def cp_record_topology_code(*, cp, device_per_node):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, cp, device_per_node in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.where(numpy.less_equal(cp,
-            #     device_per_node), 1, numpy.where(numpy.equal(numpy.minimum(cp, device_per_node),
-            #     1), 2, 3)))
-            numpy.copyto(out, 3.0)
-            numpy.minimum(cp, device_per_node, out=r0)
-            numpy.equal(r0, 1.0, out=m0)
-            numpy.copyto(out, 2.0, where=m0)
-            numpy.less_equal(cp, device_per_node, out=m0)
-            numpy.copyto(out, 1.0, where=m0)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_topology_code_block(*block)
     return call.out
+
+
+def _cp_record_topology_code_block(out, r0, m0, cp, device_per_node):
+    """cp_record_topology_code on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.where(numpy.less_equal(cp,
+    #     device_per_node), 1, numpy.where(numpy.equal(numpy.minimum(cp, device_per_node), 1), 2,
+    #     3)))
+    numpy.copyto(out, 3.0)
+    numpy.minimum(cp, device_per_node, out=r0)
+    numpy.equal(r0, 1.0, out=m0)
+    numpy.copyto(out, 2.0, where=m0)
+    numpy.less_equal(cp, device_per_node, out=m0)
+    numpy.copyto(out, 1.0, where=m0)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_topology_code.kernel = _runtime.Kernel(
+    _cp_record_topology_code_block,
+    reals=1,
+    masks=1,
+    arguments=("cp", "device_per_node"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_ulysses_record_ring_steps_count():
@@ -918,10 +1218,27 @@ def cp_ulysses_record_ring_steps_count():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 0
-        numpy.copyto(out, 0.0)
+    for block in call.blocks():
+        _cp_ulysses_record_ring_steps_count_block(*block)
     return call.out
+
+
+def _cp_ulysses_record_ring_steps_count_block(out,):
+    """cp_ulysses_record_ring_steps_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0
+    numpy.copyto(out, 0.0)
+
+
+cp_ulysses_record_ring_steps_count.kernel = _runtime.Kernel(
+    _cp_ulysses_record_ring_steps_count_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
@@ -956,12 +1273,7 @@ def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*a*dh*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, s) = _runtime.reals("cp_ulysses_record_kv_volume_per_step_elements", ("a", "dh", "s"), (a, dh, s))
-            inv0 = 2*a*dh*s
+        (inv0,) = _cp_ulysses_record_kv_volume_per_step_elements_invariants(a, dh, s)
         call = _runtime.Call(
             "cp_ulysses_record_kv_volume_per_step_elements",
             ("a", "b", "cp", "dh", "s", "t", "inv0"),
@@ -969,17 +1281,44 @@ def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, cp, dh, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_record_kv_volume_per_step_elements_block(*block)
     return call.out
+
+
+def _cp_ulysses_record_kv_volume_per_step_elements_invariants(a, dh, s):
+    """What cp_ulysses_record_kv_volume_per_step_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*a*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, s) = _runtime.reals("cp_ulysses_record_kv_volume_per_step_elements", ("a", "dh", "s"), (a, dh, s))
+        inv0 = 2*a*dh*s
+    return (inv0,)
+
+
+def _cp_ulysses_record_kv_volume_per_step_elements_block(out, r0, m0, a, b, cp, dh, s, t, inv0):
+    """cp_ulysses_record_kv_volume_per_step_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_record_kv_volume_per_step_elements.kernel = _runtime.Kernel(
+    _cp_ulysses_record_kv_volume_per_step_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_record_kv_volume_per_step_elements_invariants,
+    widened=("a", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
@@ -1015,12 +1354,7 @@ def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*a*dh*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, s) = _runtime.reals("cp_ulysses_record_total_kv_volume_elements", ("a", "dh", "s"), (a, dh, s))
-            inv0 = 4*a*dh*s
+        (inv0,) = _cp_ulysses_record_total_kv_volume_elements_invariants(a, dh, s)
         call = _runtime.Call(
             "cp_ulysses_record_total_kv_volume_elements",
             ("a", "b", "cp", "dh", "s", "t", "inv0"),
@@ -1028,17 +1362,44 @@ def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, cp, dh, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_record_total_kv_volume_elements_block(*block)
     return call.out
+
+
+def _cp_ulysses_record_total_kv_volume_elements_invariants(a, dh, s):
+    """What cp_ulysses_record_total_kv_volume_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*a*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, s) = _runtime.reals("cp_ulysses_record_total_kv_volume_elements", ("a", "dh", "s"), (a, dh, s))
+        inv0 = 4*a*dh*s
+    return (inv0,)
+
+
+def _cp_ulysses_record_total_kv_volume_elements_block(out, r0, m0, a, b, cp, dh, s, t, inv0):
+    """cp_ulysses_record_total_kv_volume_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_record_total_kv_volume_elements.kernel = _runtime.Kernel(
+    _cp_ulysses_record_total_kv_volume_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_record_total_kv_volume_elements_invariants,
+    widened=("a", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
@@ -1080,14 +1441,7 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(a*dh*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_total_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(a*dh*s)
+        (inv0, inv1) = _cp_ulysses_record_total_comm_time_ms_invariants(a, bw_intra, dh, s)
         call = _runtime.Call(
             "cp_ulysses_record_total_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
@@ -1095,33 +1449,61 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_record_total_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ulysses_record_total_comm_time_ms_invariants(a, bw_intra, dh, s):
+    """What cp_ulysses_record_total_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(a*dh*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_total_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(a*dh*s)
+    return (inv0, inv1)
+
+
+def _cp_ulysses_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1):
+    """cp_ulysses_record_total_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_record_total_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ulysses_record_total_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ulysses_record_total_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
@@ -1163,14 +1545,7 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 2e-06*(a*dh*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
-            inv0 = 1/bw_intra
-            inv1 = 2e-06*(a*dh*s)
+        (inv0, inv1) = _cp_ulysses_record_exposed_comm_time_ms_invariants(a, bw_intra, dh, s)
         call = _runtime.Call(
             "cp_ulysses_record_exposed_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
@@ -1178,33 +1553,61 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_record_exposed_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ulysses_record_exposed_comm_time_ms_invariants(a, bw_intra, dh, s):
+    """What cp_ulysses_record_exposed_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 2e-06*(a*dh*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bw_intra, dh, s) = _runtime.reals("cp_ulysses_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "s"), (a, bw_intra, dh, s))
+        inv0 = 1/bw_intra
+        inv1 = 2e-06*(a*dh*s)
+    return (inv0, inv1)
+
+
+def _cp_ulysses_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1):
+    """cp_ulysses_record_exposed_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ulysses_record_exposed_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ulysses_record_exposed_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_record_ring_steps_count(*, cp):
@@ -1242,12 +1645,29 @@ def cp_ring_record_ring_steps_count(*, cp):
             reals=0,
             masks=1,
         )
-        for out, m0, cp in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, cp - 1)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_record_ring_steps_count_block(*block)
     return call.out
+
+
+def _cp_ring_record_ring_steps_count_block(out, m0, cp):
+    """cp_ring_record_ring_steps_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, cp - 1)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_record_ring_steps_count.kernel = _runtime.Kernel(
+    _cp_ring_record_ring_steps_count_block,
+    reals=0,
+    masks=1,
+    arguments=("cp",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
@@ -1282,12 +1702,7 @@ def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, s) = _runtime.reals("cp_ring_mha_record_kv_volume_per_step_bytes", ("h", "s"), (h, s))
-            inv0 = 4*h*s
+        (inv0,) = _cp_ring_mha_record_kv_volume_per_step_bytes_invariants(h, s)
         call = _runtime.Call(
             "cp_ring_mha_record_kv_volume_per_step_bytes",
             ("b", "cp", "h", "s", "t", "inv0"),
@@ -1295,14 +1710,41 @@ def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, h, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mha_record_kv_volume_per_step_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mha_record_kv_volume_per_step_bytes_invariants(h, s):
+    """What cp_ring_mha_record_kv_volume_per_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, s) = _runtime.reals("cp_ring_mha_record_kv_volume_per_step_bytes", ("h", "s"), (h, s))
+        inv0 = 4*h*s
+    return (inv0,)
+
+
+def _cp_ring_mha_record_kv_volume_per_step_bytes_block(out, r0, m0, b, cp, h, s, t, inv0):
+    """cp_ring_mha_record_kv_volume_per_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mha_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mha_record_kv_volume_per_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mha_record_kv_volume_per_step_bytes_invariants,
+    widened=("h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
@@ -1337,12 +1779,7 @@ def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, s) = _runtime.reals("cp_ring_mha_record_total_kv_volume_bytes", ("h", "s"), (h, s))
-            inv0 = 8*h*s
+        (inv0,) = _cp_ring_mha_record_total_kv_volume_bytes_invariants(h, s)
         call = _runtime.Call(
             "cp_ring_mha_record_total_kv_volume_bytes",
             ("b", "cp", "h", "s", "t", "inv0"),
@@ -1350,17 +1787,44 @@ def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, h, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mha_record_total_kv_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mha_record_total_kv_volume_bytes_invariants(h, s):
+    """What cp_ring_mha_record_total_kv_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, s) = _runtime.reals("cp_ring_mha_record_total_kv_volume_bytes", ("h", "s"), (h, s))
+        inv0 = 8*h*s
+    return (inv0,)
+
+
+def _cp_ring_mha_record_total_kv_volume_bytes_block(out, r0, m0, b, cp, h, s, t, inv0):
+    """cp_ring_mha_record_total_kv_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mha_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mha_record_total_kv_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mha_record_total_kv_volume_bytes_invariants,
+    widened=("h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, h, s, t):
@@ -1402,14 +1866,7 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(h*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_total_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(h*s)
+        (inv0, inv1) = _cp_ring_mha_record_total_comm_time_ms_invariants(bw_intra, h, s)
         call = _runtime.Call(
             "cp_ring_mha_record_total_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
@@ -1417,33 +1874,61 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mha_record_total_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mha_record_total_comm_time_ms_invariants(bw_intra, h, s):
+    """What cp_ring_mha_record_total_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(h*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_total_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(h*s)
+    return (inv0, inv1)
+
+
+def _cp_ring_mha_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1):
+    """cp_ring_mha_record_total_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mha_record_total_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mha_record_total_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mha_record_total_comm_time_ms_invariants,
+    widened=("bw_intra", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, h, s, t):
@@ -1485,14 +1970,7 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(h*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_exposed_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(h*s)
+        (inv0, inv1) = _cp_ring_mha_record_exposed_comm_time_ms_invariants(bw_intra, h, s)
         call = _runtime.Call(
             "cp_ring_mha_record_exposed_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
@@ -1500,33 +1978,61 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mha_record_exposed_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mha_record_exposed_comm_time_ms_invariants(bw_intra, h, s):
+    """What cp_ring_mha_record_exposed_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(h*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, h, s) = _runtime.reals("cp_ring_mha_record_exposed_comm_time_ms", ("bw_intra", "h", "s"), (bw_intra, h, s))
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(h*s)
+    return (inv0, inv1)
+
+
+def _cp_ring_mha_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1):
+    """cp_ring_mha_record_exposed_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mha_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mha_record_exposed_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mha_record_exposed_comm_time_ms_invariants,
+    widened=("bw_intra", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
@@ -1564,12 +2070,7 @@ def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_kv_volume_per_step_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
-            inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _cp_ring_gqa_record_kv_volume_per_step_bytes_invariants(a, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_kv_volume_per_step_bytes",
             ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
@@ -1577,14 +2078,41 @@ def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_gqa_record_kv_volume_per_step_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_record_kv_volume_per_step_bytes_invariants(a, dh, n_kv, s):
+    """What cp_ring_gqa_record_kv_volume_per_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_kv_volume_per_step_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
+        inv0 = 4*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _cp_ring_gqa_record_kv_volume_per_step_bytes_block(out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0):
+    """cp_ring_gqa_record_kv_volume_per_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_gqa_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
+    _cp_ring_gqa_record_kv_volume_per_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "cp", "dh", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_gqa_record_kv_volume_per_step_bytes_invariants,
+    widened=("a", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
@@ -1622,12 +2150,7 @@ def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_kv_volume_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
-            inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _cp_ring_gqa_record_total_kv_volume_bytes_invariants(a, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_total_kv_volume_bytes",
             ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
@@ -1635,17 +2158,44 @@ def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_gqa_record_total_kv_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_record_total_kv_volume_bytes_invariants(a, dh, n_kv, s):
+    """What cp_ring_gqa_record_total_kv_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_kv_volume_bytes", ("a", "dh", "n_kv", "s"), (a, dh, n_kv, s))
+        inv0 = 8*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _cp_ring_gqa_record_total_kv_volume_bytes_block(out, r0, m0, a, b, cp, dh, n_kv, s, t, inv0):
+    """cp_ring_gqa_record_total_kv_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_gqa_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_gqa_record_total_kv_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "cp", "dh", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_gqa_record_total_kv_volume_bytes_invariants,
+    widened=("a", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t):
@@ -1690,14 +2240,7 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        (inv0, inv1) = _cp_ring_gqa_record_total_comm_time_ms_invariants(a, bw_intra, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_total_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
@@ -1705,33 +2248,61 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_gqa_record_total_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_record_total_comm_time_ms_invariants(a, bw_intra, dh, n_kv, s):
+    """What cp_ring_gqa_record_total_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_total_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    return (inv0, inv1)
+
+
+def _cp_ring_gqa_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1):
+    """cp_ring_gqa_record_total_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_gqa_record_total_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_gqa_record_total_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_gqa_record_total_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t):
@@ -1776,14 +2347,7 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        (inv0, inv1) = _cp_ring_gqa_record_exposed_comm_time_ms_invariants(a, bw_intra, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_exposed_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
@@ -1791,33 +2355,61 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_gqa_record_exposed_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_record_exposed_comm_time_ms_invariants(a, bw_intra, dh, n_kv, s):
+    """What cp_ring_gqa_record_exposed_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bw_intra, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_exposed_comm_time_ms", ("a", "bw_intra", "dh", "n_kv", "s"), (a, bw_intra, dh, n_kv, s))
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    return (inv0, inv1)
+
+
+def _cp_ring_gqa_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1):
+    """cp_ring_gqa_record_exposed_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_gqa_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_gqa_record_exposed_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_gqa_record_exposed_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
@@ -1852,12 +2444,7 @@ def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*dh*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (dh, s) = _runtime.reals("cp_ring_mqa_record_kv_volume_per_step_bytes", ("dh", "s"), (dh, s))
-            inv0 = 4*dh*s
+        (inv0,) = _cp_ring_mqa_record_kv_volume_per_step_bytes_invariants(dh, s)
         call = _runtime.Call(
             "cp_ring_mqa_record_kv_volume_per_step_bytes",
             ("b", "cp", "dh", "s", "t", "inv0"),
@@ -1865,14 +2452,41 @@ def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, dh, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mqa_record_kv_volume_per_step_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_record_kv_volume_per_step_bytes_invariants(dh, s):
+    """What cp_ring_mqa_record_kv_volume_per_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, s) = _runtime.reals("cp_ring_mqa_record_kv_volume_per_step_bytes", ("dh", "s"), (dh, s))
+        inv0 = 4*dh*s
+    return (inv0,)
+
+
+def _cp_ring_mqa_record_kv_volume_per_step_bytes_block(out, r0, m0, b, cp, dh, s, t, inv0):
+    """cp_ring_mqa_record_kv_volume_per_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mqa_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mqa_record_kv_volume_per_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mqa_record_kv_volume_per_step_bytes_invariants,
+    widened=("dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
@@ -1907,12 +2521,7 @@ def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*dh*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (dh, s) = _runtime.reals("cp_ring_mqa_record_total_kv_volume_bytes", ("dh", "s"), (dh, s))
-            inv0 = 8*dh*s
+        (inv0,) = _cp_ring_mqa_record_total_kv_volume_bytes_invariants(dh, s)
         call = _runtime.Call(
             "cp_ring_mqa_record_total_kv_volume_bytes",
             ("b", "cp", "dh", "s", "t", "inv0"),
@@ -1920,17 +2529,44 @@ def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, dh, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mqa_record_total_kv_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_record_total_kv_volume_bytes_invariants(dh, s):
+    """What cp_ring_mqa_record_total_kv_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, s) = _runtime.reals("cp_ring_mqa_record_total_kv_volume_bytes", ("dh", "s"), (dh, s))
+        inv0 = 8*dh*s
+    return (inv0,)
+
+
+def _cp_ring_mqa_record_total_kv_volume_bytes_block(out, r0, m0, b, cp, dh, s, t, inv0):
+    """cp_ring_mqa_record_total_kv_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mqa_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mqa_record_total_kv_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mqa_record_total_kv_volume_bytes_invariants,
+    widened=("dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
@@ -1972,14 +2608,7 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(dh*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_total_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
-            inv0 = 1/bw_intra
-            inv1 = 8e-06*(dh*s)
+        (inv0, inv1) = _cp_ring_mqa_record_total_comm_time_ms_invariants(bw_intra, dh, s)
         call = _runtime.Call(
             "cp_ring_mqa_record_total_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
@@ -1987,33 +2616,61 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mqa_record_total_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_record_total_comm_time_ms_invariants(bw_intra, dh, s):
+    """What cp_ring_mqa_record_total_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(dh*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_total_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
+        inv0 = 1/bw_intra
+        inv1 = 8e-06*(dh*s)
+    return (inv0, inv1)
+
+
+def _cp_ring_mqa_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1):
+    """cp_ring_mqa_record_total_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mqa_record_total_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mqa_record_total_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mqa_record_total_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
@@ -2055,14 +2712,7 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(dh*s)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_exposed_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(dh*s)
+        (inv0, inv1) = _cp_ring_mqa_record_exposed_comm_time_ms_invariants(bw_intra, dh, s)
         call = _runtime.Call(
             "cp_ring_mqa_record_exposed_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
@@ -2070,33 +2720,61 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mqa_record_exposed_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_record_exposed_comm_time_ms_invariants(bw_intra, dh, s):
+    """What cp_ring_mqa_record_exposed_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(dh*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, dh, s) = _runtime.reals("cp_ring_mqa_record_exposed_comm_time_ms", ("bw_intra", "dh", "s"), (bw_intra, dh, s))
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(dh*s)
+    return (inv0, inv1)
+
+
+def _cp_ring_mqa_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1):
+    """cp_ring_mqa_record_exposed_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mqa_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mqa_record_exposed_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mqa_record_exposed_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
@@ -2133,12 +2811,7 @@ def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*n_kv*s*(2*dh + dhr)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_kv_volume_per_step_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
-            inv0 = 2*n_kv*s*(2*dh + dhr)
+        (inv0,) = _cp_ring_mla_record_kv_volume_per_step_bytes_invariants(dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_kv_volume_per_step_bytes",
             ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
@@ -2146,14 +2819,41 @@ def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mla_record_kv_volume_per_step_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mla_record_kv_volume_per_step_bytes_invariants(dh, dhr, n_kv, s):
+    """What cp_ring_mla_record_kv_volume_per_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_kv_volume_per_step_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
+        inv0 = 2*n_kv*s*(2*dh + dhr)
+    return (inv0,)
+
+
+def _cp_ring_mla_record_kv_volume_per_step_bytes_block(out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0):
+    """cp_ring_mla_record_kv_volume_per_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0/(cp*t))
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mla_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mla_record_kv_volume_per_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mla_record_kv_volume_per_step_bytes_invariants,
+    widened=("dh", "dhr", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
@@ -2190,12 +2890,7 @@ def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*n_kv*s*(2*dh + dhr)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_kv_volume_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
-            inv0 = 4*n_kv*s*(2*dh + dhr)
+        (inv0,) = _cp_ring_mla_record_total_kv_volume_bytes_invariants(dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_total_kv_volume_bytes",
             ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
@@ -2203,17 +2898,44 @@ def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mla_record_total_kv_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mla_record_total_kv_volume_bytes_invariants(dh, dhr, n_kv, s):
+    """What cp_ring_mla_record_total_kv_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_kv_volume_bytes", ("dh", "dhr", "n_kv", "s"), (dh, dhr, n_kv, s))
+        inv0 = 4*n_kv*s*(2*dh + dhr)
+    return (inv0,)
+
+
+def _cp_ring_mla_record_total_kv_volume_bytes_block(out, r0, m0, b, cp, dh, dhr, n_kv, s, t, inv0):
+    """cp_ring_mla_record_total_kv_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mla_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mla_record_total_kv_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mla_record_total_kv_volume_bytes_invariants,
+    widened=("dh", "dhr", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t):
@@ -2257,14 +2979,7 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
-            inv0 = 1/bw_intra
-            inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
+        (inv0, inv1) = _cp_ring_mla_record_total_comm_time_ms_invariants(bw_intra, dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_total_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
@@ -2272,33 +2987,61 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mla_record_total_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mla_record_total_comm_time_ms_invariants(bw_intra, dh, dhr, n_kv, s):
+    """What cp_ring_mla_record_total_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_total_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
+        inv0 = 1/bw_intra
+        inv1 = 4e-06*(n_kv*s*(2*dh + dhr))
+    return (inv0, inv1)
+
+
+def _cp_ring_mla_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1):
+    """cp_ring_mla_record_total_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mla_record_total_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mla_record_total_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mla_record_total_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "dhr", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t):
@@ -2342,14 +3085,7 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 1/bw_intra
-            inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_exposed_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
-            inv0 = 1/bw_intra
-            inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
+        (inv0, inv1) = _cp_ring_mla_record_exposed_comm_time_ms_invariants(bw_intra, dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_exposed_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
@@ -2357,33 +3093,61 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
             reals=4,
             masks=2,
         )
-        for out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1 in call.blocks():
-            # tmp0 = cp - 1 -> r0
-            numpy.subtract(cp, 1.0, out=r0)
-            # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
-            numpy.minimum(cp, device_per_node, out=r1)
-            numpy.subtract(r1, 1.0, out=r1)
-            numpy.divide(r1, r0, out=r1)
-            # out = numpy.where(numpy.less_equal(cp, 1), 0,
-            #     b*inv1*tmp0*numpy.where(numpy.less_equal(cp, device_per_node), inv0,
-            #     1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.less_equal(cp, device_per_node, out=m1)
-                if not m1.all():
-                    numpy.multiply(r1, bw_intra, out=r2)
-                    numpy.subtract(1.0, r1, out=r3)
-                    numpy.multiply(r3, bw_inter, out=r3)
-                    numpy.add(r2, r3, out=r2)
-                    numpy.divide(1.0, r2, out=out)
-                numpy.copyto(out, inv0, where=m1)
-                numpy.multiply(out, inv1, out=out)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r2)
-                numpy.divide(out, r2, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mla_record_exposed_comm_time_ms_block(*block)
     return call.out
+
+
+def _cp_ring_mla_record_exposed_comm_time_ms_invariants(bw_intra, dh, dhr, n_kv, s):
+    """What cp_ring_mla_record_exposed_comm_time_ms computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/bw_intra
+        inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bw_intra, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_exposed_comm_time_ms", ("bw_intra", "dh", "dhr", "n_kv", "s"), (bw_intra, dh, dhr, n_kv, s))
+        inv0 = 1/bw_intra
+        inv1 = 2e-06*(n_kv*s*(2*dh + dhr))
+    return (inv0, inv1)
+
+
+def _cp_ring_mla_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1):
+    """cp_ring_mla_record_exposed_comm_time_ms on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = cp - 1 -> r0
+    numpy.subtract(cp, 1.0, out=r0)
+    # tmp1 = (numpy.minimum(cp, device_per_node) - 1)/tmp0 -> r1
+    numpy.minimum(cp, device_per_node, out=r1)
+    numpy.subtract(r1, 1.0, out=r1)
+    numpy.divide(r1, r0, out=r1)
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv1*tmp0*numpy.where(numpy.less_equal(cp,
+    #     device_per_node), inv0, 1/(bw_inter*(1 - tmp1) + bw_intra*tmp1))/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.less_equal(cp, device_per_node, out=m1)
+        if not m1.all():
+            numpy.multiply(r1, bw_intra, out=r2)
+            numpy.subtract(1.0, r1, out=r3)
+            numpy.multiply(r3, bw_inter, out=r3)
+            numpy.add(r2, r3, out=r2)
+            numpy.divide(1.0, r2, out=out)
+        numpy.copyto(out, inv0, where=m1)
+        numpy.multiply(out, inv1, out=out)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r2)
+        numpy.divide(out, r2, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mla_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
+    _cp_ring_mla_record_exposed_comm_time_ms_block,
+    reals=4,
+    masks=2,
+    arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_cp_ring_mla_record_exposed_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "dhr", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_record_mha_kv_dim_elements(*, cp, h, t):
@@ -2422,13 +3186,30 @@ def cp_record_mha_kv_dim_elements(*, cp, h, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, cp, h, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(h/t))
-            numpy.divide(h, t, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_mha_kv_dim_elements_block(*block)
     return call.out
+
+
+def _cp_record_mha_kv_dim_elements_block(out, r0, m0, cp, h, t):
+    """cp_record_mha_kv_dim_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(h/t))
+    numpy.divide(h, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_mha_kv_dim_elements.kernel = _runtime.Kernel(
+    _cp_record_mha_kv_dim_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("cp", "h", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
@@ -2462,12 +3243,7 @@ def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, n_kv) = _runtime.reals("cp_record_gqa_kv_dim_elements", ("a", "dh", "n_kv"), (a, dh, n_kv))
-            inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _cp_record_gqa_kv_dim_elements_invariants(a, dh, n_kv)
         call = _runtime.Call(
             "cp_record_gqa_kv_dim_elements",
             ("a", "cp", "dh", "n_kv", "t", "inv0"),
@@ -2475,13 +3251,40 @@ def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, cp, dh, n_kv, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
-            numpy.divide(inv0, t, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_gqa_kv_dim_elements_block(*block)
     return call.out
+
+
+def _cp_record_gqa_kv_dim_elements_invariants(a, dh, n_kv):
+    """What cp_record_gqa_kv_dim_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, n_kv) = _runtime.reals("cp_record_gqa_kv_dim_elements", ("a", "dh", "n_kv"), (a, dh, n_kv))
+        inv0 = dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _cp_record_gqa_kv_dim_elements_block(out, r0, m0, a, cp, dh, n_kv, t, inv0):
+    """cp_record_gqa_kv_dim_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
+    numpy.divide(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_gqa_kv_dim_elements.kernel = _runtime.Kernel(
+    _cp_record_gqa_kv_dim_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "cp", "dh", "n_kv", "t"),
+    passed=("inv0",),
+    invariants=_cp_record_gqa_kv_dim_elements_invariants,
+    widened=("a", "dh", "n_kv"),
+    quiet=True,
+)
 
 
 def cp_record_mqa_kv_dim_elements(*, cp, dh, t):
@@ -2520,13 +3323,30 @@ def cp_record_mqa_kv_dim_elements(*, cp, dh, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, cp, dh, t in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(dh/t))
-            numpy.divide(dh, t, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_mqa_kv_dim_elements_block(*block)
     return call.out
+
+
+def _cp_record_mqa_kv_dim_elements_block(out, r0, m0, cp, dh, t):
+    """cp_record_mqa_kv_dim_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(dh/t))
+    numpy.divide(dh, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_mqa_kv_dim_elements.kernel = _runtime.Kernel(
+    _cp_record_mqa_kv_dim_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("cp", "dh", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
@@ -2560,12 +3380,7 @@ def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 0.5*(n_kv*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (dh, dhr, n_kv) = _runtime.reals("cp_record_mla_kv_dim_elements", ("dh", "dhr", "n_kv"), (dh, dhr, n_kv))
-            inv0 = 0.5*(n_kv*(2*dh + dhr))
+        (inv0,) = _cp_record_mla_kv_dim_elements_invariants(dh, dhr, n_kv)
         call = _runtime.Call(
             "cp_record_mla_kv_dim_elements",
             ("cp", "dh", "dhr", "n_kv", "t", "inv0"),
@@ -2573,13 +3388,40 @@ def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, cp, dh, dhr, n_kv, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
-            numpy.divide(inv0, t, out=r0)
-            numpy.floor(r0, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_record_mla_kv_dim_elements_block(*block)
     return call.out
+
+
+def _cp_record_mla_kv_dim_elements_invariants(dh, dhr, n_kv):
+    """What cp_record_mla_kv_dim_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.5*(n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (dh, dhr, n_kv) = _runtime.reals("cp_record_mla_kv_dim_elements", ("dh", "dhr", "n_kv"), (dh, dhr, n_kv))
+        inv0 = 0.5*(n_kv*(2*dh + dhr))
+    return (inv0,)
+
+
+def _cp_record_mla_kv_dim_elements_block(out, r0, m0, cp, dh, dhr, n_kv, t, inv0):
+    """cp_record_mla_kv_dim_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, numpy.floor(inv0/t))
+    numpy.divide(inv0, t, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_record_mla_kv_dim_elements.kernel = _runtime.Kernel(
+    _cp_record_mla_kv_dim_elements_block,
+    reals=1,
+    masks=1,
+    arguments=("cp", "dh", "dhr", "n_kv", "t"),
+    passed=("inv0",),
+    invariants=_cp_record_mla_kv_dim_elements_invariants,
+    widened=("dh", "dhr", "n_kv"),
+    quiet=True,
+)
 
 
 def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
@@ -2618,12 +3460,7 @@ def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        (inv0,) = _cp_ulysses_mha_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, s)
         call = _runtime.Call(
             "cp_ulysses_mha_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
@@ -2631,18 +3468,45 @@ def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_mha_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mha_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, s):
+    """What cp_ulysses_mha_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mha_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    return (inv0,)
+
+
+def _cp_ulysses_mha_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0):
+    """cp_ulysses_mha_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_mha_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mha_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mha_record_comm_volume_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
@@ -2678,12 +3542,7 @@ def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, s) = _runtime.reals("cp_ring_mha_record_comm_volume_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-            inv0 = 4*bytes_compute*h*s
+        (inv0,) = _cp_ring_mha_record_comm_volume_bytes_invariants(bytes_compute, h, s)
         call = _runtime.Call(
             "cp_ring_mha_record_comm_volume_bytes",
             ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -2691,17 +3550,44 @@ def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mha_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mha_record_comm_volume_bytes_invariants(bytes_compute, h, s):
+    """What cp_ring_mha_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("cp_ring_mha_record_comm_volume_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 4*bytes_compute*h*s
+    return (inv0,)
+
+
+def _cp_ring_mha_record_comm_volume_bytes_block(out, r0, m0, b, bytes_compute, cp, h, s, t, inv0):
+    """cp_ring_mha_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mha_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mha_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mha_record_comm_volume_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -2741,12 +3627,7 @@ def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        (inv0,) = _cp_ulysses_gqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_ulysses_gqa_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -2754,18 +3635,45 @@ def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_gqa_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_gqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_ulysses_gqa_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ulysses_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    return (inv0,)
+
+
+def _cp_ulysses_gqa_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """cp_ulysses_gqa_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_gqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_gqa_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_gqa_record_comm_volume_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
@@ -2804,12 +3712,7 @@ def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _cp_ring_gqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
@@ -2817,17 +3720,44 @@ def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_gqa_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_gqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, n_kv, s):
+    """What cp_ring_gqa_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, n_kv, s) = _runtime.reals("cp_ring_gqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _cp_ring_gqa_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0):
+    """cp_ring_gqa_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_gqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_gqa_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_gqa_record_comm_volume_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
@@ -2866,12 +3796,7 @@ def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        (inv0,) = _cp_ulysses_mqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, s)
         call = _runtime.Call(
             "cp_ulysses_mqa_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
@@ -2879,18 +3804,45 @@ def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_mqa_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mqa_record_comm_volume_bytes_invariants(a, bytes_compute, dh, h, s):
+    """What cp_ulysses_mqa_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, s) = _runtime.reals("cp_ulysses_mqa_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+    return (inv0,)
+
+
+def _cp_ulysses_mqa_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0):
+    """cp_ulysses_mqa_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_mqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mqa_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mqa_record_comm_volume_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
@@ -2926,12 +3878,7 @@ def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*dh*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, s) = _runtime.reals("cp_ring_mqa_record_comm_volume_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
-            inv0 = 4*bytes_compute*dh*s
+        (inv0,) = _cp_ring_mqa_record_comm_volume_bytes_invariants(bytes_compute, dh, s)
         call = _runtime.Call(
             "cp_ring_mqa_record_comm_volume_bytes",
             ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
@@ -2939,17 +3886,44 @@ def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, dh, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mqa_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mqa_record_comm_volume_bytes_invariants(bytes_compute, dh, s):
+    """What cp_ring_mqa_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, s) = _runtime.reals("cp_ring_mqa_record_comm_volume_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
+        inv0 = 4*bytes_compute*dh*s
+    return (inv0,)
+
+
+def _cp_ring_mqa_record_comm_volume_bytes_block(out, r0, m0, b, bytes_compute, cp, dh, s, t, inv0):
+    """cp_ring_mqa_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mqa_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mqa_record_comm_volume_bytes_invariants,
+    widened=("bytes_compute", "dh", "s"),
+    quiet=True,
+)
 
 
 def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t):
@@ -2992,14 +3966,7 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        (inv0,) = _cp_ulysses_mla_record_comm_volume_bytes_invariants(a, bytes_compute, dh, dhr, h, n_kv, s)
         call = _runtime.Call(
             "cp_ulysses_mla_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
@@ -3007,18 +3974,47 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ulysses_mla_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ulysses_mla_record_comm_volume_bytes_invariants(a, bytes_compute, dh, dhr, h, n_kv, s):
+    """What cp_ulysses_mla_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("cp_ulysses_mla_record_comm_volume_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    return (inv0,)
+
+
+def _cp_ulysses_mla_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0):
+    """cp_ulysses_mla_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ulysses_mla_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ulysses_mla_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ulysses_mla_record_comm_volume_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
@@ -3056,12 +4052,7 @@ def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_comm_volume_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
-            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        (inv0,) = _cp_ring_mla_record_comm_volume_bytes_invariants(bytes_compute, dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_comm_volume_bytes",
             ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
@@ -3069,17 +4060,44 @@ def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv,
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_ring_mla_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_mla_record_comm_volume_bytes_invariants(bytes_compute, dh, dhr, n_kv, s):
+    """What cp_ring_mla_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("cp_ring_mla_record_comm_volume_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    return (inv0,)
+
+
+def _cp_ring_mla_record_comm_volume_bytes_block(out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0):
+    """cp_ring_mla_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_ring_mla_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_ring_mla_record_comm_volume_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_mla_record_comm_volume_bytes_invariants,
+    widened=("bytes_compute", "dh", "dhr", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
@@ -3114,12 +4132,7 @@ def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, h) = _runtime.reals("cp_linear_state_record_comm_volume_bytes", ("a", "dh", "h"), (a, dh, h))
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        (inv0,) = _cp_linear_state_record_comm_volume_bytes_invariants(a, dh, h)
         call = _runtime.Call(
             "cp_linear_state_record_comm_volume_bytes",
             ("a", "cp", "dh", "h", "t", "inv0"),
@@ -3127,12 +4140,39 @@ def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
             reals=0,
             masks=1,
         )
-        for out, m0, a, cp, dh, h, t, inv0 in call.blocks():
-            # out = numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
-            numpy.divide(inv0, t, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _cp_linear_state_record_comm_volume_bytes_block(*block)
     return call.out
+
+
+def _cp_linear_state_record_comm_volume_bytes_invariants(a, dh, h):
+    """What cp_linear_state_record_comm_volume_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, h) = _runtime.reals("cp_linear_state_record_comm_volume_bytes", ("a", "dh", "h"), (a, dh, h))
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    return (inv0,)
+
+
+def _cp_linear_state_record_comm_volume_bytes_block(out, m0, a, cp, dh, h, t, inv0):
+    """cp_linear_state_record_comm_volume_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
+    numpy.divide(inv0, t, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+cp_linear_state_record_comm_volume_bytes.kernel = _runtime.Kernel(
+    _cp_linear_state_record_comm_volume_bytes_block,
+    reals=0,
+    masks=1,
+    arguments=("a", "cp", "dh", "h", "t"),
+    passed=("inv0",),
+    invariants=_cp_linear_state_record_comm_volume_bytes_invariants,
+    widened=("a", "dh", "h"),
+    quiet=True,
+)
 
 
 def cp_ring_send_recv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -3173,12 +4213,7 @@ def cp_ring_send_recv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ring_send_recv_msg_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_ring_send_recv_msg_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_ring_send_recv_msg_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -3186,12 +4221,39 @@ def cp_ring_send_recv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0/(cp*t)
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ring_send_recv_msg_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_send_recv_msg_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_ring_send_recv_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ring_send_recv_msg_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_ring_send_recv_msg_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """cp_ring_send_recv_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_send_recv_msg_bytes.kernel = _runtime.Kernel(
+    _cp_ring_send_recv_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_send_recv_msg_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_ring_send_recv_calls_count(*, cp, m, n_layers_stage):
@@ -3228,13 +4290,30 @@ def cp_ring_send_recv_calls_count(*, cp, m, n_layers_stage):
         reals=0,
         masks=0,
     )
-    for out, cp, m, n_layers_stage in call.blocks():
-        # out = m*n_layers_stage*(3*cp - 3)
-        numpy.multiply(cp, 3.0, out=out)
-        numpy.subtract(out, 3.0, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(out, m, out=out)
+    for block in call.blocks():
+        _cp_ring_send_recv_calls_count_block(*block)
     return call.out
+
+
+def _cp_ring_send_recv_calls_count_block(out, cp, m, n_layers_stage):
+    """cp_ring_send_recv_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = m*n_layers_stage*(3*cp - 3)
+    numpy.multiply(cp, 3.0, out=out)
+    numpy.subtract(out, 3.0, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, m, out=out)
+
+
+cp_ring_send_recv_calls_count.kernel = _runtime.Kernel(
+    _cp_ring_send_recv_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("cp", "m", "n_layers_stage"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def cp_ring_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t):
@@ -3275,12 +4354,7 @@ def cp_ring_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stag
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ring_step_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_ring_step_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_ring_step_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "n_layers_stage", "s", "t", "inv0"),
@@ -3288,16 +4362,43 @@ def cp_ring_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stag
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t, inv0 in call.blocks():
-            # out = b*inv0*m*n_layers_stage*(cp - 1)/(cp*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, n_layers_stage, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_ring_step_bytes_block(*block)
     return call.out
+
+
+def _cp_ring_step_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_ring_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_ring_step_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_ring_step_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t, inv0):
+    """cp_ring_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*n_layers_stage*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_ring_step_bytes.kernel = _runtime.Kernel(
+    _cp_ring_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "n_layers_stage", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_ring_step_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_send_recv_stage_calls_count(*, cp, m):
@@ -3333,12 +4434,29 @@ def cp_send_recv_stage_calls_count(*, cp, m):
         reals=0,
         masks=0,
     )
-    for out, cp, m in call.blocks():
-        # out = m*(3*cp - 3)
-        numpy.multiply(cp, 3.0, out=out)
-        numpy.subtract(out, 3.0, out=out)
-        numpy.multiply(out, m, out=out)
+    for block in call.blocks():
+        _cp_send_recv_stage_calls_count_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_calls_count_block(out, cp, m):
+    """cp_send_recv_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = m*(3*cp - 3)
+    numpy.multiply(cp, 3.0, out=out)
+    numpy.subtract(out, 3.0, out=out)
+    numpy.multiply(out, m, out=out)
+
+
+cp_send_recv_stage_calls_count.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("cp", "m"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def cp_send_recv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -3378,12 +4496,7 @@ def cp_send_recv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_msg_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_send_recv_stage_msg_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_send_recv_stage_msg_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -3391,12 +4504,39 @@ def cp_send_recv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0/(cp*t)
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_send_recv_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_msg_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_send_recv_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_msg_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_send_recv_stage_msg_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """cp_send_recv_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_send_recv_stage_msg_bytes.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_send_recv_stage_msg_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_send_recv_stage_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, s, t):
@@ -3438,12 +4578,7 @@ def cp_send_recv_stage_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, s,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_step_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_send_recv_stage_step_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_send_recv_stage_step_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "s", "t", "inv0"),
@@ -3451,15 +4586,42 @@ def cp_send_recv_stage_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, s,
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, m, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0*m*(cp - 1)/(cp*t)
-            numpy.subtract(cp, 1.0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_send_recv_stage_step_bytes_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_step_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_send_recv_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_step_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 6*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_send_recv_stage_step_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, m, n_kv, s, t, inv0):
+    """cp_send_recv_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*(cp - 1)/(cp*t)
+    numpy.subtract(cp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_send_recv_stage_step_bytes.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_send_recv_stage_step_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_send_recv_stage_ranks_count(*, cp):
@@ -3496,10 +4658,27 @@ def cp_send_recv_stage_ranks_count(*, cp):
         reals=0,
         masks=0,
     )
-    for out, cp in call.blocks():
-        # out = cp
-        numpy.copyto(out, cp)
+    for block in call.blocks():
+        _cp_send_recv_stage_ranks_count_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_ranks_count_block(out, cp):
+    """cp_send_recv_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = cp
+    numpy.copyto(out, cp)
+
+
+cp_send_recv_stage_ranks_count.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=("cp",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def cp_send_recv_stage_calls_count__d_cp(*, m):
@@ -3536,10 +4715,27 @@ def cp_send_recv_stage_calls_count__d_cp(*, m):
         reals=0,
         masks=0,
     )
-    for out, m in call.blocks():
-        # out = 3*m
-        numpy.multiply(m, 3.0, out=out)
+    for block in call.blocks():
+        _cp_send_recv_stage_calls_count__d_cp_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_calls_count__d_cp_block(out, m):
+    """cp_send_recv_stage_calls_count__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 3*m
+    numpy.multiply(m, 3.0, out=out)
+
+
+cp_send_recv_stage_calls_count__d_cp.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_calls_count__d_cp_block,
+    reals=0,
+    masks=0,
+    arguments=("m",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def cp_send_recv_stage_calls_count__d_m(*, cp):
@@ -3576,11 +4772,28 @@ def cp_send_recv_stage_calls_count__d_m(*, cp):
         reals=0,
         masks=0,
     )
-    for out, cp in call.blocks():
-        # out = 3*cp - 3
-        numpy.multiply(cp, 3.0, out=out)
-        numpy.subtract(out, 3.0, out=out)
+    for block in call.blocks():
+        _cp_send_recv_stage_calls_count__d_m_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_calls_count__d_m_block(out, cp):
+    """cp_send_recv_stage_calls_count__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 3*cp - 3
+    numpy.multiply(cp, 3.0, out=out)
+    numpy.subtract(out, 3.0, out=out)
+
+
+cp_send_recv_stage_calls_count__d_m.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_calls_count__d_m_block,
+    reals=0,
+    masks=0,
+    arguments=("cp",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def cp_send_recv_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -3622,12 +4835,7 @@ def cp_send_recv_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, n_kv, s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_msg_bytes__d_t", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = -2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_send_recv_stage_msg_bytes__d_t_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_send_recv_stage_msg_bytes__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -3635,13 +4843,40 @@ def cp_send_recv_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, n_kv, s
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0/(cp*(t*t))
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(t, t, out=r0)
-            numpy.multiply(r0, cp, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_send_recv_stage_msg_bytes__d_t_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_msg_bytes__d_t_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_send_recv_stage_msg_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_msg_bytes__d_t", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = -2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_send_recv_stage_msg_bytes__d_t_block(out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """cp_send_recv_stage_msg_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*(t*t))
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(t, t, out=r0)
+    numpy.multiply(r0, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_send_recv_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_msg_bytes__d_t_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_send_recv_stage_msg_bytes__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_send_recv_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -3683,12 +4918,7 @@ def cp_send_recv_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, n_kv, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = -2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_msg_bytes__d_cp", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = -2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_send_recv_stage_msg_bytes__d_cp_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_send_recv_stage_msg_bytes__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -3696,13 +4926,40 @@ def cp_send_recv_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, n_kv, 
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = b*inv0/((cp*cp)*t)
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, cp, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_send_recv_stage_msg_bytes__d_cp_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_msg_bytes__d_cp_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_send_recv_stage_msg_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_msg_bytes__d_cp", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = -2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_send_recv_stage_msg_bytes__d_cp_block(out, r0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """cp_send_recv_stage_msg_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/((cp*cp)*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_send_recv_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_msg_bytes__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_send_recv_stage_msg_bytes__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_send_recv_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -3743,12 +5000,7 @@ def cp_send_recv_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, n_kv, s, t
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_msg_bytes__d_b", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_send_recv_stage_msg_bytes__d_b_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "cp_send_recv_stage_msg_bytes__d_b",
             ("a", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -3756,11 +5008,38 @@ def cp_send_recv_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, n_kv, s, t
             reals=1,
             masks=0,
         )
-        for out, r0, a, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = inv0/(cp*t)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(inv0, r0, out=out)
+        for block in call.blocks():
+            _cp_send_recv_stage_msg_bytes__d_b_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_msg_bytes__d_b_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What cp_send_recv_stage_msg_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("cp_send_recv_stage_msg_bytes__d_b", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 2*bytes_compute*s*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_send_recv_stage_msg_bytes__d_b_block(out, r0, a, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """cp_send_recv_stage_msg_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/(cp*t)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(inv0, r0, out=out)
+
+
+cp_send_recv_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_msg_bytes__d_b_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_cp_send_recv_stage_msg_bytes__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def cp_send_recv_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, n_kv, t):
@@ -3801,12 +5080,7 @@ def cp_send_recv_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, n_kv, t
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv) = _runtime.reals("cp_send_recv_stage_msg_bytes__d_s", ("a", "bytes_compute", "dh", "h", "n_kv"), (a, bytes_compute, dh, h, n_kv))
-            inv0 = 2*bytes_compute*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+        (inv0,) = _cp_send_recv_stage_msg_bytes__d_s_invariants(a, bytes_compute, dh, h, n_kv)
         call = _runtime.Call(
             "cp_send_recv_stage_msg_bytes__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "t", "inv0"),
@@ -3814,12 +5088,39 @@ def cp_send_recv_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, n_kv, t
             reals=1,
             masks=0,
         )
-        for out, r0, a, b, bytes_compute, cp, dh, h, n_kv, t, inv0 in call.blocks():
-            # out = b*inv0/(cp*t)
-            numpy.multiply(inv0, b, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _cp_send_recv_stage_msg_bytes__d_s_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_msg_bytes__d_s_invariants(a, bytes_compute, dh, h, n_kv):
+    """What cp_send_recv_stage_msg_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv) = _runtime.reals("cp_send_recv_stage_msg_bytes__d_s", ("a", "bytes_compute", "dh", "h", "n_kv"), (a, bytes_compute, dh, h, n_kv))
+        inv0 = 2*bytes_compute*numpy.where(numpy.equal(n_kv, 0), a, n_kv)*numpy.where(numpy.equal(dh, 0), h/a, dh)
+    return (inv0,)
+
+
+def _cp_send_recv_stage_msg_bytes__d_s_block(out, r0, a, b, bytes_compute, cp, dh, h, n_kv, t, inv0):
+    """cp_send_recv_stage_msg_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+cp_send_recv_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_msg_bytes__d_s_block,
+    reals=1,
+    masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "t"),
+    passed=("inv0",),
+    invariants=_cp_send_recv_stage_msg_bytes__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv"),
+    quiet=True,
+)
 
 
 def cp_send_recv_stage_ranks_count__d_cp():
@@ -3847,7 +5148,24 @@ def cp_send_recv_stage_ranks_count__d_cp():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _cp_send_recv_stage_ranks_count__d_cp_block(*block)
     return call.out
+
+
+def _cp_send_recv_stage_ranks_count__d_cp_block(out,):
+    """cp_send_recv_stage_ranks_count__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+cp_send_recv_stage_ranks_count__d_cp.kernel = _runtime.Kernel(
+    _cp_send_recv_stage_ranks_count__d_cp_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)

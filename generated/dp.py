@@ -108,10 +108,27 @@ def dp_none_none_layer_params():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 0
-        numpy.copyto(out, 0.0)
+    for block in call.blocks():
+        _dp_none_none_layer_params_block(*block)
     return call.out
+
+
+def _dp_none_none_layer_params_block(out,):
+    """dp_none_none_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0
+    numpy.copyto(out, 0.0)
+
+
+dp_none_none_layer_params.kernel = _runtime.Kernel(
+    _dp_none_none_layer_params_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_none_zero2_layer_params(*, P_r, P_s, cp, ep, t_exp):
@@ -156,21 +173,37 @@ def dp_none_zero2_layer_params(*, P_r, P_s, cp, ep, t_exp):
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, P_r, P_s, cp, ep, t_exp in call.blocks():
-            # tmp0 = P_r + P_s -> r0
-            numpy.add(P_r, P_s, out=r0)
-            # out = numpy.where(numpy.equal(tmp0, 0), 0, tmp0/numpy.maximum(ep, t_exp) +
-            #     tmp0/(cp*ep*t_exp))
-            numpy.equal(r0, 0.0, out=m0)
-            if not m0.all():
-                numpy.maximum(ep, t_exp, out=r1)
-                numpy.divide(r0, r1, out=out)
-                numpy.multiply(cp, ep, out=r1)
-                numpy.multiply(r1, t_exp, out=r1)
-                numpy.divide(r0, r1, out=r1)
-                numpy.add(out, r1, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _dp_none_zero2_layer_params_block(*block)
     return call.out
+
+
+def _dp_none_zero2_layer_params_block(out, r0, r1, m0, P_r, P_s, cp, ep, t_exp):
+    """dp_none_zero2_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_r + P_s -> r0
+    numpy.add(P_r, P_s, out=r0)
+    # out = numpy.where(numpy.equal(tmp0, 0), 0, tmp0/numpy.maximum(ep, t_exp) + tmp0/(cp*ep*t_exp))
+    numpy.equal(r0, 0.0, out=m0)
+    if not m0.all():
+        numpy.maximum(ep, t_exp, out=r1)
+        numpy.divide(r0, r1, out=out)
+        numpy.multiply(cp, ep, out=r1)
+        numpy.multiply(r1, t_exp, out=r1)
+        numpy.divide(r0, r1, out=r1)
+        numpy.add(out, r1, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+dp_none_zero2_layer_params.kernel = _runtime.Kernel(
+    _dp_none_zero2_layer_params_block,
+    reals=2,
+    masks=1,
+    arguments=("P_r", "P_s", "cp", "ep", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_none_zero3_layer_params(*, P_r, P_s, cp, ep, t_exp):
@@ -214,16 +247,33 @@ def dp_none_zero3_layer_params(*, P_r, P_s, cp, ep, t_exp):
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, P_r, P_s, cp, ep, t_exp in call.blocks():
-            # tmp0 = P_r + P_s -> r0
-            numpy.add(P_r, P_s, out=r0)
-            # out = numpy.where(numpy.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
-            numpy.multiply(cp, ep, out=r1)
-            numpy.multiply(r1, t_exp, out=r1)
-            numpy.divide(r0, r1, out=out)
-            numpy.equal(r0, 0.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _dp_none_zero3_layer_params_block(*block)
     return call.out
+
+
+def _dp_none_zero3_layer_params_block(out, r0, r1, m0, P_r, P_s, cp, ep, t_exp):
+    """dp_none_zero3_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_r + P_s -> r0
+    numpy.add(P_r, P_s, out=r0)
+    # out = numpy.where(numpy.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
+    numpy.multiply(cp, ep, out=r1)
+    numpy.multiply(r1, t_exp, out=r1)
+    numpy.divide(r0, r1, out=out)
+    numpy.equal(r0, 0.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+dp_none_zero3_layer_params.kernel = _runtime.Kernel(
+    _dp_none_zero3_layer_params_block,
+    reals=2,
+    masks=1,
+    arguments=("P_r", "P_s", "cp", "ep", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_zero2_none_layer_params(*, P_ne, cp, t):
@@ -262,13 +312,30 @@ def dp_zero2_none_layer_params(*, P_ne, cp, t):
         reals=1,
         masks=0,
     )
-    for out, r0, P_ne, cp, t in call.blocks():
-        # tmp0 = P_ne/t -> r0
-        numpy.divide(P_ne, t, out=r0)
-        # out = tmp0 + tmp0/cp
-        numpy.divide(r0, cp, out=out)
-        numpy.add(out, r0, out=out)
+    for block in call.blocks():
+        _dp_zero2_none_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero2_none_layer_params_block(out, r0, P_ne, cp, t):
+    """dp_zero2_none_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_ne/t -> r0
+    numpy.divide(P_ne, t, out=r0)
+    # out = tmp0 + tmp0/cp
+    numpy.divide(r0, cp, out=out)
+    numpy.add(out, r0, out=out)
+
+
+dp_zero2_none_layer_params.kernel = _runtime.Kernel(
+    _dp_zero2_none_layer_params_block,
+    reals=1,
+    masks=0,
+    arguments=("P_ne", "cp", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_zero2_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
@@ -316,26 +383,43 @@ def dp_zero2_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
             reals=4,
             masks=1,
         )
-        for out, r0, r1, r2, r3, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
-            # tmp0 = P_ne/t -> r0
-            numpy.divide(P_ne, t, out=r0)
-            # tmp2 = P_r + P_s -> r1
-            numpy.add(P_r, P_s, out=r1)
-            # out = tmp0 + numpy.where(numpy.equal(tmp2, 0), 0, tmp2/numpy.maximum(ep, t_exp) +
-            #     tmp2/(cp*ep*t_exp)) + tmp0/cp
-            numpy.divide(r0, cp, out=out)
-            numpy.equal(r1, 0.0, out=m0)
-            if not m0.all():
-                numpy.maximum(ep, t_exp, out=r2)
-                numpy.divide(r1, r2, out=r2)
-                numpy.multiply(cp, ep, out=r3)
-                numpy.multiply(r3, t_exp, out=r3)
-                numpy.divide(r1, r3, out=r3)
-                numpy.add(r2, r3, out=r2)
-            numpy.copyto(r2, 0.0, where=m0)
-            numpy.add(out, r2, out=out)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _dp_zero2_zero2_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero2_zero2_layer_params_block(out, r0, r1, r2, r3, m0, P_ne, P_r, P_s, cp, ep, t, t_exp):
+    """dp_zero2_zero2_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_ne/t -> r0
+    numpy.divide(P_ne, t, out=r0)
+    # tmp2 = P_r + P_s -> r1
+    numpy.add(P_r, P_s, out=r1)
+    # out = tmp0 + numpy.where(numpy.equal(tmp2, 0), 0, tmp2/numpy.maximum(ep, t_exp) +
+    #     tmp2/(cp*ep*t_exp)) + tmp0/cp
+    numpy.divide(r0, cp, out=out)
+    numpy.equal(r1, 0.0, out=m0)
+    if not m0.all():
+        numpy.maximum(ep, t_exp, out=r2)
+        numpy.divide(r1, r2, out=r2)
+        numpy.multiply(cp, ep, out=r3)
+        numpy.multiply(r3, t_exp, out=r3)
+        numpy.divide(r1, r3, out=r3)
+        numpy.add(r2, r3, out=r2)
+    numpy.copyto(r2, 0.0, where=m0)
+    numpy.add(out, r2, out=out)
+    numpy.add(out, r0, out=out)
+
+
+dp_zero2_zero2_layer_params.kernel = _runtime.Kernel(
+    _dp_zero2_zero2_layer_params_block,
+    reals=4,
+    masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_zero2_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
@@ -382,21 +466,38 @@ def dp_zero2_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
-            # tmp0 = P_ne/t -> r0
-            numpy.divide(P_ne, t, out=r0)
-            # tmp2 = P_r + P_s -> r1
-            numpy.add(P_r, P_s, out=r1)
-            # out = tmp0 + numpy.where(numpy.equal(tmp2, 0), 0, tmp2/(cp*ep*t_exp)) + tmp0/cp
-            numpy.divide(r0, cp, out=out)
-            numpy.multiply(cp, ep, out=r2)
-            numpy.multiply(r2, t_exp, out=r2)
-            numpy.divide(r1, r2, out=r2)
-            numpy.equal(r1, 0.0, out=m0)
-            numpy.copyto(r2, 0.0, where=m0)
-            numpy.add(out, r2, out=out)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _dp_zero2_zero3_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero2_zero3_layer_params_block(out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp):
+    """dp_zero2_zero3_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_ne/t -> r0
+    numpy.divide(P_ne, t, out=r0)
+    # tmp2 = P_r + P_s -> r1
+    numpy.add(P_r, P_s, out=r1)
+    # out = tmp0 + numpy.where(numpy.equal(tmp2, 0), 0, tmp2/(cp*ep*t_exp)) + tmp0/cp
+    numpy.divide(r0, cp, out=out)
+    numpy.multiply(cp, ep, out=r2)
+    numpy.multiply(r2, t_exp, out=r2)
+    numpy.divide(r1, r2, out=r2)
+    numpy.equal(r1, 0.0, out=m0)
+    numpy.copyto(r2, 0.0, where=m0)
+    numpy.add(out, r2, out=out)
+    numpy.add(out, r0, out=out)
+
+
+dp_zero2_zero3_layer_params.kernel = _runtime.Kernel(
+    _dp_zero2_zero3_layer_params_block,
+    reals=3,
+    masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_zero3_none_layer_params(*, P_ne, t):
@@ -433,10 +534,27 @@ def dp_zero3_none_layer_params(*, P_ne, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, t in call.blocks():
-        # out = P_ne/t
-        numpy.divide(P_ne, t, out=out)
+    for block in call.blocks():
+        _dp_zero3_none_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero3_none_layer_params_block(out, P_ne, t):
+    """dp_zero3_none_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne/t
+    numpy.divide(P_ne, t, out=out)
+
+
+dp_zero3_none_layer_params.kernel = _runtime.Kernel(
+    _dp_zero3_none_layer_params_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_zero3_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
@@ -483,23 +601,40 @@ def dp_zero3_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
-            # tmp0 = P_r + P_s -> r0
-            numpy.add(P_r, P_s, out=r0)
-            # out = P_ne/t + numpy.where(numpy.equal(tmp0, 0), 0, tmp0/numpy.maximum(ep, t_exp) +
-            #     tmp0/(cp*ep*t_exp))
-            numpy.divide(P_ne, t, out=out)
-            numpy.equal(r0, 0.0, out=m0)
-            if not m0.all():
-                numpy.maximum(ep, t_exp, out=r1)
-                numpy.divide(r0, r1, out=r1)
-                numpy.multiply(cp, ep, out=r2)
-                numpy.multiply(r2, t_exp, out=r2)
-                numpy.divide(r0, r2, out=r2)
-                numpy.add(r1, r2, out=r1)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _dp_zero3_zero2_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero3_zero2_layer_params_block(out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, ep, t, t_exp):
+    """dp_zero3_zero2_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_r + P_s -> r0
+    numpy.add(P_r, P_s, out=r0)
+    # out = P_ne/t + numpy.where(numpy.equal(tmp0, 0), 0, tmp0/numpy.maximum(ep, t_exp) +
+    #     tmp0/(cp*ep*t_exp))
+    numpy.divide(P_ne, t, out=out)
+    numpy.equal(r0, 0.0, out=m0)
+    if not m0.all():
+        numpy.maximum(ep, t_exp, out=r1)
+        numpy.divide(r0, r1, out=r1)
+        numpy.multiply(cp, ep, out=r2)
+        numpy.multiply(r2, t_exp, out=r2)
+        numpy.divide(r0, r2, out=r2)
+        numpy.add(r1, r2, out=r1)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.add(out, r1, out=out)
+
+
+dp_zero3_zero2_layer_params.kernel = _runtime.Kernel(
+    _dp_zero3_zero2_layer_params_block,
+    reals=3,
+    masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_zero3_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
@@ -545,18 +680,35 @@ def dp_zero3_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, P_ne, P_r, P_s, cp, ep, t, t_exp in call.blocks():
-            # tmp0 = P_r + P_s -> r0
-            numpy.add(P_r, P_s, out=r0)
-            # out = P_ne/t + numpy.where(numpy.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
-            numpy.divide(P_ne, t, out=out)
-            numpy.multiply(cp, ep, out=r1)
-            numpy.multiply(r1, t_exp, out=r1)
-            numpy.divide(r0, r1, out=r1)
-            numpy.equal(r0, 0.0, out=m0)
-            numpy.copyto(r1, 0.0, where=m0)
-            numpy.add(out, r1, out=out)
+        for block in call.blocks():
+            _dp_zero3_zero3_layer_params_block(*block)
     return call.out
+
+
+def _dp_zero3_zero3_layer_params_block(out, r0, r1, m0, P_ne, P_r, P_s, cp, ep, t, t_exp):
+    """dp_zero3_zero3_layer_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = P_r + P_s -> r0
+    numpy.add(P_r, P_s, out=r0)
+    # out = P_ne/t + numpy.where(numpy.equal(tmp0, 0), 0, tmp0/(cp*ep*t_exp))
+    numpy.divide(P_ne, t, out=out)
+    numpy.multiply(cp, ep, out=r1)
+    numpy.multiply(r1, t_exp, out=r1)
+    numpy.divide(r0, r1, out=r1)
+    numpy.equal(r0, 0.0, out=m0)
+    numpy.copyto(r1, 0.0, where=m0)
+    numpy.add(out, r1, out=out)
+
+
+dp_zero3_zero3_layer_params.kernel = _runtime.Kernel(
+    _dp_zero3_zero3_layer_params_block,
+    reals=2,
+    masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_legacy_att_mm_bytes(*, bytes_p, h, t):
@@ -585,12 +737,7 @@ def dp_legacy_att_mm_bytes(*, bytes_p, h, t):
         (bytes_p, h, t) = _runtime.floats(xp, (bytes_p, h, t))
         out = bytes_p*(h*h)/t
         return _runtime.broadcast(xp, out, (bytes_p, h, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_p*(h*h)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_p, h) = _runtime.reals("dp_legacy_att_mm_bytes", ("bytes_p", "h"), (bytes_p, h))
-        inv0 = bytes_p*(h*h)
+    (inv0,) = _dp_legacy_att_mm_bytes_invariants(bytes_p, h)
     call = _runtime.Call(
         "dp_legacy_att_mm_bytes",
         ("bytes_p", "h", "t", "inv0"),
@@ -598,10 +745,37 @@ def dp_legacy_att_mm_bytes(*, bytes_p, h, t):
         reals=0,
         masks=0,
     )
-    for out, bytes_p, h, t, inv0 in call.blocks():
-        # out = inv0/t
-        numpy.divide(inv0, t, out=out)
+    for block in call.blocks():
+        _dp_legacy_att_mm_bytes_block(*block)
     return call.out
+
+
+def _dp_legacy_att_mm_bytes_invariants(bytes_p, h):
+    """What dp_legacy_att_mm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_p*(h*h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p, h) = _runtime.reals("dp_legacy_att_mm_bytes", ("bytes_p", "h"), (bytes_p, h))
+        inv0 = bytes_p*(h*h)
+    return (inv0,)
+
+
+def _dp_legacy_att_mm_bytes_block(out, bytes_p, h, t, inv0):
+    """dp_legacy_att_mm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/t
+    numpy.divide(inv0, t, out=out)
+
+
+dp_legacy_att_mm_bytes.kernel = _runtime.Kernel(
+    _dp_legacy_att_mm_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_p", "h", "t"),
+    passed=("inv0",),
+    invariants=_dp_legacy_att_mm_bytes_invariants,
+    widened=("bytes_p", "h"),
+    quiet=False,
+)
 
 
 def dp_legacy_ff_mm_bytes(*, bytes_p, h, hff, t):
@@ -631,12 +805,7 @@ def dp_legacy_ff_mm_bytes(*, bytes_p, h, hff, t):
         (bytes_p, h, hff, t) = _runtime.floats(xp, (bytes_p, h, hff, t))
         out = bytes_p*h*hff/t
         return _runtime.broadcast(xp, out, (bytes_p, h, hff, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_p*h*hff
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_p, h, hff) = _runtime.reals("dp_legacy_ff_mm_bytes", ("bytes_p", "h", "hff"), (bytes_p, h, hff))
-        inv0 = bytes_p*h*hff
+    (inv0,) = _dp_legacy_ff_mm_bytes_invariants(bytes_p, h, hff)
     call = _runtime.Call(
         "dp_legacy_ff_mm_bytes",
         ("bytes_p", "h", "hff", "t", "inv0"),
@@ -644,10 +813,37 @@ def dp_legacy_ff_mm_bytes(*, bytes_p, h, hff, t):
         reals=0,
         masks=0,
     )
-    for out, bytes_p, h, hff, t, inv0 in call.blocks():
-        # out = inv0/t
-        numpy.divide(inv0, t, out=out)
+    for block in call.blocks():
+        _dp_legacy_ff_mm_bytes_block(*block)
     return call.out
+
+
+def _dp_legacy_ff_mm_bytes_invariants(bytes_p, h, hff):
+    """What dp_legacy_ff_mm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_p*h*hff
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p, h, hff) = _runtime.reals("dp_legacy_ff_mm_bytes", ("bytes_p", "h", "hff"), (bytes_p, h, hff))
+        inv0 = bytes_p*h*hff
+    return (inv0,)
+
+
+def _dp_legacy_ff_mm_bytes_block(out, bytes_p, h, hff, t, inv0):
+    """dp_legacy_ff_mm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/t
+    numpy.divide(inv0, t, out=out)
+
+
+dp_legacy_ff_mm_bytes.kernel = _runtime.Kernel(
+    _dp_legacy_ff_mm_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_p", "h", "hff", "t"),
+    passed=("inv0",),
+    invariants=_dp_legacy_ff_mm_bytes_invariants,
+    widened=("bytes_p", "h", "hff"),
+    quiet=False,
+)
 
 
 def dp_legacy_norm_op_bytes(*, bytes_norm, h, sp):
@@ -677,12 +873,7 @@ def dp_legacy_norm_op_bytes(*, bytes_norm, h, sp):
         (bytes_norm, h, sp) = _runtime.floats(xp, (bytes_norm, h, sp))
         out = 2*bytes_norm*h/sp
         return _runtime.broadcast(xp, out, (bytes_norm, h, sp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_norm*h
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_norm, h) = _runtime.reals("dp_legacy_norm_op_bytes", ("bytes_norm", "h"), (bytes_norm, h))
-        inv0 = 2*bytes_norm*h
+    (inv0,) = _dp_legacy_norm_op_bytes_invariants(bytes_norm, h)
     call = _runtime.Call(
         "dp_legacy_norm_op_bytes",
         ("bytes_norm", "h", "sp", "inv0"),
@@ -690,10 +881,37 @@ def dp_legacy_norm_op_bytes(*, bytes_norm, h, sp):
         reals=0,
         masks=0,
     )
-    for out, bytes_norm, h, sp, inv0 in call.blocks():
-        # out = inv0/sp
-        numpy.divide(inv0, sp, out=out)
+    for block in call.blocks():
+        _dp_legacy_norm_op_bytes_block(*block)
     return call.out
+
+
+def _dp_legacy_norm_op_bytes_invariants(bytes_norm, h):
+    """What dp_legacy_norm_op_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_norm*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_norm, h) = _runtime.reals("dp_legacy_norm_op_bytes", ("bytes_norm", "h"), (bytes_norm, h))
+        inv0 = 2*bytes_norm*h
+    return (inv0,)
+
+
+def _dp_legacy_norm_op_bytes_block(out, bytes_norm, h, sp, inv0):
+    """dp_legacy_norm_op_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/sp
+    numpy.divide(inv0, sp, out=out)
+
+
+dp_legacy_norm_op_bytes.kernel = _runtime.Kernel(
+    _dp_legacy_norm_op_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_norm", "h", "sp"),
+    passed=("inv0",),
+    invariants=_dp_legacy_norm_op_bytes_invariants,
+    widened=("bytes_norm", "h"),
+    quiet=False,
+)
 
 
 def dp_legacy_exp_ff_mm_bytes(*, bytes_p, h, hff_exp, n_exp, n_shared_exp, t):
@@ -726,12 +944,7 @@ def dp_legacy_exp_ff_mm_bytes(*, bytes_p, h, hff_exp, n_exp, n_shared_exp, t):
         (bytes_p, h, hff_exp, n_exp, n_shared_exp, t) = _runtime.floats(xp, (bytes_p, h, hff_exp, n_exp, n_shared_exp, t))
         out = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)/t
         return _runtime.broadcast(xp, out, (bytes_p, h, hff_exp, n_exp, n_shared_exp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_p, h, hff_exp, n_exp, n_shared_exp) = _runtime.reals("dp_legacy_exp_ff_mm_bytes", ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp"), (bytes_p, h, hff_exp, n_exp, n_shared_exp))
-        inv0 = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)
+    (inv0,) = _dp_legacy_exp_ff_mm_bytes_invariants(bytes_p, h, hff_exp, n_exp, n_shared_exp)
     call = _runtime.Call(
         "dp_legacy_exp_ff_mm_bytes",
         ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t", "inv0"),
@@ -739,10 +952,37 @@ def dp_legacy_exp_ff_mm_bytes(*, bytes_p, h, hff_exp, n_exp, n_shared_exp, t):
         reals=0,
         masks=0,
     )
-    for out, bytes_p, h, hff_exp, n_exp, n_shared_exp, t, inv0 in call.blocks():
-        # out = inv0/t
-        numpy.divide(inv0, t, out=out)
+    for block in call.blocks():
+        _dp_legacy_exp_ff_mm_bytes_block(*block)
     return call.out
+
+
+def _dp_legacy_exp_ff_mm_bytes_invariants(bytes_p, h, hff_exp, n_exp, n_shared_exp):
+    """What dp_legacy_exp_ff_mm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p, h, hff_exp, n_exp, n_shared_exp) = _runtime.reals("dp_legacy_exp_ff_mm_bytes", ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp"), (bytes_p, h, hff_exp, n_exp, n_shared_exp))
+        inv0 = 2*bytes_p*h*hff_exp*(n_exp + n_shared_exp)
+    return (inv0,)
+
+
+def _dp_legacy_exp_ff_mm_bytes_block(out, bytes_p, h, hff_exp, n_exp, n_shared_exp, t, inv0):
+    """dp_legacy_exp_ff_mm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/t
+    numpy.divide(inv0, t, out=out)
+
+
+dp_legacy_exp_ff_mm_bytes.kernel = _runtime.Kernel(
+    _dp_legacy_exp_ff_mm_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t"),
+    passed=("inv0",),
+    invariants=_dp_legacy_exp_ff_mm_bytes_invariants,
+    widened=("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp"),
+    quiet=False,
+)
 
 
 def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard):
@@ -779,14 +1019,7 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.equal(n_exp, 1)
-            inv1 = 1/device_intra_node_num
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (device_intra_node_num, n_exp) = _runtime.reals("dp_legacy_ratio", ("device_intra_node_num", "n_exp"), (device_intra_node_num, n_exp))
-            inv0 = numpy.equal(n_exp, 1)
-            inv1 = 1/device_intra_node_num
+        (inv1,) = _dp_legacy_ratio_invariants(device_intra_node_num, n_exp)
         call = _runtime.Call(
             "dp_legacy_ratio",
             ("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard", "inv1"),
@@ -794,24 +1027,53 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv1 in call.blocks():
-            # inv0_mask = numpy.equal(n_exp, 1) -> m0
-            numpy.equal(n_exp, 1.0, out=m0)
-            # out = numpy.where(numpy.equal(comm_d_non_exp, 0), 0, os_max_shard*(comm_d_non_exp -
-            #     1)*numpy.where(inv0_mask, 0.0625, 0.8*1/numpy.maximum(1, ep*inv1))/d)
-            numpy.equal(comm_d_non_exp, 0.0, out=m1)
-            if not m1.all():
-                numpy.subtract(comm_d_non_exp, 1.0, out=out)
-                if not m0.all():
-                    numpy.multiply(inv1, ep, out=r0)
-                    numpy.maximum(r0, 1.0, out=r0)
-                    numpy.divide(0.8, r0, out=r0)
-                numpy.copyto(r0, 0.0625, where=m0)
-                numpy.multiply(out, r0, out=out)
-                numpy.multiply(out, os_max_shard, out=out)
-                numpy.divide(out, d, out=out)
-            numpy.copyto(out, 0.0, where=m1)
+        for block in call.blocks():
+            _dp_legacy_ratio_block(*block)
     return call.out
+
+
+def _dp_legacy_ratio_invariants(device_intra_node_num, n_exp):
+    """What dp_legacy_ratio computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.equal(n_exp, 1)
+        inv1 = 1/device_intra_node_num
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (device_intra_node_num, n_exp) = _runtime.reals("dp_legacy_ratio", ("device_intra_node_num", "n_exp"), (device_intra_node_num, n_exp))
+        inv0 = numpy.equal(n_exp, 1)
+        inv1 = 1/device_intra_node_num
+    return (inv1,)
+
+
+def _dp_legacy_ratio_block(out, r0, m0, m1, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv1):
+    """dp_legacy_ratio on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv0_mask = numpy.equal(n_exp, 1) -> m0
+    numpy.equal(n_exp, 1.0, out=m0)
+    # out = numpy.where(numpy.equal(comm_d_non_exp, 0), 0, os_max_shard*(comm_d_non_exp -
+    #     1)*numpy.where(inv0_mask, 0.0625, 0.8*1/numpy.maximum(1, ep*inv1))/d)
+    numpy.equal(comm_d_non_exp, 0.0, out=m1)
+    if not m1.all():
+        numpy.subtract(comm_d_non_exp, 1.0, out=out)
+        if not m0.all():
+            numpy.multiply(inv1, ep, out=r0)
+            numpy.maximum(r0, 1.0, out=r0)
+            numpy.divide(0.8, r0, out=r0)
+        numpy.copyto(r0, 0.0625, where=m0)
+        numpy.multiply(out, r0, out=out)
+        numpy.multiply(out, os_max_shard, out=out)
+        numpy.divide(out, d, out=out)
+    numpy.copyto(out, 0.0, where=m1)
+
+
+dp_legacy_ratio.kernel = _runtime.Kernel(
+    _dp_legacy_ratio_block,
+    reals=1,
+    masks=2,
+    arguments=("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard"),
+    passed=("inv1",),
+    invariants=_dp_legacy_ratio_invariants,
+    widened=("device_intra_node_num", "n_exp"),
+    quiet=True,
+)
 
 
 def dp_all_reduce_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
@@ -849,12 +1111,29 @@ def dp_all_reduce_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_grad, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_grad*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_all_reduce_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_all_reduce_msg_bytes_block(out, P_ne, bytes_grad, n_layers_stage, t):
+    """dp_all_reduce_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_grad*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_all_reduce_msg_bytes.kernel = _runtime.Kernel(
+    _dp_all_reduce_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_reduce_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t):
@@ -885,12 +1164,7 @@ def dp_all_reduce_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t):
         (P_ne, bytes_grad, d, n_layers_stage, t) = _runtime.floats(xp, (P_ne, bytes_grad, d, n_layers_stage, t))
         out = 2*P_ne*bytes_grad*n_layers_stage*(d - 1)/(d*t)
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, d, n_layers_stage, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("dp_all_reduce_step_bytes", ("bytes_grad",), (bytes_grad,))
-        inv0 = 2*bytes_grad
+    (inv0,) = _dp_all_reduce_step_bytes_invariants(bytes_grad)
     call = _runtime.Call(
         "dp_all_reduce_step_bytes",
         ("P_ne", "bytes_grad", "d", "n_layers_stage", "t", "inv0"),
@@ -898,15 +1172,42 @@ def dp_all_reduce_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t):
         reals=1,
         masks=0,
     )
-    for out, r0, P_ne, bytes_grad, d, n_layers_stage, t, inv0 in call.blocks():
-        # out = P_ne*inv0*n_layers_stage*(d - 1)/(d*t)
-        numpy.subtract(d, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(d, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_all_reduce_step_bytes_block(*block)
     return call.out
+
+
+def _dp_all_reduce_step_bytes_invariants(bytes_grad):
+    """What dp_all_reduce_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_all_reduce_step_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _dp_all_reduce_step_bytes_block(out, r0, P_ne, bytes_grad, d, n_layers_stage, t, inv0):
+    """dp_all_reduce_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*inv0*n_layers_stage*(d - 1)/(d*t)
+    numpy.subtract(d, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(d, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_all_reduce_step_bytes.kernel = _runtime.Kernel(
+    _dp_all_reduce_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "d", "n_layers_stage", "t"),
+    passed=("inv0",),
+    invariants=_dp_all_reduce_step_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def dp_zero_reduce_scatter_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
@@ -944,12 +1245,29 @@ def dp_zero_reduce_scatter_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_grad, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_grad*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_zero_reduce_scatter_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_zero_reduce_scatter_msg_bytes_block(out, P_ne, bytes_grad, n_layers_stage, t):
+    """dp_zero_reduce_scatter_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_grad*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_zero_reduce_scatter_msg_bytes.kernel = _runtime.Kernel(
+    _dp_zero_reduce_scatter_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_zero_all_gather_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
@@ -987,12 +1305,29 @@ def dp_zero_all_gather_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_p, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_p*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_p, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_zero_all_gather_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_zero_all_gather_msg_bytes_block(out, P_ne, bytes_p, n_layers_stage, t):
+    """dp_zero_all_gather_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_p*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_p, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_zero_all_gather_msg_bytes.kernel = _runtime.Kernel(
+    _dp_zero_all_gather_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_p", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_zero_step_bytes(*, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t):
@@ -1024,12 +1359,7 @@ def dp_zero_step_bytes(*, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t):
         (P_ne, bytes_grad, bytes_p, d, n_layers_stage, t) = _runtime.floats(xp, (P_ne, bytes_grad, bytes_p, d, n_layers_stage, t))
         out = P_ne*n_layers_stage*(bytes_grad + bytes_p)*(d - 1)/(d*t)
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, bytes_p, d, n_layers_stage, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_grad + bytes_p
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad, bytes_p) = _runtime.reals("dp_zero_step_bytes", ("bytes_grad", "bytes_p"), (bytes_grad, bytes_p))
-        inv0 = bytes_grad + bytes_p
+    (inv0,) = _dp_zero_step_bytes_invariants(bytes_grad, bytes_p)
     call = _runtime.Call(
         "dp_zero_step_bytes",
         ("P_ne", "bytes_grad", "bytes_p", "d", "n_layers_stage", "t", "inv0"),
@@ -1037,15 +1367,42 @@ def dp_zero_step_bytes(*, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t):
         reals=1,
         masks=0,
     )
-    for out, r0, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t, inv0 in call.blocks():
-        # out = P_ne*inv0*n_layers_stage*(d - 1)/(d*t)
-        numpy.subtract(d, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(d, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_zero_step_bytes_block(*block)
     return call.out
+
+
+def _dp_zero_step_bytes_invariants(bytes_grad, bytes_p):
+    """What dp_zero_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_grad + bytes_p
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, bytes_p) = _runtime.reals("dp_zero_step_bytes", ("bytes_grad", "bytes_p"), (bytes_grad, bytes_p))
+        inv0 = bytes_grad + bytes_p
+    return (inv0,)
+
+
+def _dp_zero_step_bytes_block(out, r0, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t, inv0):
+    """dp_zero_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*inv0*n_layers_stage*(d - 1)/(d*t)
+    numpy.subtract(d, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(d, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_zero_step_bytes.kernel = _runtime.Kernel(
+    _dp_zero_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "bytes_p", "d", "n_layers_stage", "t"),
+    passed=("inv0",),
+    invariants=_dp_zero_step_bytes_invariants,
+    widened=("bytes_grad", "bytes_p"),
+    quiet=False,
+)
 
 
 def dp_zero3_all_gather_calls_count(*, m):
@@ -1081,10 +1438,27 @@ def dp_zero3_all_gather_calls_count(*, m):
         reals=0,
         masks=0,
     )
-    for out, m in call.blocks():
-        # out = 2*m
-        numpy.multiply(m, 2.0, out=out)
+    for block in call.blocks():
+        _dp_zero3_all_gather_calls_count_block(*block)
     return call.out
+
+
+def _dp_zero3_all_gather_calls_count_block(out, m):
+    """dp_zero3_all_gather_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2*m
+    numpy.multiply(m, 2.0, out=out)
+
+
+dp_zero3_all_gather_calls_count.kernel = _runtime.Kernel(
+    _dp_zero3_all_gather_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_zero3_step_bytes(*, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t):
@@ -1118,12 +1492,7 @@ def dp_zero3_step_bytes(*, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t):
         (P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t) = _runtime.floats(xp, (P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t))
         out = P_ne*n_layers_stage*(bytes_grad + 2*bytes_p*m)*(d - 1)/(d*t)
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_p
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_p,) = _runtime.reals("dp_zero3_step_bytes", ("bytes_p",), (bytes_p,))
-        inv0 = 2*bytes_p
+    (inv0,) = _dp_zero3_step_bytes_invariants(bytes_p)
     call = _runtime.Call(
         "dp_zero3_step_bytes",
         ("P_ne", "bytes_grad", "bytes_p", "d", "m", "n_layers_stage", "t", "inv0"),
@@ -1131,17 +1500,44 @@ def dp_zero3_step_bytes(*, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t):
         reals=1,
         masks=0,
     )
-    for out, r0, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t, inv0 in call.blocks():
-        # out = P_ne*n_layers_stage*(bytes_grad + inv0*m)*(d - 1)/(d*t)
-        numpy.subtract(d, 1.0, out=out)
-        numpy.multiply(inv0, m, out=r0)
-        numpy.add(r0, bytes_grad, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(d, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_zero3_step_bytes_block(*block)
     return call.out
+
+
+def _dp_zero3_step_bytes_invariants(bytes_p):
+    """What dp_zero3_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_p
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p,) = _runtime.reals("dp_zero3_step_bytes", ("bytes_p",), (bytes_p,))
+        inv0 = 2*bytes_p
+    return (inv0,)
+
+
+def _dp_zero3_step_bytes_block(out, r0, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t, inv0):
+    """dp_zero3_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*n_layers_stage*(bytes_grad + inv0*m)*(d - 1)/(d*t)
+    numpy.subtract(d, 1.0, out=out)
+    numpy.multiply(inv0, m, out=r0)
+    numpy.add(r0, bytes_grad, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(d, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_zero3_step_bytes.kernel = _runtime.Kernel(
+    _dp_zero3_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "bytes_p", "d", "m", "n_layers_stage", "t"),
+    passed=("inv0",),
+    invariants=_dp_zero3_step_bytes_invariants,
+    widened=("bytes_p",),
+    quiet=False,
+)
 
 
 def dp_expert_all_reduce_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
@@ -1180,13 +1576,30 @@ def dp_expert_all_reduce_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp in call.blocks():
-        # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-        numpy.multiply(P_r, n_moe_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.multiply(ep, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_reduce_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_msg_bytes_block(out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
+    """dp_expert_all_reduce_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
+    numpy.multiply(P_r, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.multiply(ep, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_reduce_msg_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_reduce_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp):
@@ -1218,12 +1631,7 @@ def dp_expert_all_reduce_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_
         (P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp) = _runtime.floats(xp, (P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp))
         out = 2*P_r*bytes_grad*n_moe_layers_stage*(d_exp - 1)/(d_exp*ep*t_exp)
         return _runtime.broadcast(xp, out, (P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("dp_expert_all_reduce_step_bytes", ("bytes_grad",), (bytes_grad,))
-        inv0 = 2*bytes_grad
+    (inv0,) = _dp_expert_all_reduce_step_bytes_invariants(bytes_grad)
     call = _runtime.Call(
         "dp_expert_all_reduce_step_bytes",
         ("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp", "inv0"),
@@ -1231,16 +1639,43 @@ def dp_expert_all_reduce_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, inv0 in call.blocks():
-        # out = P_r*inv0*n_moe_layers_stage*(d_exp - 1)/(d_exp*ep*t_exp)
-        numpy.subtract(d_exp, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, P_r, out=out)
-        numpy.multiply(out, n_moe_layers_stage, out=out)
-        numpy.multiply(d_exp, ep, out=r0)
-        numpy.multiply(r0, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_reduce_step_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_step_bytes_invariants(bytes_grad):
+    """What dp_expert_all_reduce_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_expert_all_reduce_step_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _dp_expert_all_reduce_step_bytes_block(out, r0, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, inv0):
+    """dp_expert_all_reduce_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*inv0*n_moe_layers_stage*(d_exp - 1)/(d_exp*ep*t_exp)
+    numpy.subtract(d_exp, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, P_r, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(d_exp, ep, out=r0)
+    numpy.multiply(r0, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_reduce_step_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=("inv0",),
+    invariants=_dp_expert_all_reduce_step_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def dp_all_reduce_stage_calls_count(*, d, zero2_non_exp, zero3_non_exp):
@@ -1280,15 +1715,32 @@ def dp_all_reduce_stage_calls_count(*, d, zero2_non_exp, zero3_non_exp):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, d, zero2_non_exp, zero3_non_exp in call.blocks():
-            # out = (-zero2_non_exp - zero3_non_exp + 1)*numpy.where(numpy.less(d, 1.5), 0, 1)
-            numpy.subtract(1.0, zero2_non_exp, out=out)
-            numpy.subtract(out, zero3_non_exp, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
+        for block in call.blocks():
+            _dp_all_reduce_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_all_reduce_stage_calls_count_block(out, r0, m0, d, zero2_non_exp, zero3_non_exp):
+    """dp_all_reduce_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (-zero2_non_exp - zero3_non_exp + 1)*numpy.where(numpy.less(d, 1.5), 0, 1)
+    numpy.subtract(1.0, zero2_non_exp, out=out)
+    numpy.subtract(out, zero3_non_exp, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_all_reduce_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_all_reduce_stage_calls_count_block,
+    reals=1,
+    masks=1,
+    arguments=("d", "zero2_non_exp", "zero3_non_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_all_reduce_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
@@ -1326,12 +1778,29 @@ def dp_all_reduce_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_grad, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_grad*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_all_reduce_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_all_reduce_stage_msg_bytes_block(out, P_ne, bytes_grad, n_layers_stage, t):
+    """dp_all_reduce_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_grad*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_all_reduce_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_all_reduce_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_reduce_stage_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
@@ -1369,12 +1838,7 @@ def dp_all_reduce_stage_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t, ze
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_grad
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad,) = _runtime.reals("dp_all_reduce_stage_step_bytes", ("bytes_grad",), (bytes_grad,))
-            inv0 = 2*bytes_grad
+        (inv0,) = _dp_all_reduce_stage_step_bytes_invariants(bytes_grad)
         call = _runtime.Call(
             "dp_all_reduce_stage_step_bytes",
             ("P_ne", "bytes_grad", "d", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp", "inv0"),
@@ -1382,23 +1846,50 @@ def dp_all_reduce_stage_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t, ze
             reals=1,
             masks=1,
         )
-        for out, r0, m0, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp, inv0 in call.blocks():
-            # out = P_ne*inv0*n_layers_stage*(d - 1)*(-zero2_non_exp - zero3_non_exp +
-            #     1)*numpy.where(numpy.less(d, 1.5), 0, 1)/(d*t)
-            numpy.subtract(d, 1.0, out=out)
-            numpy.subtract(1.0, zero2_non_exp, out=r0)
-            numpy.subtract(r0, zero3_non_exp, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, P_ne, out=out)
-            numpy.multiply(out, n_layers_stage, out=out)
-            numpy.multiply(d, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _dp_all_reduce_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_all_reduce_stage_step_bytes_invariants(bytes_grad):
+    """What dp_all_reduce_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_all_reduce_stage_step_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _dp_all_reduce_stage_step_bytes_block(out, r0, m0, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp, inv0):
+    """dp_all_reduce_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*inv0*n_layers_stage*(d - 1)*(-zero2_non_exp - zero3_non_exp +
+    #     1)*numpy.where(numpy.less(d, 1.5), 0, 1)/(d*t)
+    numpy.subtract(d, 1.0, out=out)
+    numpy.subtract(1.0, zero2_non_exp, out=r0)
+    numpy.subtract(r0, zero3_non_exp, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(d, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_all_reduce_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_all_reduce_stage_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("P_ne", "bytes_grad", "d", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=("inv0",),
+    invariants=_dp_all_reduce_stage_step_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=True,
+)
 
 
 def dp_all_reduce_stage_ranks_count(*, d):
@@ -1434,10 +1925,27 @@ def dp_all_reduce_stage_ranks_count(*, d):
         reals=0,
         masks=0,
     )
-    for out, d in call.blocks():
-        # out = d
-        numpy.copyto(out, d)
+    for block in call.blocks():
+        _dp_all_reduce_stage_ranks_count_block(*block)
     return call.out
+
+
+def _dp_all_reduce_stage_ranks_count_block(out, d):
+    """dp_all_reduce_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = d
+    numpy.copyto(out, d)
+
+
+dp_all_reduce_stage_ranks_count.kernel = _runtime.Kernel(
+    _dp_all_reduce_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=("d",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_reduce_scatter_stage_calls_count(*, d, zero2_non_exp, zero3_non_exp):
@@ -1478,14 +1986,31 @@ def dp_reduce_scatter_stage_calls_count(*, d, zero2_non_exp, zero3_non_exp):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, d, zero2_non_exp, zero3_non_exp in call.blocks():
-            # out = (zero2_non_exp + zero3_non_exp)*numpy.where(numpy.less(d, 1.5), 0, 1)
-            numpy.add(zero2_non_exp, zero3_non_exp, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
+        for block in call.blocks():
+            _dp_reduce_scatter_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_reduce_scatter_stage_calls_count_block(out, r0, m0, d, zero2_non_exp, zero3_non_exp):
+    """dp_reduce_scatter_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (zero2_non_exp + zero3_non_exp)*numpy.where(numpy.less(d, 1.5), 0, 1)
+    numpy.add(zero2_non_exp, zero3_non_exp, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_reduce_scatter_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_reduce_scatter_stage_calls_count_block,
+    reals=1,
+    masks=1,
+    arguments=("d", "zero2_non_exp", "zero3_non_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_reduce_scatter_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
@@ -1524,12 +2049,29 @@ def dp_reduce_scatter_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_grad, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_grad*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_reduce_scatter_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_reduce_scatter_stage_msg_bytes_block(out, P_ne, bytes_grad, n_layers_stage, t):
+    """dp_reduce_scatter_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_grad*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_reduce_scatter_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_reduce_scatter_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_reduce_scatter_stage_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
@@ -1575,22 +2117,39 @@ def dp_reduce_scatter_stage_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t
             reals=1,
             masks=1,
         )
-        for out, r0, m0, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp in call.blocks():
-            # out = P_ne*bytes_grad*n_layers_stage*(d - 1)*(zero2_non_exp +
-            #     zero3_non_exp)*numpy.where(numpy.less(d, 1.5), 0, 1)/(d*t)
-            numpy.subtract(d, 1.0, out=out)
-            numpy.add(zero2_non_exp, zero3_non_exp, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, P_ne, out=out)
-            numpy.multiply(out, n_layers_stage, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.multiply(d, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _dp_reduce_scatter_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_reduce_scatter_stage_step_bytes_block(out, r0, m0, P_ne, bytes_grad, d, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
+    """dp_reduce_scatter_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_grad*n_layers_stage*(d - 1)*(zero2_non_exp +
+    #     zero3_non_exp)*numpy.where(numpy.less(d, 1.5), 0, 1)/(d*t)
+    numpy.subtract(d, 1.0, out=out)
+    numpy.add(zero2_non_exp, zero3_non_exp, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.multiply(d, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_reduce_scatter_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_reduce_scatter_stage_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("P_ne", "bytes_grad", "d", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_reduce_scatter_stage_ranks_count(*, d):
@@ -1627,10 +2186,27 @@ def dp_reduce_scatter_stage_ranks_count(*, d):
         reals=0,
         masks=0,
     )
-    for out, d in call.blocks():
-        # out = d
-        numpy.copyto(out, d)
+    for block in call.blocks():
+        _dp_reduce_scatter_stage_ranks_count_block(*block)
     return call.out
+
+
+def _dp_reduce_scatter_stage_ranks_count_block(out, d):
+    """dp_reduce_scatter_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = d
+    numpy.copyto(out, d)
+
+
+dp_reduce_scatter_stage_ranks_count.kernel = _runtime.Kernel(
+    _dp_reduce_scatter_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=("d",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_gather_stage_calls_count(*, d, m, zero2_non_exp, zero3_non_exp):
@@ -1673,16 +2249,33 @@ def dp_all_gather_stage_calls_count(*, d, m, zero2_non_exp, zero3_non_exp):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, d, m, zero2_non_exp, zero3_non_exp in call.blocks():
-            # out = (2*m*zero3_non_exp + zero2_non_exp)*numpy.where(numpy.less(d, 1.5), 0, 1)
-            numpy.multiply(zero3_non_exp, m, out=out)
-            numpy.multiply(out, 2.0, out=out)
-            numpy.add(out, zero2_non_exp, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
+        for block in call.blocks():
+            _dp_all_gather_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_calls_count_block(out, r0, m0, d, m, zero2_non_exp, zero3_non_exp):
+    """dp_all_gather_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (2*m*zero3_non_exp + zero2_non_exp)*numpy.where(numpy.less(d, 1.5), 0, 1)
+    numpy.multiply(zero3_non_exp, m, out=out)
+    numpy.multiply(out, 2.0, out=out)
+    numpy.add(out, zero2_non_exp, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_all_gather_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_calls_count_block,
+    reals=1,
+    masks=1,
+    arguments=("d", "m", "zero2_non_exp", "zero3_non_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_all_gather_stage_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
@@ -1721,12 +2314,29 @@ def dp_all_gather_stage_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_p, n_layers_stage, t in call.blocks():
-        # out = P_ne*bytes_p*n_layers_stage/t
-        numpy.multiply(P_ne, n_layers_stage, out=out)
-        numpy.multiply(out, bytes_p, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_all_gather_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_msg_bytes_block(out, P_ne, bytes_p, n_layers_stage, t):
+    """dp_all_gather_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_p*n_layers_stage/t
+    numpy.multiply(P_ne, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_p, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_all_gather_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_p", "n_layers_stage", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_gather_stage_step_bytes(*, P_ne, bytes_p, d, m, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
@@ -1774,24 +2384,41 @@ def dp_all_gather_stage_step_bytes(*, P_ne, bytes_p, d, m, n_layers_stage, t, ze
             reals=1,
             masks=1,
         )
-        for out, r0, m0, P_ne, bytes_p, d, m, n_layers_stage, t, zero2_non_exp, zero3_non_exp in call.blocks():
-            # out = P_ne*bytes_p*n_layers_stage*(d - 1)*(2*m*zero3_non_exp +
-            #     zero2_non_exp)*numpy.where(numpy.less(d, 1.5), 0, 1)/(d*t)
-            numpy.subtract(d, 1.0, out=out)
-            numpy.multiply(zero3_non_exp, m, out=r0)
-            numpy.multiply(r0, 2.0, out=r0)
-            numpy.add(r0, zero2_non_exp, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, P_ne, out=out)
-            numpy.multiply(out, n_layers_stage, out=out)
-            numpy.multiply(out, bytes_p, out=out)
-            numpy.multiply(d, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _dp_all_gather_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_step_bytes_block(out, r0, m0, P_ne, bytes_p, d, m, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
+    """dp_all_gather_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_p*n_layers_stage*(d - 1)*(2*m*zero3_non_exp +
+    #     zero2_non_exp)*numpy.where(numpy.less(d, 1.5), 0, 1)/(d*t)
+    numpy.subtract(d, 1.0, out=out)
+    numpy.multiply(zero3_non_exp, m, out=r0)
+    numpy.multiply(r0, 2.0, out=r0)
+    numpy.add(r0, zero2_non_exp, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, bytes_p, out=out)
+    numpy.multiply(d, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_all_gather_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("P_ne", "bytes_p", "d", "m", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_all_gather_stage_ranks_count(*, d):
@@ -1829,10 +2456,27 @@ def dp_all_gather_stage_ranks_count(*, d):
         reals=0,
         masks=0,
     )
-    for out, d in call.blocks():
-        # out = d
-        numpy.copyto(out, d)
+    for block in call.blocks():
+        _dp_all_gather_stage_ranks_count_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_ranks_count_block(out, d):
+    """dp_all_gather_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = d
+    numpy.copyto(out, d)
+
+
+dp_all_gather_stage_ranks_count.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=("d",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_reduce_stage_calls_count(*, d_exp, zero2_exp, zero3_exp):
@@ -1872,15 +2516,32 @@ def dp_expert_all_reduce_stage_calls_count(*, d_exp, zero2_exp, zero3_exp):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, d_exp, zero2_exp, zero3_exp in call.blocks():
-            # out = (-zero2_exp - zero3_exp + 1)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)
-            numpy.subtract(1.0, zero2_exp, out=out)
-            numpy.subtract(out, zero3_exp, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d_exp, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
+        for block in call.blocks():
+            _dp_expert_all_reduce_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_stage_calls_count_block(out, r0, m0, d_exp, zero2_exp, zero3_exp):
+    """dp_expert_all_reduce_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (-zero2_exp - zero3_exp + 1)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)
+    numpy.subtract(1.0, zero2_exp, out=out)
+    numpy.subtract(out, zero3_exp, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d_exp, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_expert_all_reduce_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_stage_calls_count_block,
+    reals=1,
+    masks=1,
+    arguments=("d_exp", "zero2_exp", "zero3_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_expert_all_reduce_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
@@ -1919,13 +2580,30 @@ def dp_expert_all_reduce_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_st
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp in call.blocks():
-        # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-        numpy.multiply(P_r, n_moe_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.multiply(ep, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_reduce_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_stage_msg_bytes_block(out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
+    """dp_expert_all_reduce_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
+    numpy.multiply(P_r, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.multiply(ep, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_reduce_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_reduce_stage_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp):
@@ -1965,12 +2643,7 @@ def dp_expert_all_reduce_stage_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_l
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_grad
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad,) = _runtime.reals("dp_expert_all_reduce_stage_step_bytes", ("bytes_grad",), (bytes_grad,))
-            inv0 = 2*bytes_grad
+        (inv0,) = _dp_expert_all_reduce_stage_step_bytes_invariants(bytes_grad)
         call = _runtime.Call(
             "dp_expert_all_reduce_stage_step_bytes",
             ("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp", "zero2_exp", "zero3_exp", "inv0"),
@@ -1978,24 +2651,51 @@ def dp_expert_all_reduce_stage_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_l
             reals=1,
             masks=1,
         )
-        for out, r0, m0, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp, inv0 in call.blocks():
-            # out = P_r*inv0*n_moe_layers_stage*(d_exp - 1)*(-zero2_exp - zero3_exp +
-            #     1)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)/(d_exp*ep*t_exp)
-            numpy.subtract(d_exp, 1.0, out=out)
-            numpy.subtract(1.0, zero2_exp, out=r0)
-            numpy.subtract(r0, zero3_exp, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d_exp, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, P_r, out=out)
-            numpy.multiply(out, n_moe_layers_stage, out=out)
-            numpy.multiply(d_exp, ep, out=r0)
-            numpy.multiply(r0, t_exp, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _dp_expert_all_reduce_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_stage_step_bytes_invariants(bytes_grad):
+    """What dp_expert_all_reduce_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_expert_all_reduce_stage_step_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _dp_expert_all_reduce_stage_step_bytes_block(out, r0, m0, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp, inv0):
+    """dp_expert_all_reduce_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*inv0*n_moe_layers_stage*(d_exp - 1)*(-zero2_exp - zero3_exp +
+    #     1)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)/(d_exp*ep*t_exp)
+    numpy.subtract(d_exp, 1.0, out=out)
+    numpy.subtract(1.0, zero2_exp, out=r0)
+    numpy.subtract(r0, zero3_exp, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d_exp, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, P_r, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(d_exp, ep, out=r0)
+    numpy.multiply(r0, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_reduce_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_stage_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp", "zero2_exp", "zero3_exp"),
+    passed=("inv0",),
+    invariants=_dp_expert_all_reduce_stage_step_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=True,
+)
 
 
 def dp_expert_all_reduce_stage_ranks_count(*, d_exp):
@@ -2031,10 +2731,27 @@ def dp_expert_all_reduce_stage_ranks_count(*, d_exp):
         reals=0,
         masks=0,
     )
-    for out, d_exp in call.blocks():
-        # out = d_exp
-        numpy.copyto(out, d_exp)
+    for block in call.blocks():
+        _dp_expert_all_reduce_stage_ranks_count_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_stage_ranks_count_block(out, d_exp):
+    """dp_expert_all_reduce_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = d_exp
+    numpy.copyto(out, d_exp)
+
+
+dp_expert_all_reduce_stage_ranks_count.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=("d_exp",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_reduce_scatter_stage_calls_count(*, d_exp, zero2_exp, zero3_exp):
@@ -2075,14 +2792,31 @@ def dp_expert_reduce_scatter_stage_calls_count(*, d_exp, zero2_exp, zero3_exp):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, d_exp, zero2_exp, zero3_exp in call.blocks():
-            # out = (zero2_exp + zero3_exp)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)
-            numpy.add(zero2_exp, zero3_exp, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d_exp, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
+        for block in call.blocks():
+            _dp_expert_reduce_scatter_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_expert_reduce_scatter_stage_calls_count_block(out, r0, m0, d_exp, zero2_exp, zero3_exp):
+    """dp_expert_reduce_scatter_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (zero2_exp + zero3_exp)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)
+    numpy.add(zero2_exp, zero3_exp, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d_exp, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_expert_reduce_scatter_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_expert_reduce_scatter_stage_calls_count_block,
+    reals=1,
+    masks=1,
+    arguments=("d_exp", "zero2_exp", "zero3_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_expert_reduce_scatter_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
@@ -2122,13 +2856,30 @@ def dp_expert_reduce_scatter_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layer
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp in call.blocks():
-        # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-        numpy.multiply(P_r, n_moe_layers_stage, out=out)
-        numpy.multiply(out, bytes_grad, out=out)
-        numpy.multiply(ep, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_reduce_scatter_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_reduce_scatter_stage_msg_bytes_block(out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
+    """dp_expert_reduce_scatter_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
+    numpy.multiply(P_r, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.multiply(ep, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_reduce_scatter_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_expert_reduce_scatter_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_reduce_scatter_stage_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp):
@@ -2176,23 +2927,40 @@ def dp_expert_reduce_scatter_stage_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_m
             reals=1,
             masks=1,
         )
-        for out, r0, m0, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp in call.blocks():
-            # out = P_r*bytes_grad*n_moe_layers_stage*(d_exp - 1)*(zero2_exp +
-            #     zero3_exp)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)/(d_exp*ep*t_exp)
-            numpy.subtract(d_exp, 1.0, out=out)
-            numpy.add(zero2_exp, zero3_exp, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d_exp, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, P_r, out=out)
-            numpy.multiply(out, n_moe_layers_stage, out=out)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.multiply(d_exp, ep, out=r0)
-            numpy.multiply(r0, t_exp, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _dp_expert_reduce_scatter_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_reduce_scatter_stage_step_bytes_block(out, r0, m0, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp):
+    """dp_expert_reduce_scatter_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_grad*n_moe_layers_stage*(d_exp - 1)*(zero2_exp +
+    #     zero3_exp)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)/(d_exp*ep*t_exp)
+    numpy.subtract(d_exp, 1.0, out=out)
+    numpy.add(zero2_exp, zero3_exp, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d_exp, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_r, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.multiply(d_exp, ep, out=r0)
+    numpy.multiply(r0, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_reduce_scatter_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_expert_reduce_scatter_stage_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp", "zero2_exp", "zero3_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_expert_reduce_scatter_stage_ranks_count(*, d_exp):
@@ -2229,10 +2997,27 @@ def dp_expert_reduce_scatter_stage_ranks_count(*, d_exp):
         reals=0,
         masks=0,
     )
-    for out, d_exp in call.blocks():
-        # out = d_exp
-        numpy.copyto(out, d_exp)
+    for block in call.blocks():
+        _dp_expert_reduce_scatter_stage_ranks_count_block(*block)
     return call.out
+
+
+def _dp_expert_reduce_scatter_stage_ranks_count_block(out, d_exp):
+    """dp_expert_reduce_scatter_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = d_exp
+    numpy.copyto(out, d_exp)
+
+
+dp_expert_reduce_scatter_stage_ranks_count.kernel = _runtime.Kernel(
+    _dp_expert_reduce_scatter_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=("d_exp",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_gather_stage_calls_count(*, d_exp, m, zero2_exp, zero3_exp):
@@ -2274,16 +3059,33 @@ def dp_expert_all_gather_stage_calls_count(*, d_exp, m, zero2_exp, zero3_exp):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, d_exp, m, zero2_exp, zero3_exp in call.blocks():
-            # out = (2*m*zero3_exp + zero2_exp)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)
-            numpy.multiply(zero3_exp, m, out=out)
-            numpy.multiply(out, 2.0, out=out)
-            numpy.add(out, zero2_exp, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d_exp, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
+        for block in call.blocks():
+            _dp_expert_all_gather_stage_calls_count_block(*block)
     return call.out
+
+
+def _dp_expert_all_gather_stage_calls_count_block(out, r0, m0, d_exp, m, zero2_exp, zero3_exp):
+    """dp_expert_all_gather_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = (2*m*zero3_exp + zero2_exp)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)
+    numpy.multiply(zero3_exp, m, out=out)
+    numpy.multiply(out, 2.0, out=out)
+    numpy.add(out, zero2_exp, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d_exp, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+
+
+dp_expert_all_gather_stage_calls_count.kernel = _runtime.Kernel(
+    _dp_expert_all_gather_stage_calls_count_block,
+    reals=1,
+    masks=1,
+    arguments=("d_exp", "m", "zero2_exp", "zero3_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_expert_all_gather_stage_msg_bytes(*, P_r, bytes_p, ep, n_moe_layers_stage, t_exp):
@@ -2323,13 +3125,30 @@ def dp_expert_all_gather_stage_msg_bytes(*, P_r, bytes_p, ep, n_moe_layers_stage
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_p, ep, n_moe_layers_stage, t_exp in call.blocks():
-        # out = P_r*bytes_p*n_moe_layers_stage/(ep*t_exp)
-        numpy.multiply(P_r, n_moe_layers_stage, out=out)
-        numpy.multiply(out, bytes_p, out=out)
-        numpy.multiply(ep, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_gather_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_gather_stage_msg_bytes_block(out, r0, P_r, bytes_p, ep, n_moe_layers_stage, t_exp):
+    """dp_expert_all_gather_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_p*n_moe_layers_stage/(ep*t_exp)
+    numpy.multiply(P_r, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_p, out=out)
+    numpy.multiply(ep, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_gather_stage_msg_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_gather_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_p", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_gather_stage_step_bytes(*, P_r, bytes_p, d_exp, ep, m, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp):
@@ -2378,25 +3197,42 @@ def dp_expert_all_gather_stage_step_bytes(*, P_r, bytes_p, d_exp, ep, m, n_moe_l
             reals=1,
             masks=1,
         )
-        for out, r0, m0, P_r, bytes_p, d_exp, ep, m, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp in call.blocks():
-            # out = P_r*bytes_p*n_moe_layers_stage*(d_exp - 1)*(2*m*zero3_exp +
-            #     zero2_exp)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)/(d_exp*ep*t_exp)
-            numpy.subtract(d_exp, 1.0, out=out)
-            numpy.multiply(zero3_exp, m, out=r0)
-            numpy.multiply(r0, 2.0, out=r0)
-            numpy.add(r0, zero2_exp, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(d_exp, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, P_r, out=out)
-            numpy.multiply(out, n_moe_layers_stage, out=out)
-            numpy.multiply(out, bytes_p, out=out)
-            numpy.multiply(d_exp, ep, out=r0)
-            numpy.multiply(r0, t_exp, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _dp_expert_all_gather_stage_step_bytes_block(*block)
     return call.out
+
+
+def _dp_expert_all_gather_stage_step_bytes_block(out, r0, m0, P_r, bytes_p, d_exp, ep, m, n_moe_layers_stage, t_exp, zero2_exp, zero3_exp):
+    """dp_expert_all_gather_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_p*n_moe_layers_stage*(d_exp - 1)*(2*m*zero3_exp +
+    #     zero2_exp)*numpy.where(numpy.less(d_exp, 1.5), 0, 1)/(d_exp*ep*t_exp)
+    numpy.subtract(d_exp, 1.0, out=out)
+    numpy.multiply(zero3_exp, m, out=r0)
+    numpy.multiply(r0, 2.0, out=r0)
+    numpy.add(r0, zero2_exp, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(d_exp, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, P_r, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(out, bytes_p, out=out)
+    numpy.multiply(d_exp, ep, out=r0)
+    numpy.multiply(r0, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_gather_stage_step_bytes.kernel = _runtime.Kernel(
+    _dp_expert_all_gather_stage_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("P_r", "bytes_p", "d_exp", "ep", "m", "n_moe_layers_stage", "t_exp", "zero2_exp", "zero3_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_expert_all_gather_stage_ranks_count(*, d_exp):
@@ -2433,10 +3269,27 @@ def dp_expert_all_gather_stage_ranks_count(*, d_exp):
         reals=0,
         masks=0,
     )
-    for out, d_exp in call.blocks():
-        # out = d_exp
-        numpy.copyto(out, d_exp)
+    for block in call.blocks():
+        _dp_expert_all_gather_stage_ranks_count_block(*block)
     return call.out
+
+
+def _dp_expert_all_gather_stage_ranks_count_block(out, d_exp):
+    """dp_expert_all_gather_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = d_exp
+    numpy.copyto(out, d_exp)
+
+
+dp_expert_all_gather_stage_ranks_count.kernel = _runtime.Kernel(
+    _dp_expert_all_gather_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=("d_exp",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_reduce_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, t):
@@ -2468,12 +3321,7 @@ def dp_all_reduce_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, t):
         (P_ne, bytes_grad, n_layers_stage, t) = _runtime.floats(xp, (P_ne, bytes_grad, n_layers_stage, t))
         out = -P_ne*bytes_grad*n_layers_stage/(t*t)
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, n_layers_stage, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("dp_all_reduce_stage_msg_bytes__d_t", ("bytes_grad",), (bytes_grad,))
-        inv0 = -bytes_grad
+    (inv0,) = _dp_all_reduce_stage_msg_bytes__d_t_invariants(bytes_grad)
     call = _runtime.Call(
         "dp_all_reduce_stage_msg_bytes__d_t",
         ("P_ne", "bytes_grad", "n_layers_stage", "t", "inv0"),
@@ -2481,13 +3329,40 @@ def dp_all_reduce_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, t):
         reals=1,
         masks=0,
     )
-    for out, r0, P_ne, bytes_grad, n_layers_stage, t, inv0 in call.blocks():
-        # out = P_ne*inv0*n_layers_stage/(t*t)
-        numpy.multiply(inv0, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(t, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_all_reduce_stage_msg_bytes__d_t_block(*block)
     return call.out
+
+
+def _dp_all_reduce_stage_msg_bytes__d_t_invariants(bytes_grad):
+    """What dp_all_reduce_stage_msg_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_all_reduce_stage_msg_bytes__d_t", ("bytes_grad",), (bytes_grad,))
+        inv0 = -bytes_grad
+    return (inv0,)
+
+
+def _dp_all_reduce_stage_msg_bytes__d_t_block(out, r0, P_ne, bytes_grad, n_layers_stage, t, inv0):
+    """dp_all_reduce_stage_msg_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*inv0*n_layers_stage/(t*t)
+    numpy.multiply(inv0, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_all_reduce_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
+    _dp_all_reduce_stage_msg_bytes__d_t_block,
+    reals=1,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
+    passed=("inv0",),
+    invariants=_dp_all_reduce_stage_msg_bytes__d_t_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def dp_all_reduce_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_grad, t):
@@ -2525,11 +3400,28 @@ def dp_all_reduce_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_grad, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_grad, t in call.blocks():
-        # out = P_ne*bytes_grad/t
-        numpy.multiply(P_ne, bytes_grad, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_all_reduce_stage_msg_bytes__d_n_layers_stage_block(*block)
     return call.out
+
+
+def _dp_all_reduce_stage_msg_bytes__d_n_layers_stage_block(out, P_ne, bytes_grad, t):
+    """dp_all_reduce_stage_msg_bytes__d_n_layers_stage on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_grad/t
+    numpy.multiply(P_ne, bytes_grad, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_all_reduce_stage_msg_bytes__d_n_layers_stage.kernel = _runtime.Kernel(
+    _dp_all_reduce_stage_msg_bytes__d_n_layers_stage_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_reduce_stage_ranks_count__d_d():
@@ -2556,10 +3448,27 @@ def dp_all_reduce_stage_ranks_count__d_d():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _dp_all_reduce_stage_ranks_count__d_d_block(*block)
     return call.out
+
+
+def _dp_all_reduce_stage_ranks_count__d_d_block(out,):
+    """dp_all_reduce_stage_ranks_count__d_d on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+dp_all_reduce_stage_ranks_count__d_d.kernel = _runtime.Kernel(
+    _dp_all_reduce_stage_ranks_count__d_d_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_reduce_scatter_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, t):
@@ -2592,12 +3501,7 @@ def dp_reduce_scatter_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, 
         (P_ne, bytes_grad, n_layers_stage, t) = _runtime.floats(xp, (P_ne, bytes_grad, n_layers_stage, t))
         out = -P_ne*bytes_grad*n_layers_stage/(t*t)
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, n_layers_stage, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("dp_reduce_scatter_stage_msg_bytes__d_t", ("bytes_grad",), (bytes_grad,))
-        inv0 = -bytes_grad
+    (inv0,) = _dp_reduce_scatter_stage_msg_bytes__d_t_invariants(bytes_grad)
     call = _runtime.Call(
         "dp_reduce_scatter_stage_msg_bytes__d_t",
         ("P_ne", "bytes_grad", "n_layers_stage", "t", "inv0"),
@@ -2605,13 +3509,40 @@ def dp_reduce_scatter_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, 
         reals=1,
         masks=0,
     )
-    for out, r0, P_ne, bytes_grad, n_layers_stage, t, inv0 in call.blocks():
-        # out = P_ne*inv0*n_layers_stage/(t*t)
-        numpy.multiply(inv0, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(t, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_reduce_scatter_stage_msg_bytes__d_t_block(*block)
     return call.out
+
+
+def _dp_reduce_scatter_stage_msg_bytes__d_t_invariants(bytes_grad):
+    """What dp_reduce_scatter_stage_msg_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_reduce_scatter_stage_msg_bytes__d_t", ("bytes_grad",), (bytes_grad,))
+        inv0 = -bytes_grad
+    return (inv0,)
+
+
+def _dp_reduce_scatter_stage_msg_bytes__d_t_block(out, r0, P_ne, bytes_grad, n_layers_stage, t, inv0):
+    """dp_reduce_scatter_stage_msg_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*inv0*n_layers_stage/(t*t)
+    numpy.multiply(inv0, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_reduce_scatter_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
+    _dp_reduce_scatter_stage_msg_bytes__d_t_block,
+    reals=1,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
+    passed=("inv0",),
+    invariants=_dp_reduce_scatter_stage_msg_bytes__d_t_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_grad, t):
@@ -2650,11 +3581,28 @@ def dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_grad, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_grad, t in call.blocks():
-        # out = P_ne*bytes_grad/t
-        numpy.multiply(P_ne, bytes_grad, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage_block(*block)
     return call.out
+
+
+def _dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage_block(out, P_ne, bytes_grad, t):
+    """dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_grad/t
+    numpy.multiply(P_ne, bytes_grad, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage.kernel = _runtime.Kernel(
+    _dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_grad", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_reduce_scatter_stage_ranks_count__d_d():
@@ -2682,10 +3630,27 @@ def dp_reduce_scatter_stage_ranks_count__d_d():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _dp_reduce_scatter_stage_ranks_count__d_d_block(*block)
     return call.out
+
+
+def _dp_reduce_scatter_stage_ranks_count__d_d_block(out,):
+    """dp_reduce_scatter_stage_ranks_count__d_d on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+dp_reduce_scatter_stage_ranks_count__d_d.kernel = _runtime.Kernel(
+    _dp_reduce_scatter_stage_ranks_count__d_d_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_gather_stage_calls_count__d_m(*, d, zero3_non_exp):
@@ -2726,14 +3691,31 @@ def dp_all_gather_stage_calls_count__d_m(*, d, zero3_non_exp):
             reals=0,
             masks=1,
         )
-        for out, m0, d, zero3_non_exp in call.blocks():
-            # out = 2*zero3_non_exp*numpy.where(numpy.less(d, 1.5), 0, 1)
-            numpy.copyto(out, 1.0)
-            numpy.less(d, 1.5, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, zero3_non_exp, out=out)
-            numpy.multiply(out, 2.0, out=out)
+        for block in call.blocks():
+            _dp_all_gather_stage_calls_count__d_m_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_calls_count__d_m_block(out, m0, d, zero3_non_exp):
+    """dp_all_gather_stage_calls_count__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2*zero3_non_exp*numpy.where(numpy.less(d, 1.5), 0, 1)
+    numpy.copyto(out, 1.0)
+    numpy.less(d, 1.5, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, zero3_non_exp, out=out)
+    numpy.multiply(out, 2.0, out=out)
+
+
+dp_all_gather_stage_calls_count__d_m.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_calls_count__d_m_block,
+    reals=0,
+    masks=1,
+    arguments=("d", "zero3_non_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_all_gather_stage_msg_bytes__d_t(*, P_ne, bytes_p, n_layers_stage, t):
@@ -2766,12 +3748,7 @@ def dp_all_gather_stage_msg_bytes__d_t(*, P_ne, bytes_p, n_layers_stage, t):
         (P_ne, bytes_p, n_layers_stage, t) = _runtime.floats(xp, (P_ne, bytes_p, n_layers_stage, t))
         out = -P_ne*bytes_p*n_layers_stage/(t*t)
         return _runtime.broadcast(xp, out, (P_ne, bytes_p, n_layers_stage, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_p
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_p,) = _runtime.reals("dp_all_gather_stage_msg_bytes__d_t", ("bytes_p",), (bytes_p,))
-        inv0 = -bytes_p
+    (inv0,) = _dp_all_gather_stage_msg_bytes__d_t_invariants(bytes_p)
     call = _runtime.Call(
         "dp_all_gather_stage_msg_bytes__d_t",
         ("P_ne", "bytes_p", "n_layers_stage", "t", "inv0"),
@@ -2779,13 +3756,40 @@ def dp_all_gather_stage_msg_bytes__d_t(*, P_ne, bytes_p, n_layers_stage, t):
         reals=1,
         masks=0,
     )
-    for out, r0, P_ne, bytes_p, n_layers_stage, t, inv0 in call.blocks():
-        # out = P_ne*inv0*n_layers_stage/(t*t)
-        numpy.multiply(inv0, P_ne, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(t, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_all_gather_stage_msg_bytes__d_t_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_msg_bytes__d_t_invariants(bytes_p):
+    """What dp_all_gather_stage_msg_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_p
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p,) = _runtime.reals("dp_all_gather_stage_msg_bytes__d_t", ("bytes_p",), (bytes_p,))
+        inv0 = -bytes_p
+    return (inv0,)
+
+
+def _dp_all_gather_stage_msg_bytes__d_t_block(out, r0, P_ne, bytes_p, n_layers_stage, t, inv0):
+    """dp_all_gather_stage_msg_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*inv0*n_layers_stage/(t*t)
+    numpy.multiply(inv0, P_ne, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_all_gather_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_msg_bytes__d_t_block,
+    reals=1,
+    masks=0,
+    arguments=("P_ne", "bytes_p", "n_layers_stage", "t"),
+    passed=("inv0",),
+    invariants=_dp_all_gather_stage_msg_bytes__d_t_invariants,
+    widened=("bytes_p",),
+    quiet=False,
+)
 
 
 def dp_all_gather_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_p, t):
@@ -2824,11 +3828,28 @@ def dp_all_gather_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_p, t):
         reals=0,
         masks=0,
     )
-    for out, P_ne, bytes_p, t in call.blocks():
-        # out = P_ne*bytes_p/t
-        numpy.multiply(P_ne, bytes_p, out=out)
-        numpy.divide(out, t, out=out)
+    for block in call.blocks():
+        _dp_all_gather_stage_msg_bytes__d_n_layers_stage_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_msg_bytes__d_n_layers_stage_block(out, P_ne, bytes_p, t):
+    """dp_all_gather_stage_msg_bytes__d_n_layers_stage on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_ne*bytes_p/t
+    numpy.multiply(P_ne, bytes_p, out=out)
+    numpy.divide(out, t, out=out)
+
+
+dp_all_gather_stage_msg_bytes__d_n_layers_stage.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_msg_bytes__d_n_layers_stage_block,
+    reals=0,
+    masks=0,
+    arguments=("P_ne", "bytes_p", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_all_gather_stage_ranks_count__d_d():
@@ -2856,10 +3877,27 @@ def dp_all_gather_stage_ranks_count__d_d():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _dp_all_gather_stage_ranks_count__d_d_block(*block)
     return call.out
+
+
+def _dp_all_gather_stage_ranks_count__d_d_block(out,):
+    """dp_all_gather_stage_ranks_count__d_d on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+dp_all_gather_stage_ranks_count__d_d.kernel = _runtime.Kernel(
+    _dp_all_gather_stage_ranks_count__d_d_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_reduce_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
@@ -2893,12 +3931,7 @@ def dp_expert_all_reduce_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe_lay
         (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp) = _runtime.floats(xp, (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp))
         out = -P_r*bytes_grad*n_moe_layers_stage/((ep*ep)*t_exp)
         return _runtime.broadcast(xp, out, (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("dp_expert_all_reduce_stage_msg_bytes__d_ep", ("bytes_grad",), (bytes_grad,))
-        inv0 = -bytes_grad
+    (inv0,) = _dp_expert_all_reduce_stage_msg_bytes__d_ep_invariants(bytes_grad)
     call = _runtime.Call(
         "dp_expert_all_reduce_stage_msg_bytes__d_ep",
         ("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp", "inv0"),
@@ -2906,14 +3939,41 @@ def dp_expert_all_reduce_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe_lay
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp, inv0 in call.blocks():
-        # out = P_r*inv0*n_moe_layers_stage/((ep*ep)*t_exp)
-        numpy.multiply(inv0, P_r, out=out)
-        numpy.multiply(out, n_moe_layers_stage, out=out)
-        numpy.multiply(ep, ep, out=r0)
-        numpy.multiply(r0, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_reduce_stage_msg_bytes__d_ep_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_stage_msg_bytes__d_ep_invariants(bytes_grad):
+    """What dp_expert_all_reduce_stage_msg_bytes__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_expert_all_reduce_stage_msg_bytes__d_ep", ("bytes_grad",), (bytes_grad,))
+        inv0 = -bytes_grad
+    return (inv0,)
+
+
+def _dp_expert_all_reduce_stage_msg_bytes__d_ep_block(out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp, inv0):
+    """dp_expert_all_reduce_stage_msg_bytes__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*inv0*n_moe_layers_stage/((ep*ep)*t_exp)
+    numpy.multiply(inv0, P_r, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(ep, ep, out=r0)
+    numpy.multiply(r0, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_reduce_stage_msg_bytes__d_ep.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_stage_msg_bytes__d_ep_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=("inv0",),
+    invariants=_dp_expert_all_reduce_stage_msg_bytes__d_ep_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_grad, ep, t_exp):
@@ -2953,12 +4013,29 @@ def dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_gra
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, ep, t_exp in call.blocks():
-        # out = P_r*bytes_grad/(ep*t_exp)
-        numpy.multiply(P_r, bytes_grad, out=out)
-        numpy.multiply(ep, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage_block(*block)
     return call.out
+
+
+def _dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage_block(out, r0, P_r, bytes_grad, ep, t_exp):
+    """dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_grad/(ep*t_exp)
+    numpy.multiply(P_r, bytes_grad, out=out)
+    numpy.multiply(ep, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage.kernel = _runtime.Kernel(
+    _dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_reduce_scatter_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
@@ -2992,12 +4069,7 @@ def dp_expert_reduce_scatter_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe
         (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp) = _runtime.floats(xp, (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp))
         out = -P_r*bytes_grad*n_moe_layers_stage/((ep*ep)*t_exp)
         return _runtime.broadcast(xp, out, (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("dp_expert_reduce_scatter_stage_msg_bytes__d_ep", ("bytes_grad",), (bytes_grad,))
-        inv0 = -bytes_grad
+    (inv0,) = _dp_expert_reduce_scatter_stage_msg_bytes__d_ep_invariants(bytes_grad)
     call = _runtime.Call(
         "dp_expert_reduce_scatter_stage_msg_bytes__d_ep",
         ("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp", "inv0"),
@@ -3005,14 +4077,41 @@ def dp_expert_reduce_scatter_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp, inv0 in call.blocks():
-        # out = P_r*inv0*n_moe_layers_stage/((ep*ep)*t_exp)
-        numpy.multiply(inv0, P_r, out=out)
-        numpy.multiply(out, n_moe_layers_stage, out=out)
-        numpy.multiply(ep, ep, out=r0)
-        numpy.multiply(r0, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_reduce_scatter_stage_msg_bytes__d_ep_block(*block)
     return call.out
+
+
+def _dp_expert_reduce_scatter_stage_msg_bytes__d_ep_invariants(bytes_grad):
+    """What dp_expert_reduce_scatter_stage_msg_bytes__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("dp_expert_reduce_scatter_stage_msg_bytes__d_ep", ("bytes_grad",), (bytes_grad,))
+        inv0 = -bytes_grad
+    return (inv0,)
+
+
+def _dp_expert_reduce_scatter_stage_msg_bytes__d_ep_block(out, r0, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp, inv0):
+    """dp_expert_reduce_scatter_stage_msg_bytes__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*inv0*n_moe_layers_stage/((ep*ep)*t_exp)
+    numpy.multiply(inv0, P_r, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(ep, ep, out=r0)
+    numpy.multiply(r0, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_reduce_scatter_stage_msg_bytes__d_ep.kernel = _runtime.Kernel(
+    _dp_expert_reduce_scatter_stage_msg_bytes__d_ep_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=("inv0",),
+    invariants=_dp_expert_reduce_scatter_stage_msg_bytes__d_ep_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_grad, ep, t_exp):
@@ -3052,12 +4151,29 @@ def dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_grad, ep, t_exp in call.blocks():
-        # out = P_r*bytes_grad/(ep*t_exp)
-        numpy.multiply(P_r, bytes_grad, out=out)
-        numpy.multiply(ep, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage_block(*block)
     return call.out
+
+
+def _dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage_block(out, r0, P_r, bytes_grad, ep, t_exp):
+    """dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_grad/(ep*t_exp)
+    numpy.multiply(P_r, bytes_grad, out=out)
+    numpy.multiply(ep, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage.kernel = _runtime.Kernel(
+    _dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def dp_expert_all_gather_stage_calls_count__d_m(*, d_exp, zero3_exp):
@@ -3098,14 +4214,31 @@ def dp_expert_all_gather_stage_calls_count__d_m(*, d_exp, zero3_exp):
             reals=0,
             masks=1,
         )
-        for out, m0, d_exp, zero3_exp in call.blocks():
-            # out = 2*zero3_exp*numpy.where(numpy.less(d_exp, 1.5), 0, 1)
-            numpy.copyto(out, 1.0)
-            numpy.less(d_exp, 1.5, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, zero3_exp, out=out)
-            numpy.multiply(out, 2.0, out=out)
+        for block in call.blocks():
+            _dp_expert_all_gather_stage_calls_count__d_m_block(*block)
     return call.out
+
+
+def _dp_expert_all_gather_stage_calls_count__d_m_block(out, m0, d_exp, zero3_exp):
+    """dp_expert_all_gather_stage_calls_count__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2*zero3_exp*numpy.where(numpy.less(d_exp, 1.5), 0, 1)
+    numpy.copyto(out, 1.0)
+    numpy.less(d_exp, 1.5, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, zero3_exp, out=out)
+    numpy.multiply(out, 2.0, out=out)
+
+
+dp_expert_all_gather_stage_calls_count__d_m.kernel = _runtime.Kernel(
+    _dp_expert_all_gather_stage_calls_count__d_m_block,
+    reals=0,
+    masks=1,
+    arguments=("d_exp", "zero3_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def dp_expert_all_gather_stage_msg_bytes__d_ep(*, P_r, bytes_p, ep, n_moe_layers_stage, t_exp):
@@ -3139,12 +4272,7 @@ def dp_expert_all_gather_stage_msg_bytes__d_ep(*, P_r, bytes_p, ep, n_moe_layers
         (P_r, bytes_p, ep, n_moe_layers_stage, t_exp) = _runtime.floats(xp, (P_r, bytes_p, ep, n_moe_layers_stage, t_exp))
         out = -P_r*bytes_p*n_moe_layers_stage/((ep*ep)*t_exp)
         return _runtime.broadcast(xp, out, (P_r, bytes_p, ep, n_moe_layers_stage, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_p
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_p,) = _runtime.reals("dp_expert_all_gather_stage_msg_bytes__d_ep", ("bytes_p",), (bytes_p,))
-        inv0 = -bytes_p
+    (inv0,) = _dp_expert_all_gather_stage_msg_bytes__d_ep_invariants(bytes_p)
     call = _runtime.Call(
         "dp_expert_all_gather_stage_msg_bytes__d_ep",
         ("P_r", "bytes_p", "ep", "n_moe_layers_stage", "t_exp", "inv0"),
@@ -3152,14 +4280,41 @@ def dp_expert_all_gather_stage_msg_bytes__d_ep(*, P_r, bytes_p, ep, n_moe_layers
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_p, ep, n_moe_layers_stage, t_exp, inv0 in call.blocks():
-        # out = P_r*inv0*n_moe_layers_stage/((ep*ep)*t_exp)
-        numpy.multiply(inv0, P_r, out=out)
-        numpy.multiply(out, n_moe_layers_stage, out=out)
-        numpy.multiply(ep, ep, out=r0)
-        numpy.multiply(r0, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_gather_stage_msg_bytes__d_ep_block(*block)
     return call.out
+
+
+def _dp_expert_all_gather_stage_msg_bytes__d_ep_invariants(bytes_p):
+    """What dp_expert_all_gather_stage_msg_bytes__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_p
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_p,) = _runtime.reals("dp_expert_all_gather_stage_msg_bytes__d_ep", ("bytes_p",), (bytes_p,))
+        inv0 = -bytes_p
+    return (inv0,)
+
+
+def _dp_expert_all_gather_stage_msg_bytes__d_ep_block(out, r0, P_r, bytes_p, ep, n_moe_layers_stage, t_exp, inv0):
+    """dp_expert_all_gather_stage_msg_bytes__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*inv0*n_moe_layers_stage/((ep*ep)*t_exp)
+    numpy.multiply(inv0, P_r, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(ep, ep, out=r0)
+    numpy.multiply(r0, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_gather_stage_msg_bytes__d_ep.kernel = _runtime.Kernel(
+    _dp_expert_all_gather_stage_msg_bytes__d_ep_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_p", "ep", "n_moe_layers_stage", "t_exp"),
+    passed=("inv0",),
+    invariants=_dp_expert_all_gather_stage_msg_bytes__d_ep_invariants,
+    widened=("bytes_p",),
+    quiet=False,
+)
 
 
 def dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_p, ep, t_exp):
@@ -3199,9 +4354,26 @@ def dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_p, 
         reals=1,
         masks=0,
     )
-    for out, r0, P_r, bytes_p, ep, t_exp in call.blocks():
-        # out = P_r*bytes_p/(ep*t_exp)
-        numpy.multiply(P_r, bytes_p, out=out)
-        numpy.multiply(ep, t_exp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage_block(*block)
     return call.out
+
+
+def _dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage_block(out, r0, P_r, bytes_p, ep, t_exp):
+    """dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r*bytes_p/(ep*t_exp)
+    numpy.multiply(P_r, bytes_p, out=out)
+    numpy.multiply(ep, t_exp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage.kernel = _runtime.Kernel(
+    _dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage_block,
+    reals=1,
+    masks=0,
+    arguments=("P_r", "bytes_p", "ep", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)

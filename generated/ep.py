@@ -74,12 +74,7 @@ def ep_balanced_layer_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chose
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, n_chosen_exp, s) = _runtime.reals("ep_balanced_layer_bytes", ("bytes_compute", "h", "n_chosen_exp", "s"), (bytes_compute, h, n_chosen_exp, s))
-            inv0 = 2*bytes_compute*h*n_chosen_exp*s
+        (inv0,) = _ep_balanced_layer_bytes_invariants(bytes_compute, h, n_chosen_exp, s)
         call = _runtime.Call(
             "ep_balanced_layer_bytes",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "mb", "n_chosen_exp", "s", "inv0"),
@@ -87,22 +82,49 @@ def ep_balanced_layer_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chose
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s, inv0 in call.blocks():
-            # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
-            #     0, b*comm_ep*inv0*mb*(ep - 1)/(cp*ep))
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, comm_ep, out=out)
-                numpy.multiply(out, mb, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, ep, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _ep_balanced_layer_bytes_block(*block)
     return call.out
+
+
+def _ep_balanced_layer_bytes_invariants(bytes_compute, h, n_chosen_exp, s):
+    """What ep_balanced_layer_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, n_chosen_exp, s) = _runtime.reals("ep_balanced_layer_bytes", ("bytes_compute", "h", "n_chosen_exp", "s"), (bytes_compute, h, n_chosen_exp, s))
+        inv0 = 2*bytes_compute*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_balanced_layer_bytes_block(out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s, inv0):
+    """ep_balanced_layer_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)), 0,
+    #     b*comm_ep*inv0*mb*(ep - 1)/(cp*ep))
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, comm_ep, out=out)
+        numpy.multiply(out, mb, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, ep, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+ep_balanced_layer_bytes.kernel = _runtime.Kernel(
+    _ep_balanced_layer_bytes_block,
+    reals=1,
+    masks=2,
+    arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "mb", "n_chosen_exp", "s"),
+    passed=("inv0",),
+    invariants=_ep_balanced_layer_bytes_invariants,
+    widened=("bytes_compute", "h", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens, mb):
@@ -141,12 +163,7 @@ def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*h
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h) = _runtime.reals("ep_imbalanced_layer_bytes", ("bytes_compute", "h"), (bytes_compute, h))
-            inv0 = 2*bytes_compute*h
+        (inv0,) = _ep_imbalanced_layer_bytes_invariants(bytes_compute, h)
         call = _runtime.Call(
             "ep_imbalanced_layer_bytes",
             ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb", "inv0"),
@@ -154,21 +171,48 @@ def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens,
             reals=0,
             masks=2,
         )
-        for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, mb, inv0 in call.blocks():
-            # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
-            #     0, comm_ep*inv0*max_rank_tokens*mb*(ep - 1)/ep)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, comm_ep, out=out)
-                numpy.multiply(out, max_rank_tokens, out=out)
-                numpy.multiply(out, mb, out=out)
-                numpy.divide(out, ep, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _ep_imbalanced_layer_bytes_block(*block)
     return call.out
+
+
+def _ep_imbalanced_layer_bytes_invariants(bytes_compute, h):
+    """What ep_imbalanced_layer_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h) = _runtime.reals("ep_imbalanced_layer_bytes", ("bytes_compute", "h"), (bytes_compute, h))
+        inv0 = 2*bytes_compute*h
+    return (inv0,)
+
+
+def _ep_imbalanced_layer_bytes_block(out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, mb, inv0):
+    """ep_imbalanced_layer_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)), 0,
+    #     comm_ep*inv0*max_rank_tokens*mb*(ep - 1)/ep)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, comm_ep, out=out)
+        numpy.multiply(out, max_rank_tokens, out=out)
+        numpy.multiply(out, mb, out=out)
+        numpy.divide(out, ep, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+ep_imbalanced_layer_bytes.kernel = _runtime.Kernel(
+    _ep_imbalanced_layer_bytes_block,
+    reals=0,
+    masks=2,
+    arguments=("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb"),
+    passed=("inv0",),
+    invariants=_ep_imbalanced_layer_bytes_invariants,
+    widened=("bytes_compute", "h"),
+    quiet=True,
+)
 
 
 def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t):
@@ -210,12 +254,7 @@ def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_legacy_ff_mm_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-            inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+        (inv0,) = _ep_legacy_ff_mm_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
         call = _runtime.Call(
             "ep_legacy_ff_mm_bytes",
             ("b", "bytes_compute", "cap_fact", "device_intra_node_num", "ep", "h", "n_chosen_exp", "os_max_shard", "s", "t", "inv0"),
@@ -223,24 +262,51 @@ def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, 
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t, inv0 in call.blocks():
-            # out = b*inv0*(os_max_shard/numpy.minimum(device_intra_node_num, ep) +
-            #     numpy.where(numpy.less(device_intra_node_num, ep),
-            #     device_intra_node_num*os_max_shard/ep, 0))*numpy.maximum(4, os_max_shard)/t
-            numpy.minimum(device_intra_node_num, ep, out=r0)
-            numpy.divide(os_max_shard, r0, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.less(device_intra_node_num, ep, out=m0)
-            numpy.multiply(device_intra_node_num, os_max_shard, out=r1)
-            numpy.divide(r1, ep, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.add(out, r0, out=out)
-            numpy.maximum(4.0, os_max_shard, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, t, out=out)
+        for block in call.blocks():
+            _ep_legacy_ff_mm_bytes_block(*block)
     return call.out
+
+
+def _ep_legacy_ff_mm_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_legacy_ff_mm_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_legacy_ff_mm_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_legacy_ff_mm_bytes_block(out, r0, r1, m0, b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t, inv0):
+    """ep_legacy_ff_mm_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*(os_max_shard/numpy.minimum(device_intra_node_num, ep) +
+    #     numpy.where(numpy.less(device_intra_node_num, ep), device_intra_node_num*os_max_shard/ep,
+    #     0))*numpy.maximum(4, os_max_shard)/t
+    numpy.minimum(device_intra_node_num, ep, out=r0)
+    numpy.divide(os_max_shard, r0, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.less(device_intra_node_num, ep, out=m0)
+    numpy.multiply(device_intra_node_num, os_max_shard, out=r1)
+    numpy.divide(r1, ep, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.add(out, r0, out=out)
+    numpy.maximum(4.0, os_max_shard, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, t, out=out)
+
+
+ep_legacy_ff_mm_bytes.kernel = _runtime.Kernel(
+    _ep_legacy_ff_mm_bytes_block,
+    reals=2,
+    masks=1,
+    arguments=("b", "bytes_compute", "cap_fact", "device_intra_node_num", "ep", "h", "n_chosen_exp", "os_max_shard", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_legacy_ff_mm_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def ep_all_to_all_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
@@ -276,12 +342,7 @@ def ep_all_to_all_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, 
         (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
         out = b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_msg_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    (inv0,) = _ep_all_to_all_msg_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
     call = _runtime.Call(
         "ep_all_to_all_msg_bytes",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
@@ -289,12 +350,39 @@ def ep_all_to_all_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, 
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_msg_bytes_block(*block)
     return call.out
+
+
+def _ep_all_to_all_msg_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_all_to_all_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_msg_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_all_to_all_msg_bytes_block(out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0):
+    """ep_all_to_all_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+ep_all_to_all_msg_bytes.kernel = _runtime.Kernel(
+    _ep_all_to_all_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_msg_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=False,
+)
 
 
 def ep_all_to_all_calls_count(*, m, n_moe_layers_stage):
@@ -330,11 +418,28 @@ def ep_all_to_all_calls_count(*, m, n_moe_layers_stage):
         reals=0,
         masks=0,
     )
-    for out, m, n_moe_layers_stage in call.blocks():
-        # out = 4*m*n_moe_layers_stage
-        numpy.multiply(n_moe_layers_stage, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_calls_count_block(*block)
     return call.out
+
+
+def _ep_all_to_all_calls_count_block(out, m, n_moe_layers_stage):
+    """ep_all_to_all_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*n_moe_layers_stage
+    numpy.multiply(n_moe_layers_stage, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+ep_all_to_all_calls_count.kernel = _runtime.Kernel(
+    _ep_all_to_all_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m", "n_moe_layers_stage"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def ep_all_to_all_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t):
@@ -371,12 +476,7 @@ def ep_all_to_all_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chos
         (b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t))
         out = 4*b*bytes_compute*cap_fact*h*m*n_chosen_exp*n_moe_layers_stage*s*(ep - 1)/(cp*ep*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_step_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    (inv0,) = _ep_all_to_all_step_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
     call = _runtime.Call(
         "ep_all_to_all_step_bytes",
         ("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "n_moe_layers_stage", "s", "t", "inv0"),
@@ -384,17 +484,44 @@ def ep_all_to_all_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chos
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t, inv0 in call.blocks():
-        # out = b*inv0*m*n_moe_layers_stage*(ep - 1)/(cp*ep*t)
-        numpy.subtract(ep, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, n_moe_layers_stage, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(cp, ep, out=r0)
-        numpy.multiply(r0, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_step_bytes_block(*block)
     return call.out
+
+
+def _ep_all_to_all_step_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_all_to_all_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_step_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_all_to_all_step_bytes_block(out, r0, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t, inv0):
+    """ep_all_to_all_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*n_moe_layers_stage*(ep - 1)/(cp*ep*t)
+    numpy.subtract(ep, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, n_moe_layers_stage, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, ep, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+ep_all_to_all_step_bytes.kernel = _runtime.Kernel(
+    _ep_all_to_all_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "n_moe_layers_stage", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_step_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=False,
+)
 
 
 def ep_all_to_all_stage_calls_count(*, ep, m):
@@ -433,14 +560,31 @@ def ep_all_to_all_stage_calls_count(*, ep, m):
             reals=0,
             masks=1,
         )
-        for out, m0, ep, m in call.blocks():
-            # out = 4*m*numpy.where(numpy.less(ep, 1.5), 0, 1)
-            numpy.copyto(out, 1.0)
-            numpy.less(ep, 1.5, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _ep_all_to_all_stage_calls_count_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_calls_count_block(out, m0, ep, m):
+    """ep_all_to_all_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*numpy.where(numpy.less(ep, 1.5), 0, 1)
+    numpy.copyto(out, 1.0)
+    numpy.less(ep, 1.5, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+ep_all_to_all_stage_calls_count.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_calls_count_block,
+    reals=0,
+    masks=1,
+    arguments=("ep", "m"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def ep_all_to_all_stage_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
@@ -475,12 +619,7 @@ def ep_all_to_all_stage_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen
         (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
         out = b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_msg_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    (inv0,) = _ep_all_to_all_stage_msg_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
     call = _runtime.Call(
         "ep_all_to_all_stage_msg_bytes",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
@@ -488,12 +627,39 @@ def ep_all_to_all_stage_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_msg_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_all_to_all_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_msg_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_all_to_all_stage_msg_bytes_block(out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0):
+    """ep_all_to_all_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+ep_all_to_all_stage_msg_bytes.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_stage_msg_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=False,
+)
 
 
 def ep_all_to_all_stage_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, s, t):
@@ -534,12 +700,7 @@ def ep_all_to_all_stage_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_step_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-            inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+        (inv0,) = _ep_all_to_all_stage_step_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
         call = _runtime.Call(
             "ep_all_to_all_stage_step_bytes",
             ("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "s", "t", "inv0"),
@@ -547,20 +708,47 @@ def ep_all_to_all_stage_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, 
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, s, t, inv0 in call.blocks():
-            # out = b*inv0*m*(ep - 1)*numpy.where(numpy.less(ep, 1.5), 0, 1)/(cp*ep*t)
-            numpy.subtract(ep, 1.0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(ep, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, ep, out=r0)
-            numpy.multiply(r0, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _ep_all_to_all_stage_step_bytes_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_step_bytes_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_all_to_all_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_step_bytes", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = 4*bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_all_to_all_stage_step_bytes_block(out, r0, m0, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, s, t, inv0):
+    """ep_all_to_all_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*(ep - 1)*numpy.where(numpy.less(ep, 1.5), 0, 1)/(cp*ep*t)
+    numpy.subtract(ep, 1.0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(ep, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, ep, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+ep_all_to_all_stage_step_bytes.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_stage_step_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def ep_all_to_all_stage_ranks_count(*, ep):
@@ -596,10 +784,27 @@ def ep_all_to_all_stage_ranks_count(*, ep):
         reals=0,
         masks=0,
     )
-    for out, ep in call.blocks():
-        # out = ep
-        numpy.copyto(out, ep)
+    for block in call.blocks():
+        _ep_all_to_all_stage_ranks_count_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_ranks_count_block(out, ep):
+    """ep_all_to_all_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = ep
+    numpy.copyto(out, ep)
+
+
+ep_all_to_all_stage_ranks_count.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=("ep",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def ep_all_to_all_stage_calls_count__d_m(*, ep):
@@ -639,13 +844,30 @@ def ep_all_to_all_stage_calls_count__d_m(*, ep):
             reals=0,
             masks=1,
         )
-        for out, m0, ep in call.blocks():
-            # out = 4*numpy.where(numpy.less(ep, 1.5), 0, 1)
-            numpy.copyto(out, 1.0)
-            numpy.less(ep, 1.5, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _ep_all_to_all_stage_calls_count__d_m_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_calls_count__d_m_block(out, m0, ep):
+    """ep_all_to_all_stage_calls_count__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*numpy.where(numpy.less(ep, 1.5), 0, 1)
+    numpy.copyto(out, 1.0)
+    numpy.less(ep, 1.5, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, 4.0, out=out)
+
+
+ep_all_to_all_stage_calls_count__d_m.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_calls_count__d_m_block,
+    reals=0,
+    masks=1,
+    arguments=("ep",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def ep_all_to_all_stage_msg_bytes__d_t(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
@@ -682,12 +904,7 @@ def ep_all_to_all_stage_msg_bytes__d_t(*, b, bytes_compute, cap_fact, cp, h, n_c
         (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
         out = -b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*(t*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_compute*cap_fact*h*n_chosen_exp*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_msg_bytes__d_t", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-        inv0 = -bytes_compute*cap_fact*h*n_chosen_exp*s
+    (inv0,) = _ep_all_to_all_stage_msg_bytes__d_t_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
     call = _runtime.Call(
         "ep_all_to_all_stage_msg_bytes__d_t",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
@@ -695,13 +912,40 @@ def ep_all_to_all_stage_msg_bytes__d_t(*, b, bytes_compute, cap_fact, cp, h, n_c
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*(t*t))
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(t, t, out=r0)
-        numpy.multiply(r0, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_stage_msg_bytes__d_t_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_msg_bytes__d_t_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_all_to_all_stage_msg_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_msg_bytes__d_t", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = -bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_all_to_all_stage_msg_bytes__d_t_block(out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0):
+    """ep_all_to_all_stage_msg_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*(t*t))
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(t, t, out=r0)
+    numpy.multiply(r0, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+ep_all_to_all_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_msg_bytes__d_t_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_stage_msg_bytes__d_t_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=False,
+)
 
 
 def ep_all_to_all_stage_msg_bytes__d_cp(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
@@ -738,12 +982,7 @@ def ep_all_to_all_stage_msg_bytes__d_cp(*, b, bytes_compute, cap_fact, cp, h, n_
         (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
         out = -b*bytes_compute*cap_fact*h*n_chosen_exp*s/((cp*cp)*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_compute*cap_fact*h*n_chosen_exp*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_msg_bytes__d_cp", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-        inv0 = -bytes_compute*cap_fact*h*n_chosen_exp*s
+    (inv0,) = _ep_all_to_all_stage_msg_bytes__d_cp_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
     call = _runtime.Call(
         "ep_all_to_all_stage_msg_bytes__d_cp",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
@@ -751,13 +990,40 @@ def ep_all_to_all_stage_msg_bytes__d_cp(*, b, bytes_compute, cap_fact, cp, h, n_
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0 in call.blocks():
-        # out = b*inv0/((cp*cp)*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.multiply(r0, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_stage_msg_bytes__d_cp_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_msg_bytes__d_cp_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_all_to_all_stage_msg_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_msg_bytes__d_cp", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = -bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_all_to_all_stage_msg_bytes__d_cp_block(out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0):
+    """ep_all_to_all_stage_msg_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/((cp*cp)*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+ep_all_to_all_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_msg_bytes__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_stage_msg_bytes__d_cp_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=False,
+)
 
 
 def ep_all_to_all_stage_msg_bytes__d_b(*, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
@@ -793,12 +1059,7 @@ def ep_all_to_all_stage_msg_bytes__d_b(*, bytes_compute, cap_fact, cp, h, n_chos
         (bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t) = _runtime.floats(xp, (bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
         out = bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t)
         return _runtime.broadcast(xp, out, (bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_msg_bytes__d_b", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    (inv0,) = _ep_all_to_all_stage_msg_bytes__d_b_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s)
     call = _runtime.Call(
         "ep_all_to_all_stage_msg_bytes__d_b",
         ("bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
@@ -806,11 +1067,38 @@ def ep_all_to_all_stage_msg_bytes__d_b(*, bytes_compute, cap_fact, cp, h, n_chos
         reals=1,
         masks=0,
     )
-    for out, r0, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0 in call.blocks():
-        # out = inv0/(cp*t)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(inv0, r0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_stage_msg_bytes__d_b_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_msg_bytes__d_b_invariants(bytes_compute, cap_fact, h, n_chosen_exp, s):
+    """What ep_all_to_all_stage_msg_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp, s) = _runtime.reals("ep_all_to_all_stage_msg_bytes__d_b", ("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), (bytes_compute, cap_fact, h, n_chosen_exp, s))
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _ep_all_to_all_stage_msg_bytes__d_b_block(out, r0, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0):
+    """ep_all_to_all_stage_msg_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/(cp*t)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(inv0, r0, out=out)
+
+
+ep_all_to_all_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_msg_bytes__d_b_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_stage_msg_bytes__d_b_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
+    quiet=False,
+)
 
 
 def ep_all_to_all_stage_msg_bytes__d_s(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, t):
@@ -846,12 +1134,7 @@ def ep_all_to_all_stage_msg_bytes__d_s(*, b, bytes_compute, cap_fact, cp, h, n_c
         (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, t) = _runtime.floats(xp, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, t))
         out = b*bytes_compute*cap_fact*h*n_chosen_exp/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, cap_fact, h, n_chosen_exp) = _runtime.reals("ep_all_to_all_stage_msg_bytes__d_s", ("bytes_compute", "cap_fact", "h", "n_chosen_exp"), (bytes_compute, cap_fact, h, n_chosen_exp))
-        inv0 = bytes_compute*cap_fact*h*n_chosen_exp
+    (inv0,) = _ep_all_to_all_stage_msg_bytes__d_s_invariants(bytes_compute, cap_fact, h, n_chosen_exp)
     call = _runtime.Call(
         "ep_all_to_all_stage_msg_bytes__d_s",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "t", "inv0"),
@@ -859,12 +1142,39 @@ def ep_all_to_all_stage_msg_bytes__d_s(*, b, bytes_compute, cap_fact, cp, h, n_c
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _ep_all_to_all_stage_msg_bytes__d_s_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_msg_bytes__d_s_invariants(bytes_compute, cap_fact, h, n_chosen_exp):
+    """What ep_all_to_all_stage_msg_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, cap_fact, h, n_chosen_exp) = _runtime.reals("ep_all_to_all_stage_msg_bytes__d_s", ("bytes_compute", "cap_fact", "h", "n_chosen_exp"), (bytes_compute, cap_fact, h, n_chosen_exp))
+        inv0 = bytes_compute*cap_fact*h*n_chosen_exp
+    return (inv0,)
+
+
+def _ep_all_to_all_stage_msg_bytes__d_s_block(out, r0, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, t, inv0):
+    """ep_all_to_all_stage_msg_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+ep_all_to_all_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_msg_bytes__d_s_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "t"),
+    passed=("inv0",),
+    invariants=_ep_all_to_all_stage_msg_bytes__d_s_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp"),
+    quiet=False,
+)
 
 
 def ep_all_to_all_stage_ranks_count__d_ep():
@@ -892,7 +1202,24 @@ def ep_all_to_all_stage_ranks_count__d_ep():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _ep_all_to_all_stage_ranks_count__d_ep_block(*block)
     return call.out
+
+
+def _ep_all_to_all_stage_ranks_count__d_ep_block(out,):
+    """ep_all_to_all_stage_ranks_count__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+ep_all_to_all_stage_ranks_count__d_ep.kernel = _runtime.Kernel(
+    _ep_all_to_all_stage_ranks_count__d_ep_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)

@@ -82,12 +82,7 @@ def fsdp_part_traffic_bytes(*, bytes_grad, bytes_p, gathers, part_computed, part
         tmp2 = xp.maximum(1, part_held/xp.maximum(1, part_sharded))
         out = part_size*tmp0*(2*bytes_grad*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1 - 1))/tmp1
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("fsdp_part_traffic_bytes", ("bytes_grad",), (bytes_grad,))
-        inv0 = 2*bytes_grad
+    (inv0,) = _fsdp_part_traffic_bytes_invariants(bytes_grad)
     call = _runtime.Call(
         "fsdp_part_traffic_bytes",
         ("bytes_grad", "bytes_p", "gathers", "part_computed", "part_held", "part_sharded", "part_size", "reduces", "inv0"),
@@ -95,32 +90,59 @@ def fsdp_part_traffic_bytes(*, bytes_grad, bytes_p, gathers, part_computed, part
         reals=4,
         masks=0,
     )
-    for out, r0, r1, r2, r3, bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces, inv0 in call.blocks():
-        # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
-        numpy.maximum(1.0, part_computed, out=r0)
-        numpy.divide(1.0, r0, out=r0)
-        # tmp1 = numpy.maximum(1, part_sharded*tmp0) -> r1
-        numpy.multiply(r0, part_sharded, out=r1)
-        numpy.maximum(r1, 1.0, out=r1)
-        # tmp2 = numpy.maximum(1, part_held/numpy.maximum(1, part_sharded)) -> r2
-        numpy.maximum(1.0, part_sharded, out=r2)
-        numpy.divide(part_held, r2, out=r2)
-        numpy.maximum(r2, 1.0, out=r2)
-        # out = part_size*tmp0*(inv0*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1
-        #     - 1))/tmp1
-        numpy.subtract(r1, 1.0, out=out)
-        numpy.multiply(gathers, bytes_p, out=r3)
-        numpy.add(r3, bytes_grad, out=r3)
-        numpy.multiply(out, r3, out=out)
-        numpy.subtract(r2, 1.0, out=r3)
-        numpy.multiply(r3, inv0, out=r3)
-        numpy.multiply(r3, reduces, out=r3)
-        numpy.divide(r3, r2, out=r3)
-        numpy.add(out, r3, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, part_size, out=out)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _fsdp_part_traffic_bytes_block(*block)
     return call.out
+
+
+def _fsdp_part_traffic_bytes_invariants(bytes_grad):
+    """What fsdp_part_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("fsdp_part_traffic_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _fsdp_part_traffic_bytes_block(out, r0, r1, r2, r3, bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces, inv0):
+    """fsdp_part_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
+    numpy.maximum(1.0, part_computed, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = numpy.maximum(1, part_sharded*tmp0) -> r1
+    numpy.multiply(r0, part_sharded, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # tmp2 = numpy.maximum(1, part_held/numpy.maximum(1, part_sharded)) -> r2
+    numpy.maximum(1.0, part_sharded, out=r2)
+    numpy.divide(part_held, r2, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # out = part_size*tmp0*(inv0*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1 -
+    #     1))/tmp1
+    numpy.subtract(r1, 1.0, out=out)
+    numpy.multiply(gathers, bytes_p, out=r3)
+    numpy.add(r3, bytes_grad, out=r3)
+    numpy.multiply(out, r3, out=out)
+    numpy.subtract(r2, 1.0, out=r3)
+    numpy.multiply(r3, inv0, out=r3)
+    numpy.multiply(r3, reduces, out=r3)
+    numpy.divide(r3, r2, out=r3)
+    numpy.add(out, r3, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, part_size, out=out)
+    numpy.divide(out, r1, out=out)
+
+
+fsdp_part_traffic_bytes.kernel = _runtime.Kernel(
+    _fsdp_part_traffic_bytes_block,
+    reals=4,
+    masks=0,
+    arguments=("bytes_grad", "bytes_p", "gathers", "part_computed", "part_held", "part_sharded", "part_size", "reduces"),
+    passed=("inv0",),
+    invariants=_fsdp_part_traffic_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def fsdp_part_reduce_traffic_bytes(*, bytes_grad, part_computed, part_held, part_sharded, part_size, reduces):
@@ -158,12 +180,7 @@ def fsdp_part_reduce_traffic_bytes(*, bytes_grad, part_computed, part_held, part
         tmp1 = xp.maximum(1, part_held/xp.maximum(1, part_sharded))
         out = 2*bytes_grad*part_size*reduces*tmp0*(tmp1 - 1)/(tmp1*xp.maximum(1, part_sharded*tmp0))
         return _runtime.broadcast(xp, out, (bytes_grad, part_computed, part_held, part_sharded, part_size, reduces))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("fsdp_part_reduce_traffic_bytes", ("bytes_grad",), (bytes_grad,))
-        inv0 = 2*bytes_grad
+    (inv0,) = _fsdp_part_reduce_traffic_bytes_invariants(bytes_grad)
     call = _runtime.Call(
         "fsdp_part_reduce_traffic_bytes",
         ("bytes_grad", "part_computed", "part_held", "part_sharded", "part_size", "reduces", "inv0"),
@@ -171,25 +188,52 @@ def fsdp_part_reduce_traffic_bytes(*, bytes_grad, part_computed, part_held, part
         reals=3,
         masks=0,
     )
-    for out, r0, r1, r2, bytes_grad, part_computed, part_held, part_sharded, part_size, reduces, inv0 in call.blocks():
-        # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
-        numpy.maximum(1.0, part_computed, out=r0)
-        numpy.divide(1.0, r0, out=r0)
-        # tmp1 = numpy.maximum(1, part_held/numpy.maximum(1, part_sharded)) -> r1
-        numpy.maximum(1.0, part_sharded, out=r1)
-        numpy.divide(part_held, r1, out=r1)
-        numpy.maximum(r1, 1.0, out=r1)
-        # out = inv0*part_size*reduces*tmp0*(tmp1 - 1)/(tmp1*numpy.maximum(1, part_sharded*tmp0))
-        numpy.subtract(r1, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, part_size, out=out)
-        numpy.multiply(out, reduces, out=out)
-        numpy.multiply(r0, part_sharded, out=r2)
-        numpy.maximum(r2, 1.0, out=r2)
-        numpy.multiply(r2, r1, out=r2)
-        numpy.divide(out, r2, out=out)
+    for block in call.blocks():
+        _fsdp_part_reduce_traffic_bytes_block(*block)
     return call.out
+
+
+def _fsdp_part_reduce_traffic_bytes_invariants(bytes_grad):
+    """What fsdp_part_reduce_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("fsdp_part_reduce_traffic_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _fsdp_part_reduce_traffic_bytes_block(out, r0, r1, r2, bytes_grad, part_computed, part_held, part_sharded, part_size, reduces, inv0):
+    """fsdp_part_reduce_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/numpy.maximum(1, part_computed) -> r0
+    numpy.maximum(1.0, part_computed, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = numpy.maximum(1, part_held/numpy.maximum(1, part_sharded)) -> r1
+    numpy.maximum(1.0, part_sharded, out=r1)
+    numpy.divide(part_held, r1, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # out = inv0*part_size*reduces*tmp0*(tmp1 - 1)/(tmp1*numpy.maximum(1, part_sharded*tmp0))
+    numpy.subtract(r1, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, part_size, out=out)
+    numpy.multiply(out, reduces, out=out)
+    numpy.multiply(r0, part_sharded, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    numpy.multiply(r2, r1, out=r2)
+    numpy.divide(out, r2, out=out)
+
+
+fsdp_part_reduce_traffic_bytes.kernel = _runtime.Kernel(
+    _fsdp_part_reduce_traffic_bytes_block,
+    reals=3,
+    masks=0,
+    arguments=("bytes_grad", "part_computed", "part_held", "part_sharded", "part_size", "reduces"),
+    passed=("inv0",),
+    invariants=_fsdp_part_reduce_traffic_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def fsdp_routed_part_size_params(*, P_r, ep):
@@ -225,10 +269,27 @@ def fsdp_routed_part_size_params(*, P_r, ep):
         reals=0,
         masks=0,
     )
-    for out, P_r, ep in call.blocks():
-        # out = P_r/ep
-        numpy.divide(P_r, ep, out=out)
+    for block in call.blocks():
+        _fsdp_routed_part_size_params_block(*block)
     return call.out
+
+
+def _fsdp_routed_part_size_params_block(out, P_r, ep):
+    """fsdp_routed_part_size_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = P_r/ep
+    numpy.divide(P_r, ep, out=out)
+
+
+fsdp_routed_part_size_params.kernel = _runtime.Kernel(
+    _fsdp_routed_part_size_params_block,
+    reals=0,
+    masks=0,
+    arguments=("P_r", "ep"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def fsdp_non_expert_part_held_count(*, cp, d, t):
@@ -265,11 +326,28 @@ def fsdp_non_expert_part_held_count(*, cp, d, t):
         reals=0,
         masks=0,
     )
-    for out, cp, d, t in call.blocks():
-        # out = cp*d*t
-        numpy.multiply(cp, d, out=out)
-        numpy.multiply(out, t, out=out)
+    for block in call.blocks():
+        _fsdp_non_expert_part_held_count_block(*block)
     return call.out
+
+
+def _fsdp_non_expert_part_held_count_block(out, cp, d, t):
+    """fsdp_non_expert_part_held_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = cp*d*t
+    numpy.multiply(cp, d, out=out)
+    numpy.multiply(out, t, out=out)
+
+
+fsdp_non_expert_part_held_count.kernel = _runtime.Kernel(
+    _fsdp_non_expert_part_held_count_block,
+    reals=0,
+    masks=0,
+    arguments=("cp", "d", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def fsdp_routed_part_held_count(*, cp, d_exp, t_exp):
@@ -306,11 +384,28 @@ def fsdp_routed_part_held_count(*, cp, d_exp, t_exp):
         reals=0,
         masks=0,
     )
-    for out, cp, d_exp, t_exp in call.blocks():
-        # out = cp*d_exp*t_exp
-        numpy.multiply(cp, d_exp, out=out)
-        numpy.multiply(out, t_exp, out=out)
+    for block in call.blocks():
+        _fsdp_routed_part_held_count_block(*block)
     return call.out
+
+
+def _fsdp_routed_part_held_count_block(out, cp, d_exp, t_exp):
+    """fsdp_routed_part_held_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = cp*d_exp*t_exp
+    numpy.multiply(cp, d_exp, out=out)
+    numpy.multiply(out, t_exp, out=out)
+
+
+fsdp_routed_part_held_count.kernel = _runtime.Kernel(
+    _fsdp_routed_part_held_count_block,
+    reals=0,
+    masks=0,
+    arguments=("cp", "d_exp", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def fsdp_shared_part_held_count(*, cp, d, t_exp):
@@ -347,11 +442,28 @@ def fsdp_shared_part_held_count(*, cp, d, t_exp):
         reals=0,
         masks=0,
     )
-    for out, cp, d, t_exp in call.blocks():
-        # out = cp*d*t_exp
-        numpy.multiply(cp, d, out=out)
-        numpy.multiply(out, t_exp, out=out)
+    for block in call.blocks():
+        _fsdp_shared_part_held_count_block(*block)
     return call.out
+
+
+def _fsdp_shared_part_held_count_block(out, cp, d, t_exp):
+    """fsdp_shared_part_held_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = cp*d*t_exp
+    numpy.multiply(cp, d, out=out)
+    numpy.multiply(out, t_exp, out=out)
+
+
+fsdp_shared_part_held_count.kernel = _runtime.Kernel(
+    _fsdp_shared_part_held_count_block,
+    reals=0,
+    masks=0,
+    arguments=("cp", "d", "t_exp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def fsdp_embedding_part_computed_count(*, gather_embed, shard_embed):
@@ -386,11 +498,28 @@ def fsdp_embedding_part_computed_count(*, gather_embed, shard_embed):
         reals=1,
         masks=0,
     )
-    for out, r0, gather_embed, shard_embed in call.blocks():
-        # out = shard_embed/numpy.maximum(1, gather_embed)
-        numpy.maximum(1.0, gather_embed, out=r0)
-        numpy.divide(shard_embed, r0, out=out)
+    for block in call.blocks():
+        _fsdp_embedding_part_computed_count_block(*block)
     return call.out
+
+
+def _fsdp_embedding_part_computed_count_block(out, r0, gather_embed, shard_embed):
+    """fsdp_embedding_part_computed_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = shard_embed/numpy.maximum(1, gather_embed)
+    numpy.maximum(1.0, gather_embed, out=r0)
+    numpy.divide(shard_embed, r0, out=out)
+
+
+fsdp_embedding_part_computed_count.kernel = _runtime.Kernel(
+    _fsdp_embedding_part_computed_count_block,
+    reals=1,
+    masks=0,
+    arguments=("gather_embed", "shard_embed"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def fsdp_embedding_part_held_count(*, d, gather_embed, shard_embed):
@@ -426,12 +555,29 @@ def fsdp_embedding_part_held_count(*, d, gather_embed, shard_embed):
         reals=1,
         masks=0,
     )
-    for out, r0, d, gather_embed, shard_embed in call.blocks():
-        # out = d*shard_embed/numpy.maximum(1, gather_embed)
-        numpy.multiply(d, shard_embed, out=out)
-        numpy.maximum(1.0, gather_embed, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _fsdp_embedding_part_held_count_block(*block)
     return call.out
+
+
+def _fsdp_embedding_part_held_count_block(out, r0, d, gather_embed, shard_embed):
+    """fsdp_embedding_part_held_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = d*shard_embed/numpy.maximum(1, gather_embed)
+    numpy.multiply(d, shard_embed, out=out)
+    numpy.maximum(1.0, gather_embed, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+fsdp_embedding_part_held_count.kernel = _runtime.Kernel(
+    _fsdp_embedding_part_held_count_block,
+    reals=1,
+    masks=0,
+    arguments=("d", "gather_embed", "shard_embed"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def fsdp_embedding_part_size_params(*, h, v):
@@ -466,10 +612,27 @@ def fsdp_embedding_part_size_params(*, h, v):
         reals=0,
         masks=0,
     )
-    for out, h, v in call.blocks():
-        # out = h*v
-        numpy.multiply(h, v, out=out)
+    for block in call.blocks():
+        _fsdp_embedding_part_size_params_block(*block)
     return call.out
+
+
+def _fsdp_embedding_part_size_params_block(out, h, v):
+    """fsdp_embedding_part_size_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = h*v
+    numpy.multiply(h, v, out=out)
+
+
+fsdp_embedding_part_size_params.kernel = _runtime.Kernel(
+    _fsdp_embedding_part_size_params_block,
+    reals=0,
+    masks=0,
+    arguments=("h", "v"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def fsdp_output_part_size_params(*, h, v):
@@ -504,11 +667,28 @@ def fsdp_output_part_size_params(*, h, v):
         reals=0,
         masks=0,
     )
-    for out, h, v in call.blocks():
-        # out = h*v + v
-        numpy.multiply(h, v, out=out)
-        numpy.add(out, v, out=out)
+    for block in call.blocks():
+        _fsdp_output_part_size_params_block(*block)
     return call.out
+
+
+def _fsdp_output_part_size_params_block(out, h, v):
+    """fsdp_output_part_size_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = h*v + v
+    numpy.multiply(h, v, out=out)
+    numpy.add(out, v, out=out)
+
+
+fsdp_output_part_size_params.kernel = _runtime.Kernel(
+    _fsdp_output_part_size_params_block,
+    reals=0,
+    masks=0,
+    arguments=("h", "v"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def fsdp_layer_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp):
@@ -576,12 +756,7 @@ def fsdp_layer_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_ex
         tmp15 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
         out = tmp14*tmp9*(tmp15 - 1)/tmp15 + tmp2*tmp3*(tmp1 - 1) + tmp6*tmp7*(tmp5 - 1) + tmp6*tmp9*(tmp8 - 1) + tmp14*tmp7*(tmp13 - 1)/tmp13 + tmp12*tmp3*(tmp11 - 1)/tmp11
         return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("fsdp_layer_traffic_bytes", ("bytes_grad",), (bytes_grad,))
-        inv0 = 2*bytes_grad
+    (inv0,) = _fsdp_layer_traffic_bytes_invariants(bytes_grad)
     call = _runtime.Call(
         "fsdp_layer_traffic_bytes",
         ("P_ne", "P_r", "P_s", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "ep", "gathers", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp", "inv0"),
@@ -589,77 +764,104 @@ def fsdp_layer_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_ex
         reals=14,
         masks=0,
     )
-    for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp, inv0 in call.blocks():
-        # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
-        numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        # tmp2 = bytes_grad + bytes_p*gathers -> r1
-        numpy.multiply(gathers, bytes_p, out=r1)
-        numpy.add(r1, bytes_grad, out=r1)
-        # tmp3 = P_ne/(t*tmp1) -> r2
-        numpy.multiply(r0, t, out=r2)
-        numpy.divide(P_ne, r2, out=r2)
-        # tmp5 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r3
-        numpy.divide(shard_p_os_exp_partial, t_exp, out=r3)
-        numpy.maximum(r3, 1.0, out=r3)
-        # tmp6 = tmp2/t_exp -> r4
-        numpy.divide(r1, t_exp, out=r4)
-        # tmp7 = P_s/tmp5 -> r5
-        numpy.divide(P_s, r3, out=r5)
-        # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r6
-        numpy.divide(shard_p_os_exp, t_exp, out=r6)
-        numpy.maximum(r6, 1.0, out=r6)
-        # tmp9 = P_r/(ep*tmp8) -> r7
-        numpy.multiply(r6, ep, out=r7)
-        numpy.divide(P_r, r7, out=r7)
-        # tmp10 = cp*d -> r8
-        numpy.multiply(cp, d, out=r8)
-        # tmp11 = numpy.maximum(1, t*tmp10/shard_p_os_non_exp_partial) -> r9
-        numpy.multiply(r8, t, out=r9)
-        numpy.divide(r9, shard_p_os_non_exp_partial, out=r9)
-        numpy.maximum(r9, 1.0, out=r9)
-        # tmp12 = inv0*reduces -> r10
-        numpy.multiply(inv0, reduces, out=r10)
-        # tmp13 = numpy.maximum(1, t_exp*tmp10/shard_p_os_exp_partial) -> r11
-        numpy.multiply(r8, t_exp, out=r11)
-        numpy.divide(r11, shard_p_os_exp_partial, out=r11)
-        numpy.maximum(r11, 1.0, out=r11)
-        # tmp14 = tmp12/t_exp -> r8
-        numpy.divide(r10, t_exp, out=r8)
-        # tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r12
-        numpy.multiply(cp, d_exp, out=r12)
-        numpy.multiply(r12, t_exp, out=r12)
-        numpy.divide(r12, shard_p_os_exp, out=r12)
-        numpy.maximum(r12, 1.0, out=r12)
-        # out = tmp14*tmp9*(tmp15 - 1)/tmp15 + tmp2*tmp3*(tmp1 - 1) + tmp6*tmp7*(tmp5 - 1) +
-        #     tmp6*tmp9*(tmp8 - 1) + tmp14*tmp7*(tmp13 - 1)/tmp13 + tmp12*tmp3*(tmp11 - 1)/tmp11
-        numpy.subtract(r0, 1.0, out=out)
-        numpy.multiply(out, r1, out=out)
-        numpy.multiply(out, r2, out=out)
-        numpy.subtract(r3, 1.0, out=r13)
-        numpy.multiply(r13, r4, out=r13)
-        numpy.multiply(r13, r5, out=r13)
-        numpy.add(out, r13, out=out)
-        numpy.subtract(r6, 1.0, out=r13)
-        numpy.multiply(r13, r4, out=r13)
-        numpy.multiply(r13, r7, out=r13)
-        numpy.add(out, r13, out=out)
-        numpy.subtract(r9, 1.0, out=r13)
-        numpy.multiply(r13, r10, out=r13)
-        numpy.multiply(r13, r2, out=r13)
-        numpy.divide(r13, r9, out=r13)
-        numpy.add(out, r13, out=out)
-        numpy.subtract(r11, 1.0, out=r13)
-        numpy.multiply(r13, r8, out=r13)
-        numpy.multiply(r13, r5, out=r13)
-        numpy.divide(r13, r11, out=r13)
-        numpy.add(out, r13, out=out)
-        numpy.subtract(r12, 1.0, out=r13)
-        numpy.multiply(r13, r8, out=r13)
-        numpy.multiply(r13, r7, out=r13)
-        numpy.divide(r13, r12, out=r13)
-        numpy.add(out, r13, out=out)
+    for block in call.blocks():
+        _fsdp_layer_traffic_bytes_block(*block)
     return call.out
+
+
+def _fsdp_layer_traffic_bytes_invariants(bytes_grad):
+    """What fsdp_layer_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("fsdp_layer_traffic_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _fsdp_layer_traffic_bytes_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp, inv0):
+    """fsdp_layer_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp2 = bytes_grad + bytes_p*gathers -> r1
+    numpy.multiply(gathers, bytes_p, out=r1)
+    numpy.add(r1, bytes_grad, out=r1)
+    # tmp3 = P_ne/(t*tmp1) -> r2
+    numpy.multiply(r0, t, out=r2)
+    numpy.divide(P_ne, r2, out=r2)
+    # tmp5 = numpy.maximum(1, shard_p_os_exp_partial/t_exp) -> r3
+    numpy.divide(shard_p_os_exp_partial, t_exp, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    # tmp6 = tmp2/t_exp -> r4
+    numpy.divide(r1, t_exp, out=r4)
+    # tmp7 = P_s/tmp5 -> r5
+    numpy.divide(P_s, r3, out=r5)
+    # tmp8 = numpy.maximum(1, shard_p_os_exp/t_exp) -> r6
+    numpy.divide(shard_p_os_exp, t_exp, out=r6)
+    numpy.maximum(r6, 1.0, out=r6)
+    # tmp9 = P_r/(ep*tmp8) -> r7
+    numpy.multiply(r6, ep, out=r7)
+    numpy.divide(P_r, r7, out=r7)
+    # tmp10 = cp*d -> r8
+    numpy.multiply(cp, d, out=r8)
+    # tmp11 = numpy.maximum(1, t*tmp10/shard_p_os_non_exp_partial) -> r9
+    numpy.multiply(r8, t, out=r9)
+    numpy.divide(r9, shard_p_os_non_exp_partial, out=r9)
+    numpy.maximum(r9, 1.0, out=r9)
+    # tmp12 = inv0*reduces -> r10
+    numpy.multiply(inv0, reduces, out=r10)
+    # tmp13 = numpy.maximum(1, t_exp*tmp10/shard_p_os_exp_partial) -> r11
+    numpy.multiply(r8, t_exp, out=r11)
+    numpy.divide(r11, shard_p_os_exp_partial, out=r11)
+    numpy.maximum(r11, 1.0, out=r11)
+    # tmp14 = tmp12/t_exp -> r8
+    numpy.divide(r10, t_exp, out=r8)
+    # tmp15 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r12
+    numpy.multiply(cp, d_exp, out=r12)
+    numpy.multiply(r12, t_exp, out=r12)
+    numpy.divide(r12, shard_p_os_exp, out=r12)
+    numpy.maximum(r12, 1.0, out=r12)
+    # out = tmp14*tmp9*(tmp15 - 1)/tmp15 + tmp2*tmp3*(tmp1 - 1) + tmp6*tmp7*(tmp5 - 1) +
+    #     tmp6*tmp9*(tmp8 - 1) + tmp14*tmp7*(tmp13 - 1)/tmp13 + tmp12*tmp3*(tmp11 - 1)/tmp11
+    numpy.subtract(r0, 1.0, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.multiply(out, r2, out=out)
+    numpy.subtract(r3, 1.0, out=r13)
+    numpy.multiply(r13, r4, out=r13)
+    numpy.multiply(r13, r5, out=r13)
+    numpy.add(out, r13, out=out)
+    numpy.subtract(r6, 1.0, out=r13)
+    numpy.multiply(r13, r4, out=r13)
+    numpy.multiply(r13, r7, out=r13)
+    numpy.add(out, r13, out=out)
+    numpy.subtract(r9, 1.0, out=r13)
+    numpy.multiply(r13, r10, out=r13)
+    numpy.multiply(r13, r2, out=r13)
+    numpy.divide(r13, r9, out=r13)
+    numpy.add(out, r13, out=out)
+    numpy.subtract(r11, 1.0, out=r13)
+    numpy.multiply(r13, r8, out=r13)
+    numpy.multiply(r13, r5, out=r13)
+    numpy.divide(r13, r11, out=r13)
+    numpy.add(out, r13, out=out)
+    numpy.subtract(r12, 1.0, out=r13)
+    numpy.multiply(r13, r8, out=r13)
+    numpy.multiply(r13, r7, out=r13)
+    numpy.divide(r13, r12, out=r13)
+    numpy.add(out, r13, out=out)
+
+
+fsdp_layer_traffic_bytes.kernel = _runtime.Kernel(
+    _fsdp_layer_traffic_bytes_block,
+    reals=14,
+    masks=0,
+    arguments=("P_ne", "P_r", "P_s", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "ep", "gathers", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp"),
+    passed=("inv0",),
+    invariants=_fsdp_layer_traffic_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def fsdp_layer_reduce_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp):
@@ -709,12 +911,7 @@ def fsdp_layer_reduce_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp,
         tmp5 = xp.maximum(1, cp*d_exp*t_exp/shard_p_os_exp)
         out = 2*bytes_grad*reduces*(P_ne*(tmp2 - 1)/(t*tmp2*xp.maximum(1, shard_p_os_non_exp_partial/t)) + P_r*(tmp5 - 1)/(ep*t_exp*tmp5*xp.maximum(1, shard_p_os_exp/t_exp)) + P_s*(tmp4 - 1)/(t_exp*tmp4*xp.maximum(1, shard_p_os_exp_partial/t_exp)))
         return _runtime.broadcast(xp, out, (P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad,) = _runtime.reals("fsdp_layer_reduce_traffic_bytes", ("bytes_grad",), (bytes_grad,))
-        inv0 = 2*bytes_grad
+    (inv0,) = _fsdp_layer_reduce_traffic_bytes_invariants(bytes_grad)
     call = _runtime.Call(
         "fsdp_layer_reduce_traffic_bytes",
         ("P_ne", "P_r", "P_s", "bytes_grad", "cp", "d", "d_exp", "ep", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp", "inv0"),
@@ -722,53 +919,79 @@ def fsdp_layer_reduce_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp,
         reals=5,
         masks=0,
     )
-    for out, r0, r1, r2, r3, r4, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp, inv0 in call.blocks():
-        # tmp1 = cp*d -> r0
-        numpy.multiply(cp, d, out=r0)
-        # tmp2 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial) -> r1
-        numpy.multiply(r0, t, out=r1)
-        numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
-        numpy.maximum(r1, 1.0, out=r1)
-        # tmp4 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial) -> r2
-        numpy.multiply(r0, t_exp, out=r2)
-        numpy.divide(r2, shard_p_os_exp_partial, out=r2)
-        numpy.maximum(r2, 1.0, out=r2)
-        # tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r0
-        numpy.multiply(cp, d_exp, out=r0)
-        numpy.multiply(r0, t_exp, out=r0)
-        numpy.divide(r0, shard_p_os_exp, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        # out = inv0*reduces*(P_ne*(tmp2 - 1)/(t*tmp2*numpy.maximum(1,
-        #     shard_p_os_non_exp_partial/t)) + P_r*(tmp5 - 1)/(ep*t_exp*tmp5*numpy.maximum(1,
-        #     shard_p_os_exp/t_exp)) + P_s*(tmp4 - 1)/(t_exp*tmp4*numpy.maximum(1,
-        #     shard_p_os_exp_partial/t_exp)))
-        numpy.subtract(r1, 1.0, out=out)
-        numpy.multiply(out, P_ne, out=out)
-        numpy.divide(shard_p_os_non_exp_partial, t, out=r3)
-        numpy.maximum(r3, 1.0, out=r3)
-        numpy.multiply(r3, r1, out=r3)
-        numpy.multiply(r3, t, out=r3)
-        numpy.divide(out, r3, out=out)
-        numpy.subtract(r2, 1.0, out=r3)
-        numpy.multiply(r3, P_s, out=r3)
-        numpy.divide(shard_p_os_exp_partial, t_exp, out=r4)
-        numpy.maximum(r4, 1.0, out=r4)
-        numpy.multiply(r4, r2, out=r4)
-        numpy.multiply(r4, t_exp, out=r4)
-        numpy.divide(r3, r4, out=r3)
-        numpy.add(out, r3, out=out)
-        numpy.subtract(r0, 1.0, out=r3)
-        numpy.multiply(r3, P_r, out=r3)
-        numpy.divide(shard_p_os_exp, t_exp, out=r4)
-        numpy.maximum(r4, 1.0, out=r4)
-        numpy.multiply(r4, r0, out=r4)
-        numpy.multiply(r4, ep, out=r4)
-        numpy.multiply(r4, t_exp, out=r4)
-        numpy.divide(r3, r4, out=r3)
-        numpy.add(out, r3, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, reduces, out=out)
+    for block in call.blocks():
+        _fsdp_layer_reduce_traffic_bytes_block(*block)
     return call.out
+
+
+def _fsdp_layer_reduce_traffic_bytes_invariants(bytes_grad):
+    """What fsdp_layer_reduce_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad,) = _runtime.reals("fsdp_layer_reduce_traffic_bytes", ("bytes_grad",), (bytes_grad,))
+        inv0 = 2*bytes_grad
+    return (inv0,)
+
+
+def _fsdp_layer_reduce_traffic_bytes_block(out, r0, r1, r2, r3, r4, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp, inv0):
+    """fsdp_layer_reduce_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = cp*d -> r0
+    numpy.multiply(cp, d, out=r0)
+    # tmp2 = numpy.maximum(1, t*tmp1/shard_p_os_non_exp_partial) -> r1
+    numpy.multiply(r0, t, out=r1)
+    numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # tmp4 = numpy.maximum(1, t_exp*tmp1/shard_p_os_exp_partial) -> r2
+    numpy.multiply(r0, t_exp, out=r2)
+    numpy.divide(r2, shard_p_os_exp_partial, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # tmp5 = numpy.maximum(1, cp*d_exp*t_exp/shard_p_os_exp) -> r0
+    numpy.multiply(cp, d_exp, out=r0)
+    numpy.multiply(r0, t_exp, out=r0)
+    numpy.divide(r0, shard_p_os_exp, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # out = inv0*reduces*(P_ne*(tmp2 - 1)/(t*tmp2*numpy.maximum(1, shard_p_os_non_exp_partial/t)) +
+    #     P_r*(tmp5 - 1)/(ep*t_exp*tmp5*numpy.maximum(1, shard_p_os_exp/t_exp)) + P_s*(tmp4 -
+    #     1)/(t_exp*tmp4*numpy.maximum(1, shard_p_os_exp_partial/t_exp)))
+    numpy.subtract(r1, 1.0, out=out)
+    numpy.multiply(out, P_ne, out=out)
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    numpy.multiply(r3, r1, out=r3)
+    numpy.multiply(r3, t, out=r3)
+    numpy.divide(out, r3, out=out)
+    numpy.subtract(r2, 1.0, out=r3)
+    numpy.multiply(r3, P_s, out=r3)
+    numpy.divide(shard_p_os_exp_partial, t_exp, out=r4)
+    numpy.maximum(r4, 1.0, out=r4)
+    numpy.multiply(r4, r2, out=r4)
+    numpy.multiply(r4, t_exp, out=r4)
+    numpy.divide(r3, r4, out=r3)
+    numpy.add(out, r3, out=out)
+    numpy.subtract(r0, 1.0, out=r3)
+    numpy.multiply(r3, P_r, out=r3)
+    numpy.divide(shard_p_os_exp, t_exp, out=r4)
+    numpy.maximum(r4, 1.0, out=r4)
+    numpy.multiply(r4, r0, out=r4)
+    numpy.multiply(r4, ep, out=r4)
+    numpy.multiply(r4, t_exp, out=r4)
+    numpy.divide(r3, r4, out=r3)
+    numpy.add(out, r3, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, reduces, out=out)
+
+
+fsdp_layer_reduce_traffic_bytes.kernel = _runtime.Kernel(
+    _fsdp_layer_reduce_traffic_bytes_block,
+    reals=5,
+    masks=0,
+    arguments=("P_ne", "P_r", "P_s", "bytes_grad", "cp", "d", "d_exp", "ep", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp"),
+    passed=("inv0",),
+    invariants=_fsdp_layer_reduce_traffic_bytes_invariants,
+    widened=("bytes_grad",),
+    quiet=False,
+)
 
 
 def fsdp_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v):
@@ -812,14 +1035,7 @@ def fsdp_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gather
         tmp3 = xp.maximum(1, d*tmp0)
         out = h*tmp1*v*(2*bytes_grad*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 - 1))/tmp2
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-        inv1 = h*v
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad, h, v) = _runtime.reals("fsdp_embedding_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
-        inv0 = 2*bytes_grad
-        inv1 = h*v
+    (inv0, inv1) = _fsdp_embedding_traffic_bytes_invariants(bytes_grad, h, v)
     call = _runtime.Call(
         "fsdp_embedding_traffic_bytes",
         ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "reduces", "shard_embed", "v", "inv0", "inv1"),
@@ -827,35 +1043,64 @@ def fsdp_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gather
         reals=4,
         masks=0,
     )
-    for out, r0, r1, r2, r3, bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v, inv0, inv1 in call.blocks():
-        # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
-        numpy.maximum(1.0, gather_embed, out=r0)
-        numpy.divide(1.0, r0, out=r0)
-        # tmp1 = 1/numpy.maximum(1, shard_embed*tmp0) -> r1
-        numpy.multiply(r0, shard_embed, out=r1)
-        numpy.maximum(r1, 1.0, out=r1)
-        numpy.divide(1.0, r1, out=r1)
-        # tmp2 = numpy.maximum(1, shard_embed*tmp1) -> r2
-        numpy.multiply(r1, shard_embed, out=r2)
-        numpy.maximum(r2, 1.0, out=r2)
-        # tmp3 = numpy.maximum(1, d*tmp0) -> r3
-        numpy.multiply(r0, d, out=r3)
-        numpy.maximum(r3, 1.0, out=r3)
-        # out = inv1*tmp1*(inv0*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 -
-        #     1))/tmp2
-        numpy.subtract(r2, 1.0, out=out)
-        numpy.multiply(gathers, bytes_p, out=r0)
-        numpy.add(r0, bytes_grad, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.subtract(r3, 1.0, out=r0)
-        numpy.multiply(r0, inv0, out=r0)
-        numpy.multiply(r0, reduces, out=r0)
-        numpy.divide(r0, r3, out=r0)
-        numpy.add(out, r0, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(out, r1, out=out)
-        numpy.divide(out, r2, out=out)
+    for block in call.blocks():
+        _fsdp_embedding_traffic_bytes_block(*block)
     return call.out
+
+
+def _fsdp_embedding_traffic_bytes_invariants(bytes_grad, h, v):
+    """What fsdp_embedding_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+        inv1 = h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, v) = _runtime.reals("fsdp_embedding_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+        inv0 = 2*bytes_grad
+        inv1 = h*v
+    return (inv0, inv1)
+
+
+def _fsdp_embedding_traffic_bytes_block(out, r0, r1, r2, r3, bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v, inv0, inv1):
+    """fsdp_embedding_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
+    numpy.maximum(1.0, gather_embed, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = 1/numpy.maximum(1, shard_embed*tmp0) -> r1
+    numpy.multiply(r0, shard_embed, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = numpy.maximum(1, shard_embed*tmp1) -> r2
+    numpy.multiply(r1, shard_embed, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # tmp3 = numpy.maximum(1, d*tmp0) -> r3
+    numpy.multiply(r0, d, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    # out = inv1*tmp1*(inv0*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 -
+    #     1))/tmp2
+    numpy.subtract(r2, 1.0, out=out)
+    numpy.multiply(gathers, bytes_p, out=r0)
+    numpy.add(r0, bytes_grad, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.subtract(r3, 1.0, out=r0)
+    numpy.multiply(r0, inv0, out=r0)
+    numpy.multiply(r0, reduces, out=r0)
+    numpy.divide(r0, r3, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.divide(out, r2, out=out)
+
+
+fsdp_embedding_traffic_bytes.kernel = _runtime.Kernel(
+    _fsdp_embedding_traffic_bytes_block,
+    reals=4,
+    masks=0,
+    arguments=("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "reduces", "shard_embed", "v"),
+    passed=("inv0", "inv1"),
+    invariants=_fsdp_embedding_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"),
+    quiet=False,
+)
 
 
 def fsdp_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, reduces, shard_embed, v):
@@ -894,12 +1139,7 @@ def fsdp_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, reduc
         tmp2 = 1/xp.maximum(1, shard_embed*tmp0)
         out = 2*bytes_grad*h*reduces*tmp2*v*(tmp1 - 1)/(tmp1*xp.maximum(1, shard_embed*tmp2))
         return _runtime.broadcast(xp, out, (bytes_grad, d, gather_embed, h, reduces, shard_embed, v))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad*h*v
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad, h, v) = _runtime.reals("fsdp_embedding_reduce_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
-        inv0 = 2*bytes_grad*h*v
+    (inv0,) = _fsdp_embedding_reduce_traffic_bytes_invariants(bytes_grad, h, v)
     call = _runtime.Call(
         "fsdp_embedding_reduce_traffic_bytes",
         ("bytes_grad", "d", "gather_embed", "h", "reduces", "shard_embed", "v", "inv0"),
@@ -907,27 +1147,54 @@ def fsdp_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, reduc
         reals=3,
         masks=0,
     )
-    for out, r0, r1, r2, bytes_grad, d, gather_embed, h, reduces, shard_embed, v, inv0 in call.blocks():
-        # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
-        numpy.maximum(1.0, gather_embed, out=r0)
-        numpy.divide(1.0, r0, out=r0)
-        # tmp1 = numpy.maximum(1, d*tmp0) -> r1
-        numpy.multiply(r0, d, out=r1)
-        numpy.maximum(r1, 1.0, out=r1)
-        # tmp2 = 1/numpy.maximum(1, shard_embed*tmp0) -> r2
-        numpy.multiply(r0, shard_embed, out=r2)
-        numpy.maximum(r2, 1.0, out=r2)
-        numpy.divide(1.0, r2, out=r2)
-        # out = inv0*reduces*tmp2*(tmp1 - 1)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
-        numpy.subtract(r1, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, r2, out=out)
-        numpy.multiply(out, reduces, out=out)
-        numpy.multiply(r2, shard_embed, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.multiply(r0, r1, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _fsdp_embedding_reduce_traffic_bytes_block(*block)
     return call.out
+
+
+def _fsdp_embedding_reduce_traffic_bytes_invariants(bytes_grad, h, v):
+    """What fsdp_embedding_reduce_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, v) = _runtime.reals("fsdp_embedding_reduce_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+        inv0 = 2*bytes_grad*h*v
+    return (inv0,)
+
+
+def _fsdp_embedding_reduce_traffic_bytes_block(out, r0, r1, r2, bytes_grad, d, gather_embed, h, reduces, shard_embed, v, inv0):
+    """fsdp_embedding_reduce_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
+    numpy.maximum(1.0, gather_embed, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = numpy.maximum(1, d*tmp0) -> r1
+    numpy.multiply(r0, d, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # tmp2 = 1/numpy.maximum(1, shard_embed*tmp0) -> r2
+    numpy.multiply(r0, shard_embed, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    # out = inv0*reduces*tmp2*(tmp1 - 1)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
+    numpy.subtract(r1, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(out, reduces, out=out)
+    numpy.multiply(r2, shard_embed, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+fsdp_embedding_reduce_traffic_bytes.kernel = _runtime.Kernel(
+    _fsdp_embedding_reduce_traffic_bytes_block,
+    reals=3,
+    masks=0,
+    arguments=("bytes_grad", "d", "gather_embed", "h", "reduces", "shard_embed", "v"),
+    passed=("inv0",),
+    invariants=_fsdp_embedding_reduce_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"),
+    quiet=False,
+)
 
 
 def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v):
@@ -977,14 +1244,7 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_grad
-            inv1 = h*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, h, v) = _runtime.reals("fsdp_tied_embedding_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
-            inv0 = 2*bytes_grad
-            inv1 = h*v
+        (inv0, inv1) = _fsdp_tied_embedding_traffic_bytes_invariants(bytes_grad, h, v)
         call = _runtime.Call(
             "fsdp_tied_embedding_traffic_bytes",
             ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "p", "reduces", "shard_embed", "v", "inv0", "inv1"),
@@ -992,38 +1252,67 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
             reals=4,
             masks=1,
         )
-        for out, r0, r1, r2, r3, m0, bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v, inv0, inv1 in call.blocks():
-            # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
-            numpy.maximum(1.0, gather_embed, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp1 = 1/numpy.maximum(1, shard_embed*tmp0) -> r1
-            numpy.multiply(r0, shard_embed, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            numpy.divide(1.0, r1, out=r1)
-            # tmp2 = numpy.maximum(1, shard_embed*tmp1) -> r2
-            numpy.multiply(r1, shard_embed, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            # tmp3 = numpy.maximum(1, d*tmp0) -> r3
-            numpy.multiply(r0, d, out=r3)
-            numpy.maximum(r3, 1.0, out=r3)
-            # out = tmp1*(inv0*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 -
-            #     1))*numpy.where(numpy.less_equal(p, 1), 0, inv1)/tmp2
-            numpy.subtract(r2, 1.0, out=out)
-            numpy.multiply(gathers, bytes_p, out=r0)
-            numpy.add(r0, bytes_grad, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.subtract(r3, 1.0, out=r0)
-            numpy.multiply(r0, inv0, out=r0)
-            numpy.multiply(r0, reduces, out=r0)
-            numpy.divide(r0, r3, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.copyto(r0, inv1)
-            numpy.less_equal(p, 1.0, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.divide(out, r2, out=out)
+        for block in call.blocks():
+            _fsdp_tied_embedding_traffic_bytes_block(*block)
     return call.out
+
+
+def _fsdp_tied_embedding_traffic_bytes_invariants(bytes_grad, h, v):
+    """What fsdp_tied_embedding_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+        inv1 = h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, v) = _runtime.reals("fsdp_tied_embedding_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+        inv0 = 2*bytes_grad
+        inv1 = h*v
+    return (inv0, inv1)
+
+
+def _fsdp_tied_embedding_traffic_bytes_block(out, r0, r1, r2, r3, m0, bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v, inv0, inv1):
+    """fsdp_tied_embedding_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
+    numpy.maximum(1.0, gather_embed, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = 1/numpy.maximum(1, shard_embed*tmp0) -> r1
+    numpy.multiply(r0, shard_embed, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.divide(1.0, r1, out=r1)
+    # tmp2 = numpy.maximum(1, shard_embed*tmp1) -> r2
+    numpy.multiply(r1, shard_embed, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    # tmp3 = numpy.maximum(1, d*tmp0) -> r3
+    numpy.multiply(r0, d, out=r3)
+    numpy.maximum(r3, 1.0, out=r3)
+    # out = tmp1*(inv0*reduces*(tmp3 - 1)/tmp3 + (bytes_grad + bytes_p*gathers)*(tmp2 -
+    #     1))*numpy.where(numpy.less_equal(p, 1), 0, inv1)/tmp2
+    numpy.subtract(r2, 1.0, out=out)
+    numpy.multiply(gathers, bytes_p, out=r0)
+    numpy.add(r0, bytes_grad, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.subtract(r3, 1.0, out=r0)
+    numpy.multiply(r0, inv0, out=r0)
+    numpy.multiply(r0, reduces, out=r0)
+    numpy.divide(r0, r3, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.copyto(r0, inv1)
+    numpy.less_equal(p, 1.0, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.divide(out, r2, out=out)
+
+
+fsdp_tied_embedding_traffic_bytes.kernel = _runtime.Kernel(
+    _fsdp_tied_embedding_traffic_bytes_block,
+    reals=4,
+    masks=1,
+    arguments=("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "p", "reduces", "shard_embed", "v"),
+    passed=("inv0", "inv1"),
+    invariants=_fsdp_tied_embedding_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"),
+    quiet=True,
+)
 
 
 def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v):
@@ -1066,14 +1355,7 @@ def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = h*v
-            inv1 = 2*bytes_grad
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_grad, h, v) = _runtime.reals("fsdp_tied_embedding_reduce_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
-            inv0 = h*v
-            inv1 = 2*bytes_grad
+        (inv0, inv1) = _fsdp_tied_embedding_reduce_traffic_bytes_invariants(bytes_grad, h, v)
         call = _runtime.Call(
             "fsdp_tied_embedding_reduce_traffic_bytes",
             ("bytes_grad", "d", "gather_embed", "h", "p", "reduces", "shard_embed", "v", "inv0", "inv1"),
@@ -1081,32 +1363,61 @@ def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, 
             reals=3,
             masks=1,
         )
-        for out, r0, r1, r2, m0, bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v, inv0, inv1 in call.blocks():
-            # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
-            numpy.maximum(1.0, gather_embed, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp1 = numpy.maximum(1, d*tmp0) -> r1
-            numpy.multiply(r0, d, out=r1)
-            numpy.maximum(r1, 1.0, out=r1)
-            # tmp2 = 1/numpy.maximum(1, shard_embed*tmp0) -> r2
-            numpy.multiply(r0, shard_embed, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            numpy.divide(1.0, r2, out=r2)
-            # out = inv1*reduces*tmp2*(tmp1 - 1)*numpy.where(numpy.less_equal(p, 1), 0,
-            #     inv0)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
-            numpy.subtract(r1, 1.0, out=out)
-            numpy.copyto(r0, inv0)
-            numpy.less_equal(p, 1.0, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv1, out=out)
-            numpy.multiply(out, r2, out=out)
-            numpy.multiply(out, reduces, out=out)
-            numpy.multiply(r2, shard_embed, out=r0)
-            numpy.maximum(r0, 1.0, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _fsdp_tied_embedding_reduce_traffic_bytes_block(*block)
     return call.out
+
+
+def _fsdp_tied_embedding_reduce_traffic_bytes_invariants(bytes_grad, h, v):
+    """What fsdp_tied_embedding_reduce_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = h*v
+        inv1 = 2*bytes_grad
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, v) = _runtime.reals("fsdp_tied_embedding_reduce_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+        inv0 = h*v
+        inv1 = 2*bytes_grad
+    return (inv0, inv1)
+
+
+def _fsdp_tied_embedding_reduce_traffic_bytes_block(out, r0, r1, r2, m0, bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v, inv0, inv1):
+    """fsdp_tied_embedding_reduce_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = 1/numpy.maximum(1, gather_embed) -> r0
+    numpy.maximum(1.0, gather_embed, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = numpy.maximum(1, d*tmp0) -> r1
+    numpy.multiply(r0, d, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # tmp2 = 1/numpy.maximum(1, shard_embed*tmp0) -> r2
+    numpy.multiply(r0, shard_embed, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    numpy.divide(1.0, r2, out=r2)
+    # out = inv1*reduces*tmp2*(tmp1 - 1)*numpy.where(numpy.less_equal(p, 1), 0,
+    #     inv0)/(tmp1*numpy.maximum(1, shard_embed*tmp2))
+    numpy.subtract(r1, 1.0, out=out)
+    numpy.copyto(r0, inv0)
+    numpy.less_equal(p, 1.0, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(out, r2, out=out)
+    numpy.multiply(out, reduces, out=out)
+    numpy.multiply(r2, shard_embed, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+fsdp_tied_embedding_reduce_traffic_bytes.kernel = _runtime.Kernel(
+    _fsdp_tied_embedding_reduce_traffic_bytes_block,
+    reals=3,
+    masks=1,
+    arguments=("bytes_grad", "d", "gather_embed", "h", "p", "reduces", "shard_embed", "v"),
+    passed=("inv0", "inv1"),
+    invariants=_fsdp_tied_embedding_reduce_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"),
+    quiet=True,
+)
 
 
 def fsdp_output_traffic_bytes(*, bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v):
@@ -1148,14 +1459,7 @@ def fsdp_output_traffic_bytes(*, bytes_grad, bytes_p, cp, d, gathers, h, reduces
         tmp2 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = v*(h + 1)*(2*bytes_grad*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1 - 1))/(t*tmp1)
         return _runtime.broadcast(xp, out, (bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad
-        inv1 = v*(h + 1)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad, h, v) = _runtime.reals("fsdp_output_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
-        inv0 = 2*bytes_grad
-        inv1 = v*(h + 1)
+    (inv0, inv1) = _fsdp_output_traffic_bytes_invariants(bytes_grad, h, v)
     call = _runtime.Call(
         "fsdp_output_traffic_bytes",
         ("bytes_grad", "bytes_p", "cp", "d", "gathers", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v", "inv0", "inv1"),
@@ -1163,30 +1467,58 @@ def fsdp_output_traffic_bytes(*, bytes_grad, bytes_p, cp, d, gathers, h, reduces
         reals=3,
         masks=0,
     )
-    for out, r0, r1, r2, bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v, inv0, inv1 in call.blocks():
-        # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
-        numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        # tmp2 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
-        numpy.multiply(cp, d, out=r1)
-        numpy.multiply(r1, t, out=r1)
-        numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
-        numpy.maximum(r1, 1.0, out=r1)
-        # out = inv1*(inv0*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1 -
-        #     1))/(t*tmp1)
-        numpy.subtract(r0, 1.0, out=out)
-        numpy.multiply(gathers, bytes_p, out=r2)
-        numpy.add(r2, bytes_grad, out=r2)
-        numpy.multiply(out, r2, out=out)
-        numpy.subtract(r1, 1.0, out=r2)
-        numpy.multiply(r2, inv0, out=r2)
-        numpy.multiply(r2, reduces, out=r2)
-        numpy.divide(r2, r1, out=r2)
-        numpy.add(out, r2, out=out)
-        numpy.multiply(out, inv1, out=out)
-        numpy.multiply(r0, t, out=r2)
-        numpy.divide(out, r2, out=out)
+    for block in call.blocks():
+        _fsdp_output_traffic_bytes_block(*block)
     return call.out
+
+
+def _fsdp_output_traffic_bytes_invariants(bytes_grad, h, v):
+    """What fsdp_output_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad
+        inv1 = v*(h + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, v) = _runtime.reals("fsdp_output_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+        inv0 = 2*bytes_grad
+        inv1 = v*(h + 1)
+    return (inv0, inv1)
+
+
+def _fsdp_output_traffic_bytes_block(out, r0, r1, r2, bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v, inv0, inv1):
+    """fsdp_output_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, shard_p_os_non_exp_partial/t) -> r0
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # tmp2 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r1
+    numpy.multiply(cp, d, out=r1)
+    numpy.multiply(r1, t, out=r1)
+    numpy.divide(r1, shard_p_os_non_exp_partial, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    # out = inv1*(inv0*reduces*(tmp2 - 1)/tmp2 + (bytes_grad + bytes_p*gathers)*(tmp1 - 1))/(t*tmp1)
+    numpy.subtract(r0, 1.0, out=out)
+    numpy.multiply(gathers, bytes_p, out=r2)
+    numpy.add(r2, bytes_grad, out=r2)
+    numpy.multiply(out, r2, out=out)
+    numpy.subtract(r1, 1.0, out=r2)
+    numpy.multiply(r2, inv0, out=r2)
+    numpy.multiply(r2, reduces, out=r2)
+    numpy.divide(r2, r1, out=r2)
+    numpy.add(out, r2, out=out)
+    numpy.multiply(out, inv1, out=out)
+    numpy.multiply(r0, t, out=r2)
+    numpy.divide(out, r2, out=out)
+
+
+fsdp_output_traffic_bytes.kernel = _runtime.Kernel(
+    _fsdp_output_traffic_bytes_block,
+    reals=3,
+    masks=0,
+    arguments=("bytes_grad", "bytes_p", "cp", "d", "gathers", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v"),
+    passed=("inv0", "inv1"),
+    invariants=_fsdp_output_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"),
+    quiet=False,
+)
 
 
 def fsdp_output_reduce_traffic_bytes(*, bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v):
@@ -1223,12 +1555,7 @@ def fsdp_output_reduce_traffic_bytes(*, bytes_grad, cp, d, h, reduces, shard_p_o
         tmp1 = xp.maximum(1, cp*d*t/shard_p_os_non_exp_partial)
         out = 2*bytes_grad*reduces*v*(h + 1)*(tmp1 - 1)/(t*tmp1*xp.maximum(1, shard_p_os_non_exp_partial/t))
         return _runtime.broadcast(xp, out, (bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_grad*v*(h + 1)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_grad, h, v) = _runtime.reals("fsdp_output_reduce_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
-        inv0 = 2*bytes_grad*v*(h + 1)
+    (inv0,) = _fsdp_output_reduce_traffic_bytes_invariants(bytes_grad, h, v)
     call = _runtime.Call(
         "fsdp_output_reduce_traffic_bytes",
         ("bytes_grad", "cp", "d", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v", "inv0"),
@@ -1236,22 +1563,49 @@ def fsdp_output_reduce_traffic_bytes(*, bytes_grad, cp, d, h, reduces, shard_p_o
         reals=2,
         masks=0,
     )
-    for out, r0, r1, bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v, inv0 in call.blocks():
-        # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
-        numpy.multiply(cp, d, out=r0)
-        numpy.multiply(r0, t, out=r0)
-        numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        # out = inv0*reduces*(tmp1 - 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
-        numpy.subtract(r0, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, reduces, out=out)
-        numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
-        numpy.maximum(r1, 1.0, out=r1)
-        numpy.multiply(r1, r0, out=r1)
-        numpy.multiply(r1, t, out=r1)
-        numpy.divide(out, r1, out=out)
+    for block in call.blocks():
+        _fsdp_output_reduce_traffic_bytes_block(*block)
     return call.out
+
+
+def _fsdp_output_reduce_traffic_bytes_invariants(bytes_grad, h, v):
+    """What fsdp_output_reduce_traffic_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_grad*v*(h + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_grad, h, v) = _runtime.reals("fsdp_output_reduce_traffic_bytes", ("bytes_grad", "h", "v"), (bytes_grad, h, v))
+        inv0 = 2*bytes_grad*v*(h + 1)
+    return (inv0,)
+
+
+def _fsdp_output_reduce_traffic_bytes_block(out, r0, r1, bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v, inv0):
+    """fsdp_output_reduce_traffic_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = numpy.maximum(1, cp*d*t/shard_p_os_non_exp_partial) -> r0
+    numpy.multiply(cp, d, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(r0, shard_p_os_non_exp_partial, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    # out = inv0*reduces*(tmp1 - 1)/(t*tmp1*numpy.maximum(1, shard_p_os_non_exp_partial/t))
+    numpy.subtract(r0, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, reduces, out=out)
+    numpy.divide(shard_p_os_non_exp_partial, t, out=r1)
+    numpy.maximum(r1, 1.0, out=r1)
+    numpy.multiply(r1, r0, out=r1)
+    numpy.multiply(r1, t, out=r1)
+    numpy.divide(out, r1, out=out)
+
+
+fsdp_output_reduce_traffic_bytes.kernel = _runtime.Kernel(
+    _fsdp_output_reduce_traffic_bytes_block,
+    reals=2,
+    masks=0,
+    arguments=("bytes_grad", "cp", "d", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v"),
+    passed=("inv0",),
+    invariants=_fsdp_output_reduce_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"),
+    quiet=False,
+)
 
 
 def fsdp_resharded_layer_gathers_count():
@@ -1277,10 +1631,27 @@ def fsdp_resharded_layer_gathers_count():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 2
-        numpy.copyto(out, 2.0)
+    for block in call.blocks():
+        _fsdp_resharded_layer_gathers_count_block(*block)
     return call.out
+
+
+def _fsdp_resharded_layer_gathers_count_block(out,):
+    """fsdp_resharded_layer_gathers_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2
+    numpy.copyto(out, 2.0)
+
+
+fsdp_resharded_layer_gathers_count.kernel = _runtime.Kernel(
+    _fsdp_resharded_layer_gathers_count_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def fsdp_resharded_root_gathers_count():
@@ -1306,10 +1677,27 @@ def fsdp_resharded_root_gathers_count():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _fsdp_resharded_root_gathers_count_block(*block)
     return call.out
+
+
+def _fsdp_resharded_root_gathers_count_block(out,):
+    """fsdp_resharded_root_gathers_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+fsdp_resharded_root_gathers_count.kernel = _runtime.Kernel(
+    _fsdp_resharded_root_gathers_count_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def fsdp_kept_gathers_count(*, m):
@@ -1344,10 +1732,27 @@ def fsdp_kept_gathers_count(*, m):
         reals=0,
         masks=0,
     )
-    for out, m in call.blocks():
-        # out = 1/m
-        numpy.divide(1.0, m, out=out)
+    for block in call.blocks():
+        _fsdp_kept_gathers_count_block(*block)
     return call.out
+
+
+def _fsdp_kept_gathers_count_block(out, m):
+    """fsdp_kept_gathers_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1/m
+    numpy.divide(1.0, m, out=out)
+
+
+fsdp_kept_gathers_count.kernel = _runtime.Kernel(
+    _fsdp_kept_gathers_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def fsdp_cp_spanning_reduces_count(*, m, shard_p_os_non_exp_partial, t):
@@ -1388,13 +1793,30 @@ def fsdp_cp_spanning_reduces_count(*, m, shard_p_os_non_exp_partial, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, m, shard_p_os_non_exp_partial, t in call.blocks():
-            # out = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 1/m, 1)
-            numpy.copyto(out, 1.0)
-            numpy.greater(shard_p_os_non_exp_partial, t, out=m0)
-            numpy.divide(1.0, m, out=r0)
-            numpy.copyto(out, r0, where=m0)
+        for block in call.blocks():
+            _fsdp_cp_spanning_reduces_count_block(*block)
     return call.out
+
+
+def _fsdp_cp_spanning_reduces_count_block(out, r0, m0, m, shard_p_os_non_exp_partial, t):
+    """fsdp_cp_spanning_reduces_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 1/m, 1)
+    numpy.copyto(out, 1.0)
+    numpy.greater(shard_p_os_non_exp_partial, t, out=m0)
+    numpy.divide(1.0, m, out=r0)
+    numpy.copyto(out, r0, where=m0)
+
+
+fsdp_cp_spanning_reduces_count.kernel = _runtime.Kernel(
+    _fsdp_cp_spanning_reduces_count_block,
+    reals=1,
+    masks=1,
+    arguments=("m", "shard_p_os_non_exp_partial", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def fsdp_cp_separate_reduces_count(*, cp, m, shard_p_os_non_exp_partial, t):
@@ -1436,11 +1858,28 @@ def fsdp_cp_separate_reduces_count(*, cp, m, shard_p_os_non_exp_partial, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, cp, m, shard_p_os_non_exp_partial, t in call.blocks():
-            # out = numpy.where(numpy.greater(shard_p_os_non_exp_partial, cp*t), 1/m, 1)
-            numpy.copyto(out, 1.0)
-            numpy.multiply(cp, t, out=r0)
-            numpy.greater(shard_p_os_non_exp_partial, r0, out=m0)
-            numpy.divide(1.0, m, out=r0)
-            numpy.copyto(out, r0, where=m0)
+        for block in call.blocks():
+            _fsdp_cp_separate_reduces_count_block(*block)
     return call.out
+
+
+def _fsdp_cp_separate_reduces_count_block(out, r0, m0, cp, m, shard_p_os_non_exp_partial, t):
+    """fsdp_cp_separate_reduces_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.greater(shard_p_os_non_exp_partial, cp*t), 1/m, 1)
+    numpy.copyto(out, 1.0)
+    numpy.multiply(cp, t, out=r0)
+    numpy.greater(shard_p_os_non_exp_partial, r0, out=m0)
+    numpy.divide(1.0, m, out=r0)
+    numpy.copyto(out, r0, where=m0)
+
+
+fsdp_cp_separate_reduces_count.kernel = _runtime.Kernel(
+    _fsdp_cp_separate_reduces_count_block,
+    reals=1,
+    masks=1,
+    arguments=("cp", "m", "shard_p_os_non_exp_partial", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)

@@ -281,72 +281,7 @@ def memory_standard_dense_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp1 = hff*n_ffMM
-            tmp2 = numpy.not_equal(dh, 0)
-            tmp4 = numpy.where(tmp2, dh, h/a)
-            tmp5 = a*tmp4
-            tmp6 = numpy.greater(n_kv, 0)
-            tmp7 = bytes_compute*(tmp1 + tmp4*(a + 2*numpy.where(tmp6, n_kv, a)) + tmp5)
-            tmp9 = 4*a
-            tmp10 = flash_attention*tmp9
-            tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp12 = tmp10 + tmp11
-            tmp13 = tmp12 + tmp7
-            inv0 = -tie_emb_out
-            tmp18 = numpy.greater_equal(zero_level, 2)
-            tmp20 = numpy.greater_equal(zero_level, 1)
-            tmp21 = numpy.greater_equal(zero_level, 3)
-            tmp28 = 2*n_kv
-            inv1 = -bytes_compute
-            inv2 = 2*dropout
-            tmp33 = h + qkv_bias
-            tmp34 = 0.25*n_attMM
-            tmp35 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp34*(o_bias + tmp5) + 0.5*(n_attMM*n_kv*tmp33*tmp4) + 2*n_qknorm*tmp4 + tmp33*tmp34*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*tmp1 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv3 = -tmp35
-            inv4 = -tmp35
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = -tmp13
-            inv9 = numpy.logical_and(tmp2, tmp6)
-            inv10 = a + tmp28
-            inv11 = 1 + tmp28/a
-            inv12 = -tmp12
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_t", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level))
-            tmp1 = hff*n_ffMM
-            tmp2 = numpy.not_equal(dh, 0)
-            tmp4 = numpy.where(tmp2, dh, h/a)
-            tmp5 = a*tmp4
-            tmp6 = numpy.greater(n_kv, 0)
-            tmp7 = bytes_compute*(tmp1 + tmp4*(a + 2*numpy.where(tmp6, n_kv, a)) + tmp5)
-            tmp9 = 4*a
-            tmp10 = flash_attention*tmp9
-            tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp12 = tmp10 + tmp11
-            tmp13 = tmp12 + tmp7
-            inv0 = -tie_emb_out
-            tmp18 = numpy.greater_equal(zero_level, 2)
-            tmp20 = numpy.greater_equal(zero_level, 1)
-            tmp21 = numpy.greater_equal(zero_level, 3)
-            tmp28 = 2*n_kv
-            inv1 = -bytes_compute
-            inv2 = 2*dropout
-            tmp33 = h + qkv_bias
-            tmp34 = 0.25*n_attMM
-            tmp35 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp34*(o_bias + tmp5) + 0.5*(n_attMM*n_kv*tmp33*tmp4) + 2*n_qknorm*tmp4 + tmp33*tmp34*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*tmp1 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv3 = -tmp35
-            inv4 = -tmp35
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = -tmp13
-            inv9 = numpy.logical_and(tmp2, tmp6)
-            inv10 = a + tmp28
-            inv11 = 1 + tmp28/a
-            inv12 = -tmp12
+        (tmp1, tmp2, tmp6, tmp7, tmp9, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11, inv12) = _memory_standard_dense_stage_total_bytes__d_t_invariants(a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level)
         call = _runtime.Call(
             "memory_standard_dense_stage_total_bytes__d_t",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp2", "tmp6", "tmp7", "tmp9", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12"),
@@ -354,151 +289,236 @@ def memory_standard_dense_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output
             reals=17,
             masks=7,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, m2, m3, m4, m5, m6, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, tmp2, tmp6, tmp7, tmp9, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11, inv12 in call.blocks():
-            # tmp2_mask = numpy.not_equal(dh, 0) -> m0
-            numpy.not_equal(dh, 0.0, out=m0)
-            # tmp6_mask = numpy.greater(n_kv, 0) -> m1
-            numpy.greater(n_kv, 0.0, out=m1)
-            # tmp18_mask = numpy.greater_equal(zero_level, 2) -> m2
-            numpy.greater_equal(zero_level, 2.0, out=m2)
-            # tmp20_mask = numpy.greater_equal(zero_level, 1) -> m3
-            numpy.greater_equal(zero_level, 1.0, out=m3)
-            # tmp21_mask = numpy.greater_equal(zero_level, 3) -> m4
-            numpy.greater_equal(zero_level, 3.0, out=m4)
-            # inv9_mask = numpy.logical_and(tmp2, tmp6) -> m5
-            numpy.logical_and(tmp2, tmp6, out=m5)
-            # tmp0 = 1/(t*t) -> r0
-            numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp8 = n_body + n_extra + n_extra_sel -> r1
-            numpy.add(n_body, n_extra, out=r1)
-            numpy.add(r1, n_extra_sel, out=r1)
-            # tmp14 = b*s/cp -> r2
-            numpy.multiply(b, s, out=r2)
-            numpy.divide(r2, cp, out=r2)
-            # tmp15 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
-            numpy.copyto(r3, 0.0)
-            numpy.less_equal(p, 1.0, out=m6)
-            numpy.copyto(r3, 1.0, where=m6)
-            numpy.multiply(r3, inv0, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, v, out=r3)
-            # tmp16 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
-            #     1)/(numpy.maximum(shard_p_os_non_exp_partial,
-            #     t)*numpy.maximum(shard_p_os_non_exp_partial, t)) -> r4
-            numpy.copyto(r4, 1.0)
-            numpy.greater(shard_p_os_non_exp_partial, t, out=m6)
-            numpy.copyto(r4, 0.0, where=m6)
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
-            numpy.multiply(r5, r5, out=r6)
-            numpy.divide(r4, r6, out=r4)
-            # tmp17 = -tmp15*tmp16 -> r5
-            numpy.multiply(r3, r4, out=r5)
-            numpy.negative(r5, out=r5)
-            # tmp19 = -tmp0*tmp15 -> r6
-            numpy.multiply(r0, r3, out=r6)
-            numpy.negative(r6, out=r6)
-            # tmp22 = tmp14*numpy.minimum(1, n_full_rec) -> r3
-            numpy.minimum(1.0, n_full_rec, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            # tmp24 = tmp10/t + tmp11/t -> r7
-            numpy.divide(tmp10, t, out=r7)
-            numpy.divide(tmp11, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp25 = tmp14*numpy.minimum(1, n_sel_rec) -> r8
-            numpy.minimum(1.0, n_sel_rec, out=r8)
-            numpy.multiply(r8, r2, out=r8)
-            # tmp26 = tmp24*tmp25 -> r9
-            numpy.multiply(r7, r8, out=r9)
-            # tmp27 = dh/t -> r10
-            numpy.divide(dh, t, out=r10)
-            # tmp29 = h/sp -> r11
-            numpy.divide(h, sp, out=r11)
-            # tmp30 = 4*tmp29 + tmp1/t -> r12
-            numpy.multiply(r11, 4.0, out=r12)
-            numpy.divide(tmp1, t, out=r13)
-            numpy.add(r12, r13, out=r12)
-            # tmp31 = inv1*tmp29 + inv2*tmp29 + tmp24 -> r13
-            numpy.multiply(inv1, r11, out=r13)
-            numpy.multiply(inv2, r11, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, r7, out=r13)
-            # tmp32 = h/t -> r7
-            numpy.divide(h, t, out=r7)
-            # tmp36 = inv3*tmp16 -> r11
-            numpy.multiply(inv3, r4, out=r11)
-            # tmp37 = inv4*tmp0 -> r4
-            numpy.multiply(inv4, r0, out=r4)
-            # out = n_output*(bytes_grad*numpy.where(tmp18_mask, tmp17, tmp19) +
-            #     bytes_optimizer*numpy.where(tmp20_mask, tmp17, tmp19) +
-            #     bytes_p*numpy.where(tmp21_mask, tmp17, tmp19)) - tmp0*tmp14*(inv5*n_output +
-            #     n_sel_rec*tmp7 + tmp13*(-n_full_rec - n_sel_rec +
-            #     tmp8))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
-            #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + tmp8*(bytes_grad*numpy.where(tmp18_mask,
-            #     tmp36, tmp37) + bytes_optimizer*numpy.where(tmp20_mask, tmp36, tmp37) +
-            #     bytes_p*numpy.where(tmp21_mask, tmp36, tmp37)) +
-            #     numpy.where(numpy.where(inv9_mask, numpy.less(tmp26, tmp22*(bytes_compute*(a*tmp27
-            #     + inv10*tmp27 + tmp30) + tmp31)), numpy.where(tmp2_mask, numpy.less(tmp26,
-            #     tmp22*(bytes_compute*(tmp27*tmp9 + tmp30) + tmp31)), numpy.where(tmp6_mask,
-            #     numpy.less(tmp26, tmp22*(bytes_compute*(inv11*tmp32 + tmp30 + tmp32) + tmp31)),
-            #     numpy.less(tmp26, tmp22*(bytes_compute*(tmp30 + 4*tmp32) + tmp31))))),
-            #     inv8*tmp0*tmp22, inv12*tmp0*tmp25)
-            numpy.copyto(out, r4)
-            numpy.copyto(out, r11, where=m2)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.copyto(r14, r4)
-            numpy.copyto(r14, r11, where=m3)
-            numpy.multiply(r14, bytes_optimizer, out=r14)
-            numpy.add(out, r14, out=out)
-            numpy.copyto(r14, r4)
-            numpy.copyto(r14, r11, where=m4)
-            numpy.multiply(r14, bytes_p, out=r14)
-            numpy.add(out, r14, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.copyto(r14, r6)
-            numpy.copyto(r14, r5, where=m2)
-            numpy.multiply(r14, bytes_grad, out=r14)
-            numpy.copyto(r15, r6)
-            numpy.copyto(r15, r5, where=m3)
-            numpy.multiply(r15, bytes_optimizer, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.copyto(r15, r6)
-            numpy.copyto(r15, r5, where=m4)
-            numpy.multiply(r15, bytes_p, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r14, n_output, out=r14)
-            numpy.add(out, r14, out=out)
-            numpy.multiply(inv12, r0, out=r14)
-            numpy.multiply(r14, r8, out=r14)
-            numpy.copyto(m6, numpy.where(m5, numpy.less(r9, r3*(bytes_compute*(a*r10 + inv10*r10 + r12) + r13)), numpy.where(m0, numpy.less(r9, r3*(bytes_compute*(r10*tmp9 + r12) + r13)), numpy.where(m1, numpy.less(r9, r3*(bytes_compute*(inv11*r7 + r12 + r7) + r13)), numpy.less(r9, r3*(bytes_compute*(r12 + 4*r7) + r13))))))
-            numpy.multiply(inv8, r0, out=r15)
-            numpy.multiply(r15, r3, out=r15)
-            numpy.copyto(r14, r15, where=m6)
-            numpy.add(out, r14, out=out)
-            numpy.subtract(r1, n_full_rec, out=r14)
-            numpy.subtract(r14, n_sel_rec, out=r14)
-            numpy.multiply(r14, tmp13, out=r14)
-            numpy.multiply(tmp7, n_sel_rec, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(inv5, n_output, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.less_equal(vp, 1.0, out=m6)
-            if not m6.all():
-                numpy.multiply(p, vp, out=r15)
-                numpy.add(r15, inv7, out=r15)
-                numpy.add(r15, p, out=r15)
-                numpy.divide(r15, vp, out=r15)
-                numpy.minimum(r15, m, out=r15)
-            numpy.add(inv6, p, out=r16)
-            numpy.minimum(r16, m, out=r16)
-            numpy.copyto(r15, r16, where=m6)
-            numpy.multiply(r14, r15, out=r14)
-            numpy.multiply(r14, r0, out=r14)
-            numpy.multiply(r14, r2, out=r14)
-            numpy.subtract(out, r14, out=out)
+        for block in call.blocks():
+            _memory_standard_dense_stage_total_bytes__d_t_block(*block)
     return call.out
+
+
+def _memory_standard_dense_stage_total_bytes__d_t_invariants(a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level):
+    """What memory_standard_dense_stage_total_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp1 = hff*n_ffMM
+        tmp2 = numpy.not_equal(dh, 0)
+        tmp4 = numpy.where(tmp2, dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = numpy.greater(n_kv, 0)
+        tmp7 = bytes_compute*(tmp1 + tmp4*(a + 2*numpy.where(tmp6, n_kv, a)) + tmp5)
+        tmp9 = 4*a
+        tmp10 = flash_attention*tmp9
+        tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp12 = tmp10 + tmp11
+        tmp13 = tmp12 + tmp7
+        inv0 = -tie_emb_out
+        tmp18 = numpy.greater_equal(zero_level, 2)
+        tmp20 = numpy.greater_equal(zero_level, 1)
+        tmp21 = numpy.greater_equal(zero_level, 3)
+        tmp28 = 2*n_kv
+        inv1 = -bytes_compute
+        inv2 = 2*dropout
+        tmp33 = h + qkv_bias
+        tmp34 = 0.25*n_attMM
+        tmp35 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp34*(o_bias + tmp5) + 0.5*(n_attMM*n_kv*tmp33*tmp4) + 2*n_qknorm*tmp4 + tmp33*tmp34*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*tmp1 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv3 = -tmp35
+        inv4 = -tmp35
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = -tmp13
+        inv9 = numpy.logical_and(tmp2, tmp6)
+        inv10 = a + tmp28
+        inv11 = 1 + tmp28/a
+        inv12 = -tmp12
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_t", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level))
+        tmp1 = hff*n_ffMM
+        tmp2 = numpy.not_equal(dh, 0)
+        tmp4 = numpy.where(tmp2, dh, h/a)
+        tmp5 = a*tmp4
+        tmp6 = numpy.greater(n_kv, 0)
+        tmp7 = bytes_compute*(tmp1 + tmp4*(a + 2*numpy.where(tmp6, n_kv, a)) + tmp5)
+        tmp9 = 4*a
+        tmp10 = flash_attention*tmp9
+        tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp12 = tmp10 + tmp11
+        tmp13 = tmp12 + tmp7
+        inv0 = -tie_emb_out
+        tmp18 = numpy.greater_equal(zero_level, 2)
+        tmp20 = numpy.greater_equal(zero_level, 1)
+        tmp21 = numpy.greater_equal(zero_level, 3)
+        tmp28 = 2*n_kv
+        inv1 = -bytes_compute
+        inv2 = 2*dropout
+        tmp33 = h + qkv_bias
+        tmp34 = 0.25*n_attMM
+        tmp35 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp34*(o_bias + tmp5) + 0.5*(n_attMM*n_kv*tmp33*tmp4) + 2*n_qknorm*tmp4 + tmp33*tmp34*tmp5*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*tmp1 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv3 = -tmp35
+        inv4 = -tmp35
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = -tmp13
+        inv9 = numpy.logical_and(tmp2, tmp6)
+        inv10 = a + tmp28
+        inv11 = 1 + tmp28/a
+        inv12 = -tmp12
+    return (tmp1, tmp2, tmp6, tmp7, tmp9, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11, inv12)
+
+
+def _memory_standard_dense_stage_total_bytes__d_t_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, m2, m3, m4, m5, m6, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, tmp2, tmp6, tmp7, tmp9, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11, inv12):
+    """memory_standard_dense_stage_total_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp2_mask = numpy.not_equal(dh, 0) -> m0
+    numpy.not_equal(dh, 0.0, out=m0)
+    # tmp6_mask = numpy.greater(n_kv, 0) -> m1
+    numpy.greater(n_kv, 0.0, out=m1)
+    # tmp18_mask = numpy.greater_equal(zero_level, 2) -> m2
+    numpy.greater_equal(zero_level, 2.0, out=m2)
+    # tmp20_mask = numpy.greater_equal(zero_level, 1) -> m3
+    numpy.greater_equal(zero_level, 1.0, out=m3)
+    # tmp21_mask = numpy.greater_equal(zero_level, 3) -> m4
+    numpy.greater_equal(zero_level, 3.0, out=m4)
+    # inv9_mask = numpy.logical_and(tmp2, tmp6) -> m5
+    numpy.logical_and(tmp2, tmp6, out=m5)
+    # tmp0 = 1/(t*t) -> r0
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp8 = n_body + n_extra + n_extra_sel -> r1
+    numpy.add(n_body, n_extra, out=r1)
+    numpy.add(r1, n_extra_sel, out=r1)
+    # tmp14 = b*s/cp -> r2
+    numpy.multiply(b, s, out=r2)
+    numpy.divide(r2, cp, out=r2)
+    # tmp15 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
+    numpy.copyto(r3, 0.0)
+    numpy.less_equal(p, 1.0, out=m6)
+    numpy.copyto(r3, 1.0, where=m6)
+    numpy.multiply(r3, inv0, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, h, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, v, out=r3)
+    # tmp16 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
+    #     1)/(numpy.maximum(shard_p_os_non_exp_partial, t)*numpy.maximum(shard_p_os_non_exp_partial,
+    #     t)) -> r4
+    numpy.copyto(r4, 1.0)
+    numpy.greater(shard_p_os_non_exp_partial, t, out=m6)
+    numpy.copyto(r4, 0.0, where=m6)
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
+    numpy.multiply(r5, r5, out=r6)
+    numpy.divide(r4, r6, out=r4)
+    # tmp17 = -tmp15*tmp16 -> r5
+    numpy.multiply(r3, r4, out=r5)
+    numpy.negative(r5, out=r5)
+    # tmp19 = -tmp0*tmp15 -> r6
+    numpy.multiply(r0, r3, out=r6)
+    numpy.negative(r6, out=r6)
+    # tmp22 = tmp14*numpy.minimum(1, n_full_rec) -> r3
+    numpy.minimum(1.0, n_full_rec, out=r3)
+    numpy.multiply(r3, r2, out=r3)
+    # tmp24 = tmp10/t + tmp11/t -> r7
+    numpy.divide(tmp10, t, out=r7)
+    numpy.divide(tmp11, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp25 = tmp14*numpy.minimum(1, n_sel_rec) -> r8
+    numpy.minimum(1.0, n_sel_rec, out=r8)
+    numpy.multiply(r8, r2, out=r8)
+    # tmp26 = tmp24*tmp25 -> r9
+    numpy.multiply(r7, r8, out=r9)
+    # tmp27 = dh/t -> r10
+    numpy.divide(dh, t, out=r10)
+    # tmp29 = h/sp -> r11
+    numpy.divide(h, sp, out=r11)
+    # tmp30 = 4*tmp29 + tmp1/t -> r12
+    numpy.multiply(r11, 4.0, out=r12)
+    numpy.divide(tmp1, t, out=r13)
+    numpy.add(r12, r13, out=r12)
+    # tmp31 = inv1*tmp29 + inv2*tmp29 + tmp24 -> r13
+    numpy.multiply(inv1, r11, out=r13)
+    numpy.multiply(inv2, r11, out=r14)
+    numpy.add(r13, r14, out=r13)
+    numpy.add(r13, r7, out=r13)
+    # tmp32 = h/t -> r7
+    numpy.divide(h, t, out=r7)
+    # tmp36 = inv3*tmp16 -> r11
+    numpy.multiply(inv3, r4, out=r11)
+    # tmp37 = inv4*tmp0 -> r4
+    numpy.multiply(inv4, r0, out=r4)
+    # out = n_output*(bytes_grad*numpy.where(tmp18_mask, tmp17, tmp19) +
+    #     bytes_optimizer*numpy.where(tmp20_mask, tmp17, tmp19) + bytes_p*numpy.where(tmp21_mask,
+    #     tmp17, tmp19)) - tmp0*tmp14*(inv5*n_output + n_sel_rec*tmp7 + tmp13*(-n_full_rec -
+    #     n_sel_rec + tmp8))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
+    #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + tmp8*(bytes_grad*numpy.where(tmp18_mask, tmp36,
+    #     tmp37) + bytes_optimizer*numpy.where(tmp20_mask, tmp36, tmp37) +
+    #     bytes_p*numpy.where(tmp21_mask, tmp36, tmp37)) + numpy.where(numpy.where(inv9_mask,
+    #     numpy.less(tmp26, tmp22*(bytes_compute*(a*tmp27 + inv10*tmp27 + tmp30) + tmp31)),
+    #     numpy.where(tmp2_mask, numpy.less(tmp26, tmp22*(bytes_compute*(tmp27*tmp9 + tmp30) +
+    #     tmp31)), numpy.where(tmp6_mask, numpy.less(tmp26, tmp22*(bytes_compute*(inv11*tmp32 +
+    #     tmp30 + tmp32) + tmp31)), numpy.less(tmp26, tmp22*(bytes_compute*(tmp30 + 4*tmp32) +
+    #     tmp31))))), inv8*tmp0*tmp22, inv12*tmp0*tmp25)
+    numpy.copyto(out, r4)
+    numpy.copyto(out, r11, where=m2)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.copyto(r14, r4)
+    numpy.copyto(r14, r11, where=m3)
+    numpy.multiply(r14, bytes_optimizer, out=r14)
+    numpy.add(out, r14, out=out)
+    numpy.copyto(r14, r4)
+    numpy.copyto(r14, r11, where=m4)
+    numpy.multiply(r14, bytes_p, out=r14)
+    numpy.add(out, r14, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.copyto(r14, r6)
+    numpy.copyto(r14, r5, where=m2)
+    numpy.multiply(r14, bytes_grad, out=r14)
+    numpy.copyto(r15, r6)
+    numpy.copyto(r15, r5, where=m3)
+    numpy.multiply(r15, bytes_optimizer, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.copyto(r15, r6)
+    numpy.copyto(r15, r5, where=m4)
+    numpy.multiply(r15, bytes_p, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(r14, n_output, out=r14)
+    numpy.add(out, r14, out=out)
+    numpy.multiply(inv12, r0, out=r14)
+    numpy.multiply(r14, r8, out=r14)
+    numpy.copyto(m6, numpy.where(m5, numpy.less(r9, r3*(bytes_compute*(a*r10 + inv10*r10 + r12) + r13)), numpy.where(m0, numpy.less(r9, r3*(bytes_compute*(r10*tmp9 + r12) + r13)), numpy.where(m1, numpy.less(r9, r3*(bytes_compute*(inv11*r7 + r12 + r7) + r13)), numpy.less(r9, r3*(bytes_compute*(r12 + 4*r7) + r13))))))
+    numpy.multiply(inv8, r0, out=r15)
+    numpy.multiply(r15, r3, out=r15)
+    numpy.copyto(r14, r15, where=m6)
+    numpy.add(out, r14, out=out)
+    numpy.subtract(r1, n_full_rec, out=r14)
+    numpy.subtract(r14, n_sel_rec, out=r14)
+    numpy.multiply(r14, tmp13, out=r14)
+    numpy.multiply(tmp7, n_sel_rec, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(inv5, n_output, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.less_equal(vp, 1.0, out=m6)
+    if not m6.all():
+        numpy.multiply(p, vp, out=r15)
+        numpy.add(r15, inv7, out=r15)
+        numpy.add(r15, p, out=r15)
+        numpy.divide(r15, vp, out=r15)
+        numpy.minimum(r15, m, out=r15)
+    numpy.add(inv6, p, out=r16)
+    numpy.minimum(r16, m, out=r16)
+    numpy.copyto(r15, r16, where=m6)
+    numpy.multiply(r14, r15, out=r14)
+    numpy.multiply(r14, r0, out=r14)
+    numpy.multiply(r14, r2, out=r14)
+    numpy.subtract(out, r14, out=out)
+
+
+memory_standard_dense_stage_total_bytes__d_t.kernel = _runtime.Kernel(
+    _memory_standard_dense_stage_total_bytes__d_t_block,
+    reals=17,
+    masks=7,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
+    passed=("tmp1", "tmp2", "tmp6", "tmp7", "tmp9", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12"),
+    invariants=_memory_standard_dense_stage_total_bytes__d_t_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_standard_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp):
@@ -637,38 +657,7 @@ def memory_standard_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = numpy.not_equal(dh, 0)
-            inv0 = numpy.where(tmp5, dh, h/a)
-            tmp8 = numpy.greater(n_kv, 0)
-            inv1 = hff*n_ffMM
-            inv2 = a + 2*numpy.where(tmp8, n_kv, a)
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp23 = 2*n_kv
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = numpy.logical_and(tmp5, tmp8)
-            inv9 = a + tmp23
-            inv10 = 1 + tmp23/a
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v))
-            tmp5 = numpy.not_equal(dh, 0)
-            inv0 = numpy.where(tmp5, dh, h/a)
-            tmp8 = numpy.greater(n_kv, 0)
-            inv1 = hff*n_ffMM
-            inv2 = a + 2*numpy.where(tmp8, n_kv, a)
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp23 = 2*n_kv
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = numpy.logical_and(tmp5, tmp8)
-            inv9 = a + tmp23
-            inv10 = 1 + tmp23/a
+        (tmp5, inv0, tmp8, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10) = _memory_standard_dense_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v)
         call = _runtime.Call(
             "memory_standard_dense_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "tmp5", "inv0", "tmp8", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
@@ -676,118 +665,170 @@ def memory_standard_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_
             reals=19,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, tmp5, inv0, tmp8, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10 in call.blocks():
-            # tmp5_mask = numpy.not_equal(dh, 0) -> m0
-            numpy.not_equal(dh, 0.0, out=m0)
-            # tmp8_mask = numpy.greater(n_kv, 0) -> m1
-            numpy.greater(n_kv, 0.0, out=m1)
-            # inv8_mask = numpy.logical_and(tmp5, tmp8) -> m2
-            numpy.logical_and(tmp5, tmp8, out=m2)
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp1 = bytes_compute*tmp0 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp2 = dropout*tmp0 -> r2
-            numpy.multiply(r0, dropout, out=r2)
-            # tmp4 = 2*tmp2 -> r3
-            numpy.multiply(r2, 2.0, out=r3)
-            # tmp7 = inv0/t -> r4
-            numpy.divide(inv0, t, out=r4)
-            # tmp9 = inv1/t + 4*tmp0 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.divide(inv1, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            # tmp10 = bytes_compute*(a*tmp7 + inv2*tmp7 + tmp9) + tmp4 -> r0
-            numpy.multiply(r4, a, out=r0)
-            numpy.multiply(inv2, r4, out=r6)
-            numpy.add(r0, r6, out=r0)
-            numpy.add(r0, r5, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.add(r0, r3, out=r0)
-            # tmp11 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp12 = inv3*tmp11 + inv4*tmp11 -> r6
-            numpy.multiply(inv3, r4, out=r6)
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp13 = tmp10 + tmp12 -> r4
-            numpy.add(r0, r6, out=r4)
-            # tmp14 = b*s -> r7
-            numpy.multiply(b, s, out=r7)
-            # tmp15 = tmp14/(cp*cp) -> r8
-            numpy.multiply(cp, cp, out=r8)
-            numpy.divide(r7, r8, out=r8)
-            # tmp16 = -tmp1 -> r9
-            numpy.negative(r1, out=r9)
-            # tmp17 = numpy.minimum(1, n_full_rec) -> r10
-            numpy.minimum(1.0, n_full_rec, out=r10)
-            # tmp18 = numpy.minimum(1, n_sel_rec) -> r11
-            numpy.minimum(1.0, n_sel_rec, out=r11)
-            # tmp19 = tmp14/cp -> r12
-            numpy.divide(r7, cp, out=r12)
-            # tmp20 = tmp12*tmp18*tmp19 -> r7
-            numpy.multiply(r6, r11, out=r7)
-            numpy.multiply(r7, r12, out=r7)
-            # tmp21 = dh/t -> r13
-            numpy.divide(dh, t, out=r13)
-            # tmp22 = a*tmp21 -> r14
-            numpy.multiply(r13, a, out=r14)
-            # tmp24 = tmp12 + tmp16 + tmp4 -> r15
-            numpy.add(r6, r9, out=r15)
-            numpy.add(r15, r3, out=r15)
-            # tmp25 = tmp17*tmp19 -> r3
-            numpy.multiply(r10, r12, out=r3)
-            # tmp26 = h/t -> r12
-            numpy.divide(h, t, out=r12)
-            # out = -tmp15*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
-            #     n_sel_rec*tmp10 + tmp13*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
-            #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(inv8_mask,
-            #     numpy.less(tmp20, tmp25*(bytes_compute*(inv9*tmp21 + tmp22 + tmp9) + tmp24)),
-            #     numpy.where(tmp5_mask, numpy.less(tmp20, tmp25*(bytes_compute*(4*tmp22 + tmp9) +
-            #     tmp24)), numpy.where(tmp8_mask, numpy.less(tmp20,
-            #     tmp25*(bytes_compute*(inv10*tmp26 + tmp26 + tmp9) + tmp24)), numpy.less(tmp20,
-            #     tmp25*(bytes_compute*(4*tmp26 + tmp9) + tmp24))))), tmp15*tmp17*(-tmp13 - tmp16),
-            #     -tmp12*tmp15*tmp18)
-            numpy.multiply(r6, r8, out=out)
-            numpy.multiply(out, r11, out=out)
-            numpy.negative(out, out=out)
-            numpy.copyto(m3, numpy.where(m2, numpy.less(r7, r3*(bytes_compute*(inv9*r13 + r14 + r5) + r15)), numpy.where(m0, numpy.less(r7, r3*(bytes_compute*(4*r14 + r5) + r15)), numpy.where(m1, numpy.less(r7, r3*(bytes_compute*(inv10*r12 + r12 + r5) + r15)), numpy.less(r7, r3*(bytes_compute*(4*r12 + r5) + r15))))))
-            numpy.negative(r4, out=r16)
-            numpy.subtract(r16, r9, out=r16)
-            numpy.multiply(r16, r8, out=r16)
-            numpy.multiply(r16, r10, out=r16)
-            numpy.copyto(out, r16, where=m3)
-            numpy.multiply(r1, n_full_rec, out=r16)
-            numpy.multiply(r0, n_sel_rec, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.add(n_body, n_extra, out=r17)
-            numpy.add(r17, n_extra_sel, out=r17)
-            numpy.subtract(r17, n_full_rec, out=r17)
-            numpy.subtract(r17, n_sel_rec, out=r17)
-            numpy.multiply(r17, r4, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r2, n_embedding, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r1, 2.0, out=r17)
-            numpy.divide(inv5, t, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.multiply(r17, n_output, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.less_equal(vp, 1.0, out=m3)
-            if not m3.all():
-                numpy.multiply(p, vp, out=r17)
-                numpy.add(r17, inv7, out=r17)
-                numpy.add(r17, p, out=r17)
-                numpy.divide(r17, vp, out=r17)
-                numpy.minimum(r17, m, out=r17)
-            numpy.add(inv6, p, out=r18)
-            numpy.minimum(r18, m, out=r18)
-            numpy.copyto(r17, r18, where=m3)
-            numpy.multiply(r16, r17, out=r16)
-            numpy.multiply(r16, r8, out=r16)
-            numpy.subtract(out, r16, out=out)
+        for block in call.blocks():
+            _memory_standard_dense_stage_total_bytes__d_cp_block(*block)
     return call.out
+
+
+def _memory_standard_dense_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v):
+    """What memory_standard_dense_stage_total_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = numpy.not_equal(dh, 0)
+        inv0 = numpy.where(tmp5, dh, h/a)
+        tmp8 = numpy.greater(n_kv, 0)
+        inv1 = hff*n_ffMM
+        inv2 = a + 2*numpy.where(tmp8, n_kv, a)
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp23 = 2*n_kv
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = numpy.logical_and(tmp5, tmp8)
+        inv9 = a + tmp23
+        inv10 = 1 + tmp23/a
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v))
+        tmp5 = numpy.not_equal(dh, 0)
+        inv0 = numpy.where(tmp5, dh, h/a)
+        tmp8 = numpy.greater(n_kv, 0)
+        inv1 = hff*n_ffMM
+        inv2 = a + 2*numpy.where(tmp8, n_kv, a)
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp23 = 2*n_kv
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = numpy.logical_and(tmp5, tmp8)
+        inv9 = a + tmp23
+        inv10 = 1 + tmp23/a
+    return (tmp5, inv0, tmp8, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10)
+
+
+def _memory_standard_dense_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, tmp5, inv0, tmp8, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10):
+    """memory_standard_dense_stage_total_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp5_mask = numpy.not_equal(dh, 0) -> m0
+    numpy.not_equal(dh, 0.0, out=m0)
+    # tmp8_mask = numpy.greater(n_kv, 0) -> m1
+    numpy.greater(n_kv, 0.0, out=m1)
+    # inv8_mask = numpy.logical_and(tmp5, tmp8) -> m2
+    numpy.logical_and(tmp5, tmp8, out=m2)
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp1 = bytes_compute*tmp0 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp2 = dropout*tmp0 -> r2
+    numpy.multiply(r0, dropout, out=r2)
+    # tmp4 = 2*tmp2 -> r3
+    numpy.multiply(r2, 2.0, out=r3)
+    # tmp7 = inv0/t -> r4
+    numpy.divide(inv0, t, out=r4)
+    # tmp9 = inv1/t + 4*tmp0 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.divide(inv1, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    # tmp10 = bytes_compute*(a*tmp7 + inv2*tmp7 + tmp9) + tmp4 -> r0
+    numpy.multiply(r4, a, out=r0)
+    numpy.multiply(inv2, r4, out=r6)
+    numpy.add(r0, r6, out=r0)
+    numpy.add(r0, r5, out=r0)
+    numpy.multiply(r0, bytes_compute, out=r0)
+    numpy.add(r0, r3, out=r0)
+    # tmp11 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp12 = inv3*tmp11 + inv4*tmp11 -> r6
+    numpy.multiply(inv3, r4, out=r6)
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.add(r6, r7, out=r6)
+    # tmp13 = tmp10 + tmp12 -> r4
+    numpy.add(r0, r6, out=r4)
+    # tmp14 = b*s -> r7
+    numpy.multiply(b, s, out=r7)
+    # tmp15 = tmp14/(cp*cp) -> r8
+    numpy.multiply(cp, cp, out=r8)
+    numpy.divide(r7, r8, out=r8)
+    # tmp16 = -tmp1 -> r9
+    numpy.negative(r1, out=r9)
+    # tmp17 = numpy.minimum(1, n_full_rec) -> r10
+    numpy.minimum(1.0, n_full_rec, out=r10)
+    # tmp18 = numpy.minimum(1, n_sel_rec) -> r11
+    numpy.minimum(1.0, n_sel_rec, out=r11)
+    # tmp19 = tmp14/cp -> r12
+    numpy.divide(r7, cp, out=r12)
+    # tmp20 = tmp12*tmp18*tmp19 -> r7
+    numpy.multiply(r6, r11, out=r7)
+    numpy.multiply(r7, r12, out=r7)
+    # tmp21 = dh/t -> r13
+    numpy.divide(dh, t, out=r13)
+    # tmp22 = a*tmp21 -> r14
+    numpy.multiply(r13, a, out=r14)
+    # tmp24 = tmp12 + tmp16 + tmp4 -> r15
+    numpy.add(r6, r9, out=r15)
+    numpy.add(r15, r3, out=r15)
+    # tmp25 = tmp17*tmp19 -> r3
+    numpy.multiply(r10, r12, out=r3)
+    # tmp26 = h/t -> r12
+    numpy.divide(h, t, out=r12)
+    # out = -tmp15*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
+    #     n_sel_rec*tmp10 + tmp13*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
+    #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(inv8_mask,
+    #     numpy.less(tmp20, tmp25*(bytes_compute*(inv9*tmp21 + tmp22 + tmp9) + tmp24)),
+    #     numpy.where(tmp5_mask, numpy.less(tmp20, tmp25*(bytes_compute*(4*tmp22 + tmp9) + tmp24)),
+    #     numpy.where(tmp8_mask, numpy.less(tmp20, tmp25*(bytes_compute*(inv10*tmp26 + tmp26 + tmp9)
+    #     + tmp24)), numpy.less(tmp20, tmp25*(bytes_compute*(4*tmp26 + tmp9) + tmp24))))),
+    #     tmp15*tmp17*(-tmp13 - tmp16), -tmp12*tmp15*tmp18)
+    numpy.multiply(r6, r8, out=out)
+    numpy.multiply(out, r11, out=out)
+    numpy.negative(out, out=out)
+    numpy.copyto(m3, numpy.where(m2, numpy.less(r7, r3*(bytes_compute*(inv9*r13 + r14 + r5) + r15)), numpy.where(m0, numpy.less(r7, r3*(bytes_compute*(4*r14 + r5) + r15)), numpy.where(m1, numpy.less(r7, r3*(bytes_compute*(inv10*r12 + r12 + r5) + r15)), numpy.less(r7, r3*(bytes_compute*(4*r12 + r5) + r15))))))
+    numpy.negative(r4, out=r16)
+    numpy.subtract(r16, r9, out=r16)
+    numpy.multiply(r16, r8, out=r16)
+    numpy.multiply(r16, r10, out=r16)
+    numpy.copyto(out, r16, where=m3)
+    numpy.multiply(r1, n_full_rec, out=r16)
+    numpy.multiply(r0, n_sel_rec, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.add(n_body, n_extra, out=r17)
+    numpy.add(r17, n_extra_sel, out=r17)
+    numpy.subtract(r17, n_full_rec, out=r17)
+    numpy.subtract(r17, n_sel_rec, out=r17)
+    numpy.multiply(r17, r4, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r2, n_embedding, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r1, 2.0, out=r17)
+    numpy.divide(inv5, t, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.multiply(r17, n_output, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.less_equal(vp, 1.0, out=m3)
+    if not m3.all():
+        numpy.multiply(p, vp, out=r17)
+        numpy.add(r17, inv7, out=r17)
+        numpy.add(r17, p, out=r17)
+        numpy.divide(r17, vp, out=r17)
+        numpy.minimum(r17, m, out=r17)
+    numpy.add(inv6, p, out=r18)
+    numpy.minimum(r18, m, out=r18)
+    numpy.copyto(r17, r18, where=m3)
+    numpy.multiply(r16, r17, out=r16)
+    numpy.multiply(r16, r8, out=r16)
+    numpy.subtract(out, r16, out=out)
+
+
+memory_standard_dense_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
+    _memory_standard_dense_stage_total_bytes__d_cp_block,
+    reals=19,
+    masks=4,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp"),
+    passed=("tmp5", "inv0", "tmp8", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
+    invariants=_memory_standard_dense_stage_total_bytes__d_cp_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_standard_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp):
@@ -870,26 +911,7 @@ def memory_standard_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_l
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
-            inv2 = hff*n_ffMM
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v))
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
-            inv2 = hff*n_ffMM
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7) = _memory_standard_dense_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v)
         call = _runtime.Call(
             "memory_standard_dense_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
@@ -897,73 +919,114 @@ def memory_standard_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_l
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp3 = 2*tmp1 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp4 = inv0/t -> r2
-            numpy.divide(inv0, t, out=r2)
-            # tmp5 = bytes_compute*(a*tmp4 + inv1*tmp4 + inv2/t + 4*tmp1) + dropout*tmp3 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, a, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(inv1, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv2, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # tmp6 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
-            #     n_output*(bytes_compute*tmp3 + inv3/t) + n_sel_rec*tmp5 + (inv4*tmp6 + inv5*tmp6 +
-            #     tmp5)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 +
-            #     p), 0, 1), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv3, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv4, r2, out=r4)
-            numpy.multiply(inv5, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.add(1.0, vp, out=r4)
-                numpy.divide(r4, vp, out=r4)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv7, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 0.0, where=m1)
-            numpy.copyto(r5, 1.0)
-            numpy.add(inv6, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 0.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_standard_dense_stage_total_bytes__d_p_block(*block)
     return call.out
+
+
+def _memory_standard_dense_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v):
+    """What memory_standard_dense_stage_total_bytes__d_p computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
+        inv2 = hff*n_ffMM
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v))
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
+        inv2 = hff*n_ffMM
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7)
+
+
+def _memory_standard_dense_stage_total_bytes__d_p_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7):
+    """memory_standard_dense_stage_total_bytes__d_p on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp3 = 2*tmp1 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp4 = inv0/t -> r2
+    numpy.divide(inv0, t, out=r2)
+    # tmp5 = bytes_compute*(a*tmp4 + inv1*tmp4 + inv2/t + 4*tmp1) + dropout*tmp3 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, a, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(inv1, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv2, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # tmp6 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
+    #     n_output*(bytes_compute*tmp3 + inv3/t) + n_sel_rec*tmp5 + (inv4*tmp6 + inv5*tmp6 +
+    #     tmp5)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 + p), 0,
+    #     1), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv3, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv4, r2, out=r4)
+    numpy.multiply(inv5, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.add(1.0, vp, out=r4)
+        numpy.divide(r4, vp, out=r4)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv7, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 0.0, where=m1)
+    numpy.copyto(r5, 1.0)
+    numpy.add(inv6, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 0.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_standard_dense_stage_total_bytes__d_p.kernel = _runtime.Kernel(
+    _memory_standard_dense_stage_total_bytes__d_p_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+    invariants=_memory_standard_dense_stage_total_bytes__d_p_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_standard_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp):
@@ -1045,26 +1108,7 @@ def memory_standard_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_l
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
-            inv2 = hff*n_ffMM
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v))
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
-            inv2 = hff*n_ffMM
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7) = _memory_standard_dense_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v)
         call = _runtime.Call(
             "memory_standard_dense_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
@@ -1072,72 +1116,113 @@ def memory_standard_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_l
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = 2*tmp0 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp3 = inv0/t -> r2
-            numpy.divide(inv0, t, out=r2)
-            # tmp4 = bytes_compute*(a*tmp3 + inv1*tmp3 + inv2/t + 4*tmp0) + dropout*tmp2 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, a, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(inv1, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv2, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # tmp5 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 +
-            #     n_output*(bytes_compute*tmp2 + inv3/t) + n_sel_rec*tmp4 + (inv4*tmp5 + inv5*tmp5 +
-            #     tmp4)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 +
-            #     p), 1, 0), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 1, 0))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv3, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv4, r2, out=r4)
-            numpy.multiply(inv5, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r4, 0.0)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv7, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 1.0, where=m1)
-            numpy.copyto(r5, 0.0)
-            numpy.add(inv6, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 1.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_standard_dense_stage_total_bytes__d_m_block(*block)
     return call.out
+
+
+def _memory_standard_dense_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v):
+    """What memory_standard_dense_stage_total_bytes__d_m computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
+        inv2 = hff*n_ffMM
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v))
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
+        inv2 = hff*n_ffMM
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7)
+
+
+def _memory_standard_dense_stage_total_bytes__d_m_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7):
+    """memory_standard_dense_stage_total_bytes__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = 2*tmp0 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp3 = inv0/t -> r2
+    numpy.divide(inv0, t, out=r2)
+    # tmp4 = bytes_compute*(a*tmp3 + inv1*tmp3 + inv2/t + 4*tmp0) + dropout*tmp2 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, a, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(inv1, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv2, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # tmp5 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 +
+    #     n_output*(bytes_compute*tmp2 + inv3/t) + n_sel_rec*tmp4 + (inv4*tmp5 + inv5*tmp5 +
+    #     tmp4)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 + p), 1,
+    #     0), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 1, 0))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv3, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv4, r2, out=r4)
+    numpy.multiply(inv5, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r4, 0.0)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv7, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 1.0, where=m1)
+    numpy.copyto(r5, 0.0)
+    numpy.add(inv6, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 1.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_standard_dense_stage_total_bytes__d_m.kernel = _runtime.Kernel(
+    _memory_standard_dense_stage_total_bytes__d_m_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+    invariants=_memory_standard_dense_stage_total_bytes__d_m_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_standard_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp):
@@ -1274,38 +1359,7 @@ def memory_standard_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_l
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = numpy.not_equal(dh, 0)
-            inv0 = numpy.where(tmp5, dh, h/a)
-            tmp8 = numpy.greater(n_kv, 0)
-            inv1 = hff*n_ffMM
-            inv2 = a + 2*numpy.where(tmp8, n_kv, a)
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp21 = 2*n_kv
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = numpy.logical_and(tmp5, tmp8)
-            inv9 = a + tmp21
-            inv10 = 1 + tmp21/a
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v))
-            tmp5 = numpy.not_equal(dh, 0)
-            inv0 = numpy.where(tmp5, dh, h/a)
-            tmp8 = numpy.greater(n_kv, 0)
-            inv1 = hff*n_ffMM
-            inv2 = a + 2*numpy.where(tmp8, n_kv, a)
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp21 = 2*n_kv
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = numpy.logical_and(tmp5, tmp8)
-            inv9 = a + tmp21
-            inv10 = 1 + tmp21/a
+        (tmp5, inv0, tmp8, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10) = _memory_standard_dense_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v)
         call = _runtime.Call(
             "memory_standard_dense_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "tmp5", "inv0", "tmp8", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
@@ -1313,110 +1367,163 @@ def memory_standard_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_l
             reals=17,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, tmp5, inv0, tmp8, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10 in call.blocks():
-            # tmp5_mask = numpy.not_equal(dh, 0) -> m0
-            numpy.not_equal(dh, 0.0, out=m0)
-            # tmp8_mask = numpy.greater(n_kv, 0) -> m1
-            numpy.greater(n_kv, 0.0, out=m1)
-            # inv8_mask = numpy.logical_and(tmp5, tmp8) -> m2
-            numpy.logical_and(tmp5, tmp8, out=m2)
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp1 = bytes_compute*tmp0 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp2 = dropout*tmp0 -> r2
-            numpy.multiply(r0, dropout, out=r2)
-            # tmp4 = 2*tmp2 -> r3
-            numpy.multiply(r2, 2.0, out=r3)
-            # tmp7 = inv0/t -> r4
-            numpy.divide(inv0, t, out=r4)
-            # tmp9 = inv1/t + 4*tmp0 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.divide(inv1, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            # tmp10 = bytes_compute*(a*tmp7 + inv2*tmp7 + tmp9) + tmp4 -> r0
-            numpy.multiply(r4, a, out=r0)
-            numpy.multiply(inv2, r4, out=r6)
-            numpy.add(r0, r6, out=r0)
-            numpy.add(r0, r5, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.add(r0, r3, out=r0)
-            # tmp11 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp12 = inv3*tmp11 + inv4*tmp11 -> r6
-            numpy.multiply(inv3, r4, out=r6)
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp13 = tmp10 + tmp12 -> r4
-            numpy.add(r0, r6, out=r4)
-            # tmp14 = s/cp -> r7
-            numpy.divide(s, cp, out=r7)
-            # tmp15 = -tmp1 -> r8
-            numpy.negative(r1, out=r8)
-            # tmp16 = tmp14*numpy.minimum(1, n_full_rec) -> r9
-            numpy.minimum(1.0, n_full_rec, out=r9)
-            numpy.multiply(r9, r7, out=r9)
-            # tmp17 = tmp12*tmp14*numpy.minimum(1, n_sel_rec) -> r10
-            numpy.minimum(1.0, n_sel_rec, out=r10)
-            numpy.multiply(r10, r6, out=r10)
-            numpy.multiply(r10, r7, out=r10)
-            # tmp18 = b*tmp17 -> r11
-            numpy.multiply(r10, b, out=r11)
-            # tmp19 = dh/t -> r12
-            numpy.divide(dh, t, out=r12)
-            # tmp20 = a*tmp19 -> r13
-            numpy.multiply(r12, a, out=r13)
-            # tmp22 = tmp12 + tmp15 + tmp4 -> r14
-            numpy.add(r6, r8, out=r14)
-            numpy.add(r14, r3, out=r14)
-            # tmp23 = b*tmp16 -> r3
-            numpy.multiply(r9, b, out=r3)
-            # tmp24 = h/t -> r6
-            numpy.divide(h, t, out=r6)
-            # out = tmp14*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
-            #     n_sel_rec*tmp10 + tmp13*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
-            #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(inv8_mask,
-            #     numpy.less(tmp18, tmp23*(bytes_compute*(inv9*tmp19 + tmp20 + tmp9) + tmp22)),
-            #     numpy.where(tmp5_mask, numpy.less(tmp18, tmp23*(bytes_compute*(4*tmp20 + tmp9) +
-            #     tmp22)), numpy.where(tmp8_mask, numpy.less(tmp18,
-            #     tmp23*(bytes_compute*(inv10*tmp24 + tmp24 + tmp9) + tmp22)), numpy.less(tmp18,
-            #     tmp23*(bytes_compute*(4*tmp24 + tmp9) + tmp22))))), tmp16*(tmp13 + tmp15), tmp17)
-            numpy.multiply(r1, n_full_rec, out=out)
-            numpy.multiply(r0, n_sel_rec, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.add(n_body, n_extra, out=r15)
-            numpy.add(r15, n_extra_sel, out=r15)
-            numpy.subtract(r15, n_full_rec, out=r15)
-            numpy.subtract(r15, n_sel_rec, out=r15)
-            numpy.multiply(r15, r4, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r2, n_embedding, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r1, 2.0, out=r15)
-            numpy.divide(inv5, t, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r15, n_output, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.less_equal(vp, 1.0, out=m3)
-            if not m3.all():
-                numpy.multiply(p, vp, out=r15)
-                numpy.add(r15, inv7, out=r15)
-                numpy.add(r15, p, out=r15)
-                numpy.divide(r15, vp, out=r15)
-                numpy.minimum(r15, m, out=r15)
-            numpy.add(inv6, p, out=r16)
-            numpy.minimum(r16, m, out=r16)
-            numpy.copyto(r15, r16, where=m3)
-            numpy.multiply(out, r15, out=out)
-            numpy.multiply(out, r7, out=out)
-            numpy.copyto(r15, r10)
-            numpy.copyto(m3, numpy.where(m2, numpy.less(r11, r3*(bytes_compute*(inv9*r12 + r13 + r5) + r14)), numpy.where(m0, numpy.less(r11, r3*(bytes_compute*(4*r13 + r5) + r14)), numpy.where(m1, numpy.less(r11, r3*(bytes_compute*(inv10*r6 + r5 + r6) + r14)), numpy.less(r11, r3*(bytes_compute*(r5 + 4*r6) + r14))))))
-            numpy.add(r4, r8, out=r16)
-            numpy.multiply(r16, r9, out=r16)
-            numpy.copyto(r15, r16, where=m3)
-            numpy.add(out, r15, out=out)
+        for block in call.blocks():
+            _memory_standard_dense_stage_total_bytes__d_b_block(*block)
     return call.out
+
+
+def _memory_standard_dense_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v):
+    """What memory_standard_dense_stage_total_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = numpy.not_equal(dh, 0)
+        inv0 = numpy.where(tmp5, dh, h/a)
+        tmp8 = numpy.greater(n_kv, 0)
+        inv1 = hff*n_ffMM
+        inv2 = a + 2*numpy.where(tmp8, n_kv, a)
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp21 = 2*n_kv
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = numpy.logical_and(tmp5, tmp8)
+        inv9 = a + tmp21
+        inv10 = 1 + tmp21/a
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v))
+        tmp5 = numpy.not_equal(dh, 0)
+        inv0 = numpy.where(tmp5, dh, h/a)
+        tmp8 = numpy.greater(n_kv, 0)
+        inv1 = hff*n_ffMM
+        inv2 = a + 2*numpy.where(tmp8, n_kv, a)
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp21 = 2*n_kv
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = numpy.logical_and(tmp5, tmp8)
+        inv9 = a + tmp21
+        inv10 = 1 + tmp21/a
+    return (tmp5, inv0, tmp8, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10)
+
+
+def _memory_standard_dense_stage_total_bytes__d_b_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, tmp5, inv0, tmp8, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10):
+    """memory_standard_dense_stage_total_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp5_mask = numpy.not_equal(dh, 0) -> m0
+    numpy.not_equal(dh, 0.0, out=m0)
+    # tmp8_mask = numpy.greater(n_kv, 0) -> m1
+    numpy.greater(n_kv, 0.0, out=m1)
+    # inv8_mask = numpy.logical_and(tmp5, tmp8) -> m2
+    numpy.logical_and(tmp5, tmp8, out=m2)
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp1 = bytes_compute*tmp0 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp2 = dropout*tmp0 -> r2
+    numpy.multiply(r0, dropout, out=r2)
+    # tmp4 = 2*tmp2 -> r3
+    numpy.multiply(r2, 2.0, out=r3)
+    # tmp7 = inv0/t -> r4
+    numpy.divide(inv0, t, out=r4)
+    # tmp9 = inv1/t + 4*tmp0 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.divide(inv1, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    # tmp10 = bytes_compute*(a*tmp7 + inv2*tmp7 + tmp9) + tmp4 -> r0
+    numpy.multiply(r4, a, out=r0)
+    numpy.multiply(inv2, r4, out=r6)
+    numpy.add(r0, r6, out=r0)
+    numpy.add(r0, r5, out=r0)
+    numpy.multiply(r0, bytes_compute, out=r0)
+    numpy.add(r0, r3, out=r0)
+    # tmp11 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp12 = inv3*tmp11 + inv4*tmp11 -> r6
+    numpy.multiply(inv3, r4, out=r6)
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.add(r6, r7, out=r6)
+    # tmp13 = tmp10 + tmp12 -> r4
+    numpy.add(r0, r6, out=r4)
+    # tmp14 = s/cp -> r7
+    numpy.divide(s, cp, out=r7)
+    # tmp15 = -tmp1 -> r8
+    numpy.negative(r1, out=r8)
+    # tmp16 = tmp14*numpy.minimum(1, n_full_rec) -> r9
+    numpy.minimum(1.0, n_full_rec, out=r9)
+    numpy.multiply(r9, r7, out=r9)
+    # tmp17 = tmp12*tmp14*numpy.minimum(1, n_sel_rec) -> r10
+    numpy.minimum(1.0, n_sel_rec, out=r10)
+    numpy.multiply(r10, r6, out=r10)
+    numpy.multiply(r10, r7, out=r10)
+    # tmp18 = b*tmp17 -> r11
+    numpy.multiply(r10, b, out=r11)
+    # tmp19 = dh/t -> r12
+    numpy.divide(dh, t, out=r12)
+    # tmp20 = a*tmp19 -> r13
+    numpy.multiply(r12, a, out=r13)
+    # tmp22 = tmp12 + tmp15 + tmp4 -> r14
+    numpy.add(r6, r8, out=r14)
+    numpy.add(r14, r3, out=r14)
+    # tmp23 = b*tmp16 -> r3
+    numpy.multiply(r9, b, out=r3)
+    # tmp24 = h/t -> r6
+    numpy.divide(h, t, out=r6)
+    # out = tmp14*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) + n_sel_rec*tmp10
+    #     + tmp13*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
+    #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(inv8_mask,
+    #     numpy.less(tmp18, tmp23*(bytes_compute*(inv9*tmp19 + tmp20 + tmp9) + tmp22)),
+    #     numpy.where(tmp5_mask, numpy.less(tmp18, tmp23*(bytes_compute*(4*tmp20 + tmp9) + tmp22)),
+    #     numpy.where(tmp8_mask, numpy.less(tmp18, tmp23*(bytes_compute*(inv10*tmp24 + tmp24 + tmp9)
+    #     + tmp22)), numpy.less(tmp18, tmp23*(bytes_compute*(4*tmp24 + tmp9) + tmp22))))),
+    #     tmp16*(tmp13 + tmp15), tmp17)
+    numpy.multiply(r1, n_full_rec, out=out)
+    numpy.multiply(r0, n_sel_rec, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.add(n_body, n_extra, out=r15)
+    numpy.add(r15, n_extra_sel, out=r15)
+    numpy.subtract(r15, n_full_rec, out=r15)
+    numpy.subtract(r15, n_sel_rec, out=r15)
+    numpy.multiply(r15, r4, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r2, n_embedding, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r1, 2.0, out=r15)
+    numpy.divide(inv5, t, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r15, n_output, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.less_equal(vp, 1.0, out=m3)
+    if not m3.all():
+        numpy.multiply(p, vp, out=r15)
+        numpy.add(r15, inv7, out=r15)
+        numpy.add(r15, p, out=r15)
+        numpy.divide(r15, vp, out=r15)
+        numpy.minimum(r15, m, out=r15)
+    numpy.add(inv6, p, out=r16)
+    numpy.minimum(r16, m, out=r16)
+    numpy.copyto(r15, r16, where=m3)
+    numpy.multiply(out, r15, out=out)
+    numpy.multiply(out, r7, out=out)
+    numpy.copyto(r15, r10)
+    numpy.copyto(m3, numpy.where(m2, numpy.less(r11, r3*(bytes_compute*(inv9*r12 + r13 + r5) + r14)), numpy.where(m0, numpy.less(r11, r3*(bytes_compute*(4*r13 + r5) + r14)), numpy.where(m1, numpy.less(r11, r3*(bytes_compute*(inv10*r6 + r5 + r6) + r14)), numpy.less(r11, r3*(bytes_compute*(r5 + 4*r6) + r14))))))
+    numpy.add(r4, r8, out=r16)
+    numpy.multiply(r16, r9, out=r16)
+    numpy.copyto(r15, r16, where=m3)
+    numpy.add(out, r15, out=out)
+
+
+memory_standard_dense_stage_total_bytes__d_b.kernel = _runtime.Kernel(
+    _memory_standard_dense_stage_total_bytes__d_b_block,
+    reals=17,
+    masks=4,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp"),
+    passed=("tmp5", "inv0", "tmp8", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
+    invariants=_memory_standard_dense_stage_total_bytes__d_b_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_standard_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp):
@@ -1559,38 +1666,7 @@ def memory_standard_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_l
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp8 = numpy.not_equal(dh, 0)
-            inv1 = numpy.where(tmp8, dh, h/a)
-            tmp11 = numpy.greater(n_kv, 0)
-            inv2 = hff*n_ffMM
-            inv3 = a + 2*numpy.where(tmp11, n_kv, a)
-            inv4 = 4*flash_attention
-            tmp24 = 2*n_kv
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = numpy.logical_and(tmp11, tmp8)
-            inv9 = a + tmp24
-            inv10 = 1 + tmp24/a
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v))
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp8 = numpy.not_equal(dh, 0)
-            inv1 = numpy.where(tmp8, dh, h/a)
-            tmp11 = numpy.greater(n_kv, 0)
-            inv2 = hff*n_ffMM
-            inv3 = a + 2*numpy.where(tmp11, n_kv, a)
-            inv4 = 4*flash_attention
-            tmp24 = 2*n_kv
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = numpy.logical_and(tmp11, tmp8)
-            inv9 = a + tmp24
-            inv10 = 1 + tmp24/a
+        (inv0, tmp8, inv1, tmp11, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10) = _memory_standard_dense_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v)
         call = _runtime.Call(
             "memory_standard_dense_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "inv0", "tmp8", "inv1", "tmp11", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
@@ -1598,119 +1674,170 @@ def memory_standard_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_l
             reals=20,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, tmp8, inv1, tmp11, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10 in call.blocks():
-            # tmp8_mask = numpy.not_equal(dh, 0) -> m0
-            numpy.not_equal(dh, 0.0, out=m0)
-            # tmp11_mask = numpy.greater(n_kv, 0) -> m1
-            numpy.greater(n_kv, 0.0, out=m1)
-            # inv8_mask = numpy.logical_and(tmp11, tmp8) -> m2
-            numpy.logical_and(tmp11, tmp8, out=m2)
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp1 = bytes_compute*tmp0 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp2 = dropout*tmp0 -> r2
-            numpy.multiply(r0, dropout, out=r2)
-            # tmp4 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.subtract(r3, n_full_rec, out=r3)
-            numpy.subtract(r3, n_sel_rec, out=r3)
-            # tmp5 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp6 = inv0*tmp5 -> r5
-            numpy.multiply(inv0, r4, out=r5)
-            # tmp7 = 2*tmp2 -> r6
-            numpy.multiply(r2, 2.0, out=r6)
-            # tmp10 = inv1/t -> r7
-            numpy.divide(inv1, t, out=r7)
-            # tmp12 = inv2/t + 4*tmp0 -> r8
-            numpy.multiply(r0, 4.0, out=r8)
-            numpy.divide(inv2, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            # tmp13 = bytes_compute*(a*tmp10 + inv3*tmp10 + tmp12) + tmp7 -> r0
-            numpy.multiply(r7, a, out=r0)
-            numpy.multiply(inv3, r7, out=r9)
-            numpy.add(r0, r9, out=r0)
-            numpy.add(r0, r8, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.add(r0, r6, out=r0)
-            # tmp14 = inv4*tmp5 -> r7
-            numpy.multiply(inv4, r4, out=r7)
-            # tmp15 = tmp14 + tmp6 -> r4
-            numpy.add(r7, r5, out=r4)
-            # tmp16 = b/cp -> r9
-            numpy.divide(b, cp, out=r9)
-            # tmp17 = -tmp1 -> r10
-            numpy.negative(r1, out=r10)
-            # tmp18 = tmp14 + 2*tmp6 -> r11
-            numpy.multiply(r5, 2.0, out=r11)
-            numpy.add(r11, r7, out=r11)
-            # tmp19 = tmp16*numpy.minimum(1, n_full_rec) -> r7
-            numpy.minimum(1.0, n_full_rec, out=r7)
-            numpy.multiply(r7, r9, out=r7)
-            # tmp20 = tmp16*numpy.minimum(1, n_sel_rec) -> r12
-            numpy.minimum(1.0, n_sel_rec, out=r12)
-            numpy.multiply(r12, r9, out=r12)
-            # tmp21 = s*tmp15*tmp20 -> r13
-            numpy.multiply(r4, r12, out=r13)
-            numpy.multiply(r13, s, out=r13)
-            # tmp22 = dh/t -> r14
-            numpy.divide(dh, t, out=r14)
-            # tmp23 = a*tmp22 -> r15
-            numpy.multiply(r14, a, out=r15)
-            # tmp25 = tmp15 + tmp17 + tmp7 -> r16
-            numpy.add(r4, r10, out=r16)
-            numpy.add(r16, r6, out=r16)
-            # tmp26 = s*tmp19 -> r6
-            numpy.multiply(r7, s, out=r6)
-            # tmp27 = h/t -> r17
-            numpy.divide(h, t, out=r17)
-            # out = tmp16*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
-            #     n_sel_rec*tmp13 + tmp4*tmp6 + tmp4*(tmp13 +
-            #     tmp15))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
-            #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(inv8_mask,
-            #     numpy.less(tmp21, tmp26*(bytes_compute*(inv9*tmp22 + tmp12 + tmp23) + tmp25)),
-            #     numpy.where(tmp8_mask, numpy.less(tmp21, tmp26*(bytes_compute*(tmp12 + 4*tmp23) +
-            #     tmp25)), numpy.where(tmp11_mask, numpy.less(tmp21,
-            #     tmp26*(bytes_compute*(inv10*tmp27 + tmp12 + tmp27) + tmp25)), numpy.less(tmp21,
-            #     tmp26*(bytes_compute*(tmp12 + 4*tmp27) + tmp25))))), tmp19*(tmp13 + tmp17 +
-            #     tmp18), tmp18*tmp20)
-            numpy.multiply(r1, n_full_rec, out=out)
-            numpy.multiply(r0, n_sel_rec, out=r18)
-            numpy.add(out, r18, out=out)
-            numpy.multiply(r2, n_embedding, out=r18)
-            numpy.add(out, r18, out=out)
-            numpy.multiply(r3, r5, out=r18)
-            numpy.add(out, r18, out=out)
-            numpy.add(r0, r4, out=r18)
-            numpy.multiply(r18, r3, out=r18)
-            numpy.add(out, r18, out=out)
-            numpy.multiply(r1, 2.0, out=r18)
-            numpy.divide(inv5, t, out=r19)
-            numpy.add(r18, r19, out=r18)
-            numpy.multiply(r18, n_output, out=r18)
-            numpy.add(out, r18, out=out)
-            numpy.less_equal(vp, 1.0, out=m3)
-            if not m3.all():
-                numpy.multiply(p, vp, out=r18)
-                numpy.add(r18, inv7, out=r18)
-                numpy.add(r18, p, out=r18)
-                numpy.divide(r18, vp, out=r18)
-                numpy.minimum(r18, m, out=r18)
-            numpy.add(inv6, p, out=r19)
-            numpy.minimum(r19, m, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(out, r18, out=out)
-            numpy.multiply(out, r9, out=out)
-            numpy.multiply(r11, r12, out=r18)
-            numpy.copyto(m3, numpy.where(m2, numpy.less(r13, r6*(bytes_compute*(inv9*r14 + r15 + r8) + r16)), numpy.where(m0, numpy.less(r13, r6*(bytes_compute*(4*r15 + r8) + r16)), numpy.where(m1, numpy.less(r13, r6*(bytes_compute*(inv10*r17 + r17 + r8) + r16)), numpy.less(r13, r6*(bytes_compute*(4*r17 + r8) + r16))))))
-            numpy.add(r0, r10, out=r19)
-            numpy.add(r19, r11, out=r19)
-            numpy.multiply(r19, r7, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.add(out, r18, out=out)
+        for block in call.blocks():
+            _memory_standard_dense_stage_total_bytes__d_s_block(*block)
     return call.out
+
+
+def _memory_standard_dense_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v):
+    """What memory_standard_dense_stage_total_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp8 = numpy.not_equal(dh, 0)
+        inv1 = numpy.where(tmp8, dh, h/a)
+        tmp11 = numpy.greater(n_kv, 0)
+        inv2 = hff*n_ffMM
+        inv3 = a + 2*numpy.where(tmp11, n_kv, a)
+        inv4 = 4*flash_attention
+        tmp24 = 2*n_kv
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = numpy.logical_and(tmp11, tmp8)
+        inv9 = a + tmp24
+        inv10 = 1 + tmp24/a
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, pp_rank, s, v))
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp8 = numpy.not_equal(dh, 0)
+        inv1 = numpy.where(tmp8, dh, h/a)
+        tmp11 = numpy.greater(n_kv, 0)
+        inv2 = hff*n_ffMM
+        inv3 = a + 2*numpy.where(tmp11, n_kv, a)
+        inv4 = 4*flash_attention
+        tmp24 = 2*n_kv
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = numpy.logical_and(tmp11, tmp8)
+        inv9 = a + tmp24
+        inv10 = 1 + tmp24/a
+    return (inv0, tmp8, inv1, tmp11, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10)
+
+
+def _memory_standard_dense_stage_total_bytes__d_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, tmp8, inv1, tmp11, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10):
+    """memory_standard_dense_stage_total_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp8_mask = numpy.not_equal(dh, 0) -> m0
+    numpy.not_equal(dh, 0.0, out=m0)
+    # tmp11_mask = numpy.greater(n_kv, 0) -> m1
+    numpy.greater(n_kv, 0.0, out=m1)
+    # inv8_mask = numpy.logical_and(tmp11, tmp8) -> m2
+    numpy.logical_and(tmp11, tmp8, out=m2)
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp1 = bytes_compute*tmp0 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp2 = dropout*tmp0 -> r2
+    numpy.multiply(r0, dropout, out=r2)
+    # tmp4 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
+    numpy.add(n_body, n_extra, out=r3)
+    numpy.add(r3, n_extra_sel, out=r3)
+    numpy.subtract(r3, n_full_rec, out=r3)
+    numpy.subtract(r3, n_sel_rec, out=r3)
+    # tmp5 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp6 = inv0*tmp5 -> r5
+    numpy.multiply(inv0, r4, out=r5)
+    # tmp7 = 2*tmp2 -> r6
+    numpy.multiply(r2, 2.0, out=r6)
+    # tmp10 = inv1/t -> r7
+    numpy.divide(inv1, t, out=r7)
+    # tmp12 = inv2/t + 4*tmp0 -> r8
+    numpy.multiply(r0, 4.0, out=r8)
+    numpy.divide(inv2, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    # tmp13 = bytes_compute*(a*tmp10 + inv3*tmp10 + tmp12) + tmp7 -> r0
+    numpy.multiply(r7, a, out=r0)
+    numpy.multiply(inv3, r7, out=r9)
+    numpy.add(r0, r9, out=r0)
+    numpy.add(r0, r8, out=r0)
+    numpy.multiply(r0, bytes_compute, out=r0)
+    numpy.add(r0, r6, out=r0)
+    # tmp14 = inv4*tmp5 -> r7
+    numpy.multiply(inv4, r4, out=r7)
+    # tmp15 = tmp14 + tmp6 -> r4
+    numpy.add(r7, r5, out=r4)
+    # tmp16 = b/cp -> r9
+    numpy.divide(b, cp, out=r9)
+    # tmp17 = -tmp1 -> r10
+    numpy.negative(r1, out=r10)
+    # tmp18 = tmp14 + 2*tmp6 -> r11
+    numpy.multiply(r5, 2.0, out=r11)
+    numpy.add(r11, r7, out=r11)
+    # tmp19 = tmp16*numpy.minimum(1, n_full_rec) -> r7
+    numpy.minimum(1.0, n_full_rec, out=r7)
+    numpy.multiply(r7, r9, out=r7)
+    # tmp20 = tmp16*numpy.minimum(1, n_sel_rec) -> r12
+    numpy.minimum(1.0, n_sel_rec, out=r12)
+    numpy.multiply(r12, r9, out=r12)
+    # tmp21 = s*tmp15*tmp20 -> r13
+    numpy.multiply(r4, r12, out=r13)
+    numpy.multiply(r13, s, out=r13)
+    # tmp22 = dh/t -> r14
+    numpy.divide(dh, t, out=r14)
+    # tmp23 = a*tmp22 -> r15
+    numpy.multiply(r14, a, out=r15)
+    # tmp25 = tmp15 + tmp17 + tmp7 -> r16
+    numpy.add(r4, r10, out=r16)
+    numpy.add(r16, r6, out=r16)
+    # tmp26 = s*tmp19 -> r6
+    numpy.multiply(r7, s, out=r6)
+    # tmp27 = h/t -> r17
+    numpy.divide(h, t, out=r17)
+    # out = tmp16*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) + n_sel_rec*tmp13
+    #     + tmp4*tmp6 + tmp4*(tmp13 + tmp15))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m,
+    #     inv6 + p), numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(inv8_mask,
+    #     numpy.less(tmp21, tmp26*(bytes_compute*(inv9*tmp22 + tmp12 + tmp23) + tmp25)),
+    #     numpy.where(tmp8_mask, numpy.less(tmp21, tmp26*(bytes_compute*(tmp12 + 4*tmp23) + tmp25)),
+    #     numpy.where(tmp11_mask, numpy.less(tmp21, tmp26*(bytes_compute*(inv10*tmp27 + tmp12 +
+    #     tmp27) + tmp25)), numpy.less(tmp21, tmp26*(bytes_compute*(tmp12 + 4*tmp27) + tmp25))))),
+    #     tmp19*(tmp13 + tmp17 + tmp18), tmp18*tmp20)
+    numpy.multiply(r1, n_full_rec, out=out)
+    numpy.multiply(r0, n_sel_rec, out=r18)
+    numpy.add(out, r18, out=out)
+    numpy.multiply(r2, n_embedding, out=r18)
+    numpy.add(out, r18, out=out)
+    numpy.multiply(r3, r5, out=r18)
+    numpy.add(out, r18, out=out)
+    numpy.add(r0, r4, out=r18)
+    numpy.multiply(r18, r3, out=r18)
+    numpy.add(out, r18, out=out)
+    numpy.multiply(r1, 2.0, out=r18)
+    numpy.divide(inv5, t, out=r19)
+    numpy.add(r18, r19, out=r18)
+    numpy.multiply(r18, n_output, out=r18)
+    numpy.add(out, r18, out=out)
+    numpy.less_equal(vp, 1.0, out=m3)
+    if not m3.all():
+        numpy.multiply(p, vp, out=r18)
+        numpy.add(r18, inv7, out=r18)
+        numpy.add(r18, p, out=r18)
+        numpy.divide(r18, vp, out=r18)
+        numpy.minimum(r18, m, out=r18)
+    numpy.add(inv6, p, out=r19)
+    numpy.minimum(r19, m, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(out, r18, out=out)
+    numpy.multiply(out, r9, out=out)
+    numpy.multiply(r11, r12, out=r18)
+    numpy.copyto(m3, numpy.where(m2, numpy.less(r13, r6*(bytes_compute*(inv9*r14 + r15 + r8) + r16)), numpy.where(m0, numpy.less(r13, r6*(bytes_compute*(4*r15 + r8) + r16)), numpy.where(m1, numpy.less(r13, r6*(bytes_compute*(inv10*r17 + r17 + r8) + r16)), numpy.less(r13, r6*(bytes_compute*(4*r17 + r8) + r16))))))
+    numpy.add(r0, r10, out=r19)
+    numpy.add(r19, r11, out=r19)
+    numpy.multiply(r19, r7, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.add(out, r18, out=out)
+
+
+memory_standard_dense_stage_total_bytes__d_s.kernel = _runtime.Kernel(
+    _memory_standard_dense_stage_total_bytes__d_s_block,
+    reals=20,
+    masks=4,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "tmp8", "inv1", "tmp11", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
+    invariants=_memory_standard_dense_stage_total_bytes__d_s_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "pp_rank", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_standard_dense_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level):
@@ -1975,42 +2102,7 @@ def memory_standard_dense_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*flash_attention
-            inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv2 = -pp_rank
-            inv3 = -2*pp_rank - 1
-            tmp14 = hff*n_ffMM
-            tmp15 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp16 = a*tmp15
-            inv4 = tmp15*(a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a))
-            tmp20 = h + qkv_bias
-            tmp21 = 0.25*n_attMM
-            tmp22 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp21*(o_bias + tmp16) + 0.5*(n_attMM*n_kv*tmp15*tmp20) + 2*n_qknorm*tmp15 + tmp16*tmp20*tmp21*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*tmp14 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv5 = numpy.greater_equal(zero_level, 2)
-            inv6 = numpy.greater_equal(zero_level, 1)
-            inv7 = numpy.greater_equal(zero_level, 3)
-            inv8 = bytes_compute*h
-            inv9 = bytes_logits*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, v, zero_level) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_p_split", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, v, zero_level))
-            inv0 = 4*flash_attention
-            inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv2 = -pp_rank
-            inv3 = -2*pp_rank - 1
-            tmp14 = hff*n_ffMM
-            tmp15 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp16 = a*tmp15
-            inv4 = tmp15*(a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a))
-            tmp20 = h + qkv_bias
-            tmp21 = 0.25*n_attMM
-            tmp22 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp21*(o_bias + tmp16) + 0.5*(n_attMM*n_kv*tmp15*tmp20) + 2*n_qknorm*tmp15 + tmp16*tmp20*tmp21*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*tmp14 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv5 = numpy.greater_equal(zero_level, 2)
-            inv6 = numpy.greater_equal(zero_level, 1)
-            inv7 = numpy.greater_equal(zero_level, 3)
-            inv8 = bytes_compute*h
-            inv9 = bytes_logits*v
+        (inv0, inv1, inv2, inv3, tmp14, tmp16, inv4, tmp22, inv8, inv9) = _memory_standard_dense_stage_total_bytes__d_p_split_invariants(a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, v, zero_level)
         call = _runtime.Call(
             "memory_standard_dense_stage_total_bytes__d_p_split",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level", "inv0", "inv1", "inv2", "inv3", "tmp14", "tmp16", "inv4", "tmp22", "inv8", "inv9"),
@@ -2018,127 +2110,183 @@ def memory_standard_dense_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_
             reals=13,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level, inv0, inv1, inv2, inv3, tmp14, tmp16, inv4, tmp22, inv8, inv9 in call.blocks():
-            # inv5_mask = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # inv6_mask = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # inv7_mask = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp1 = a/t -> r0
-            numpy.divide(a, t, out=r0)
-            # tmp2 = inv0*tmp1 + inv1*tmp1 -> r1
-            numpy.multiply(inv0, r0, out=r1)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.add(r1, r2, out=r1)
-            # tmp4 = inv2 + p -> r0
-            numpy.add(inv2, p, out=r0)
-            # tmp5 = numpy.less_equal(vp, 1) -> m3
-            numpy.less_equal(vp, 1.0, out=m3)
-            # tmp7 = (inv3 + p*vp + p)/vp -> r2
-            numpy.multiply(p, vp, out=r2)
-            numpy.add(r2, inv3, out=r2)
-            numpy.add(r2, p, out=r2)
-            numpy.divide(r2, vp, out=r2)
-            # tmp9 = b*s*numpy.where(tmp5, numpy.minimum(m, tmp4), numpy.minimum(m, tmp7))/cp -> r3
-            numpy.minimum(m, r2, out=r3)
-            numpy.minimum(m, r0, out=r4)
-            numpy.copyto(r3, r4, where=m3)
-            numpy.multiply(r3, b, out=r3)
-            numpy.multiply(r3, s, out=r3)
-            numpy.divide(r3, cp, out=r3)
-            # tmp10 = tmp9/p -> r4
-            numpy.divide(r3, p, out=r4)
-            # tmp12 = h/sp -> r5
-            numpy.divide(h, sp, out=r5)
-            # tmp13 = dropout*tmp12 -> r6
-            numpy.multiply(r5, dropout, out=r6)
-            # tmp17 = bytes_compute*(inv4/t + 4*tmp12 + tmp14/t + tmp16/t) + 2*tmp13 -> r7
-            numpy.multiply(r6, 2.0, out=r7)
-            numpy.multiply(r5, 4.0, out=r8)
-            numpy.divide(tmp14, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.divide(tmp16, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.divide(inv4, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.multiply(r8, bytes_compute, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp18 = tmp17 + tmp2 -> r8
-            numpy.add(r7, r1, out=r8)
-            # tmp19 = bytes_compute*tmp12 -> r9
-            numpy.multiply(r5, bytes_compute, out=r9)
-            # tmp23 = tmp22/numpy.maximum(shard_p_os_non_exp_partial, t) -> r5
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
-            numpy.divide(tmp22, r5, out=r5)
-            # tmp24 = tmp22/t -> r10
-            numpy.divide(tmp22, t, out=r10)
-            # tmp25 = (bytes_grad*numpy.where(inv5_mask, tmp23, tmp24) +
-            #     bytes_optimizer*numpy.where(inv6_mask, tmp23, tmp24) +
-            #     bytes_p*numpy.where(inv7_mask, tmp23, tmp24) + tmp18*tmp9)/p -> r11
-            numpy.multiply(r8, r3, out=r11)
-            numpy.copyto(r12, r10)
-            numpy.copyto(r12, r5, where=m0)
-            numpy.multiply(r12, bytes_grad, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.copyto(r12, r10)
-            numpy.copyto(r12, r5, where=m1)
-            numpy.multiply(r12, bytes_optimizer, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.copyto(r12, r10)
-            numpy.copyto(r12, r5, where=m2)
-            numpy.multiply(r12, bytes_p, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.divide(r11, p, out=r11)
-            # out = b*s*(n_embedding*tmp13 + n_full_rec*tmp19 + n_output*(inv9/t + 2*tmp19) +
-            #     n_sel_rec*tmp17 + tmp18*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(tmp5, numpy.where(numpy.less(m, tmp4), 0, 1),
-            #     numpy.where(numpy.less(m, tmp7), 0, (vp + 1)/vp))/cp - n_body*tmp25 -
-            #     n_extra*tmp25 - n_extra_sel*tmp25 - n_full_rec*tmp10*(inv8/sp - tmp18) +
-            #     n_sel_rec*tmp10*tmp2
-            numpy.multiply(r4, r1, out=out)
-            numpy.multiply(out, n_sel_rec, out=out)
-            numpy.multiply(r6, n_embedding, out=r3)
-            numpy.multiply(r7, n_sel_rec, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r5, r8, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.multiply(r9, n_full_rec, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.multiply(r9, 2.0, out=r5)
-            numpy.divide(inv9, t, out=r10)
-            numpy.add(r5, r10, out=r5)
-            numpy.multiply(r5, n_output, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.add(1.0, vp, out=r5)
-            numpy.divide(r5, vp, out=r5)
-            numpy.less(m, r2, out=m0)
-            numpy.copyto(r5, 0.0, where=m0)
-            numpy.copyto(r10, 1.0)
-            numpy.less(m, r0, out=m0)
-            numpy.copyto(r10, 0.0, where=m0)
-            numpy.copyto(r5, r10, where=m3)
-            numpy.multiply(r3, r5, out=r3)
-            numpy.multiply(r3, s, out=r3)
-            numpy.multiply(r3, b, out=r3)
-            numpy.divide(r3, cp, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(r11, n_body, out=r3)
-            numpy.subtract(out, r3, out=out)
-            numpy.multiply(r11, n_extra, out=r3)
-            numpy.subtract(out, r3, out=out)
-            numpy.multiply(r11, n_extra_sel, out=r3)
-            numpy.subtract(out, r3, out=out)
-            numpy.divide(inv8, sp, out=r3)
-            numpy.subtract(r3, r8, out=r3)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.multiply(r3, n_full_rec, out=r3)
-            numpy.subtract(out, r3, out=out)
+        for block in call.blocks():
+            _memory_standard_dense_stage_total_bytes__d_p_split_block(*block)
     return call.out
+
+
+def _memory_standard_dense_stage_total_bytes__d_p_split_invariants(a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, v, zero_level):
+    """What memory_standard_dense_stage_total_bytes__d_p_split computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*flash_attention
+        inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv2 = -pp_rank
+        inv3 = -2*pp_rank - 1
+        tmp14 = hff*n_ffMM
+        tmp15 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp16 = a*tmp15
+        inv4 = tmp15*(a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a))
+        tmp20 = h + qkv_bias
+        tmp21 = 0.25*n_attMM
+        tmp22 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp21*(o_bias + tmp16) + 0.5*(n_attMM*n_kv*tmp15*tmp20) + 2*n_qknorm*tmp15 + tmp16*tmp20*tmp21*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*tmp14 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv5 = numpy.greater_equal(zero_level, 2)
+        inv6 = numpy.greater_equal(zero_level, 1)
+        inv7 = numpy.greater_equal(zero_level, 3)
+        inv8 = bytes_compute*h
+        inv9 = bytes_logits*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, v, zero_level) = _runtime.reals("memory_standard_dense_stage_total_bytes__d_p_split", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, dh, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, v, zero_level))
+        inv0 = 4*flash_attention
+        inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv2 = -pp_rank
+        inv3 = -2*pp_rank - 1
+        tmp14 = hff*n_ffMM
+        tmp15 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp16 = a*tmp15
+        inv4 = tmp15*(a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a))
+        tmp20 = h + qkv_bias
+        tmp21 = 0.25*n_attMM
+        tmp22 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp21*(o_bias + tmp16) + 0.5*(n_attMM*n_kv*tmp15*tmp20) + 2*n_qknorm*tmp15 + tmp16*tmp20*tmp21*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*tmp14 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv5 = numpy.greater_equal(zero_level, 2)
+        inv6 = numpy.greater_equal(zero_level, 1)
+        inv7 = numpy.greater_equal(zero_level, 3)
+        inv8 = bytes_compute*h
+        inv9 = bytes_logits*v
+    return (inv0, inv1, inv2, inv3, tmp14, tmp16, inv4, tmp22, inv8, inv9)
+
+
+def _memory_standard_dense_stage_total_bytes__d_p_split_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level, inv0, inv1, inv2, inv3, tmp14, tmp16, inv4, tmp22, inv8, inv9):
+    """memory_standard_dense_stage_total_bytes__d_p_split on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv5_mask = numpy.greater_equal(zero_level, 2) -> m0
+    numpy.greater_equal(zero_level, 2.0, out=m0)
+    # inv6_mask = numpy.greater_equal(zero_level, 1) -> m1
+    numpy.greater_equal(zero_level, 1.0, out=m1)
+    # inv7_mask = numpy.greater_equal(zero_level, 3) -> m2
+    numpy.greater_equal(zero_level, 3.0, out=m2)
+    # tmp1 = a/t -> r0
+    numpy.divide(a, t, out=r0)
+    # tmp2 = inv0*tmp1 + inv1*tmp1 -> r1
+    numpy.multiply(inv0, r0, out=r1)
+    numpy.multiply(inv1, r0, out=r2)
+    numpy.add(r1, r2, out=r1)
+    # tmp4 = inv2 + p -> r0
+    numpy.add(inv2, p, out=r0)
+    # tmp5 = numpy.less_equal(vp, 1) -> m3
+    numpy.less_equal(vp, 1.0, out=m3)
+    # tmp7 = (inv3 + p*vp + p)/vp -> r2
+    numpy.multiply(p, vp, out=r2)
+    numpy.add(r2, inv3, out=r2)
+    numpy.add(r2, p, out=r2)
+    numpy.divide(r2, vp, out=r2)
+    # tmp9 = b*s*numpy.where(tmp5, numpy.minimum(m, tmp4), numpy.minimum(m, tmp7))/cp -> r3
+    numpy.minimum(m, r2, out=r3)
+    numpy.minimum(m, r0, out=r4)
+    numpy.copyto(r3, r4, where=m3)
+    numpy.multiply(r3, b, out=r3)
+    numpy.multiply(r3, s, out=r3)
+    numpy.divide(r3, cp, out=r3)
+    # tmp10 = tmp9/p -> r4
+    numpy.divide(r3, p, out=r4)
+    # tmp12 = h/sp -> r5
+    numpy.divide(h, sp, out=r5)
+    # tmp13 = dropout*tmp12 -> r6
+    numpy.multiply(r5, dropout, out=r6)
+    # tmp17 = bytes_compute*(inv4/t + 4*tmp12 + tmp14/t + tmp16/t) + 2*tmp13 -> r7
+    numpy.multiply(r6, 2.0, out=r7)
+    numpy.multiply(r5, 4.0, out=r8)
+    numpy.divide(tmp14, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.divide(tmp16, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.divide(inv4, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.multiply(r8, bytes_compute, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp18 = tmp17 + tmp2 -> r8
+    numpy.add(r7, r1, out=r8)
+    # tmp19 = bytes_compute*tmp12 -> r9
+    numpy.multiply(r5, bytes_compute, out=r9)
+    # tmp23 = tmp22/numpy.maximum(shard_p_os_non_exp_partial, t) -> r5
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
+    numpy.divide(tmp22, r5, out=r5)
+    # tmp24 = tmp22/t -> r10
+    numpy.divide(tmp22, t, out=r10)
+    # tmp25 = (bytes_grad*numpy.where(inv5_mask, tmp23, tmp24) +
+    #     bytes_optimizer*numpy.where(inv6_mask, tmp23, tmp24) + bytes_p*numpy.where(inv7_mask,
+    #     tmp23, tmp24) + tmp18*tmp9)/p -> r11
+    numpy.multiply(r8, r3, out=r11)
+    numpy.copyto(r12, r10)
+    numpy.copyto(r12, r5, where=m0)
+    numpy.multiply(r12, bytes_grad, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.copyto(r12, r10)
+    numpy.copyto(r12, r5, where=m1)
+    numpy.multiply(r12, bytes_optimizer, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.copyto(r12, r10)
+    numpy.copyto(r12, r5, where=m2)
+    numpy.multiply(r12, bytes_p, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.divide(r11, p, out=r11)
+    # out = b*s*(n_embedding*tmp13 + n_full_rec*tmp19 + n_output*(inv9/t + 2*tmp19) +
+    #     n_sel_rec*tmp17 + tmp18*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(tmp5, numpy.where(numpy.less(m, tmp4), 0, 1),
+    #     numpy.where(numpy.less(m, tmp7), 0, (vp + 1)/vp))/cp - n_body*tmp25 - n_extra*tmp25 -
+    #     n_extra_sel*tmp25 - n_full_rec*tmp10*(inv8/sp - tmp18) + n_sel_rec*tmp10*tmp2
+    numpy.multiply(r4, r1, out=out)
+    numpy.multiply(out, n_sel_rec, out=out)
+    numpy.multiply(r6, n_embedding, out=r3)
+    numpy.multiply(r7, n_sel_rec, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r5, r8, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.multiply(r9, n_full_rec, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.multiply(r9, 2.0, out=r5)
+    numpy.divide(inv9, t, out=r10)
+    numpy.add(r5, r10, out=r5)
+    numpy.multiply(r5, n_output, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.add(1.0, vp, out=r5)
+    numpy.divide(r5, vp, out=r5)
+    numpy.less(m, r2, out=m0)
+    numpy.copyto(r5, 0.0, where=m0)
+    numpy.copyto(r10, 1.0)
+    numpy.less(m, r0, out=m0)
+    numpy.copyto(r10, 0.0, where=m0)
+    numpy.copyto(r5, r10, where=m3)
+    numpy.multiply(r3, r5, out=r3)
+    numpy.multiply(r3, s, out=r3)
+    numpy.multiply(r3, b, out=r3)
+    numpy.divide(r3, cp, out=r3)
+    numpy.add(out, r3, out=out)
+    numpy.multiply(r11, n_body, out=r3)
+    numpy.subtract(out, r3, out=out)
+    numpy.multiply(r11, n_extra, out=r3)
+    numpy.subtract(out, r3, out=out)
+    numpy.multiply(r11, n_extra_sel, out=r3)
+    numpy.subtract(out, r3, out=out)
+    numpy.divide(inv8, sp, out=r3)
+    numpy.subtract(r3, r8, out=r3)
+    numpy.multiply(r3, r4, out=r3)
+    numpy.multiply(r3, n_full_rec, out=r3)
+    numpy.subtract(out, r3, out=out)
+
+
+memory_standard_dense_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
+    _memory_standard_dense_stage_total_bytes__d_p_split_block,
+    reals=13,
+    masks=4,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level"),
+    passed=("inv0", "inv1", "inv2", "inv3", "tmp14", "tmp16", "inv4", "tmp22", "inv8", "inv9"),
+    invariants=_memory_standard_dense_stage_total_bytes__d_p_split_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "v", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_standard_moe_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
@@ -2374,74 +2522,7 @@ def memory_standard_moe_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output_g
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp1 = hff_exp*n_ffMM
-            tmp2 = n_shared_exp*tmp1
-            tmp3 = numpy.not_equal(dh, 0)
-            tmp5 = numpy.where(tmp3, dh, h/a)
-            tmp6 = a*tmp5
-            tmp7 = numpy.greater(n_kv, 0)
-            tmp8 = bytes_compute*(tmp2 + tmp5*(a + 2*numpy.where(tmp7, n_kv, a)) + tmp6)
-            tmp10 = 4*a
-            tmp11 = flash_attention*tmp10
-            tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp13 = tmp11 + tmp12
-            tmp14 = tmp13 + tmp8
-            inv0 = -tie_emb_out
-            tmp19 = numpy.greater_equal(zero_level, 2)
-            tmp21 = numpy.greater_equal(zero_level, 1)
-            tmp22 = numpy.greater_equal(zero_level, 3)
-            tmp23 = h + qkv_bias
-            tmp24 = 0.25*n_attMM
-            tmp25 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp24*(o_bias + tmp6) + 0.5*(n_attMM*n_kv*tmp23*tmp5) + 2*n_qknorm*tmp5 + tmp23*tmp24*tmp6*(attn_output_gate + 1)
-            inv1 = -tmp25
-            inv2 = -tmp25
-            tmp34 = 2*n_kv
-            inv3 = cap_fact*n_chosen_exp
-            inv4 = -bytes_compute
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = -tmp14
-            inv9 = numpy.logical_and(tmp3, tmp7)
-            inv10 = a + tmp34
-            inv11 = 1 + tmp34/a
-            inv12 = -tmp13
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_t", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level))
-            tmp1 = hff_exp*n_ffMM
-            tmp2 = n_shared_exp*tmp1
-            tmp3 = numpy.not_equal(dh, 0)
-            tmp5 = numpy.where(tmp3, dh, h/a)
-            tmp6 = a*tmp5
-            tmp7 = numpy.greater(n_kv, 0)
-            tmp8 = bytes_compute*(tmp2 + tmp5*(a + 2*numpy.where(tmp7, n_kv, a)) + tmp6)
-            tmp10 = 4*a
-            tmp11 = flash_attention*tmp10
-            tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp13 = tmp11 + tmp12
-            tmp14 = tmp13 + tmp8
-            inv0 = -tie_emb_out
-            tmp19 = numpy.greater_equal(zero_level, 2)
-            tmp21 = numpy.greater_equal(zero_level, 1)
-            tmp22 = numpy.greater_equal(zero_level, 3)
-            tmp23 = h + qkv_bias
-            tmp24 = 0.25*n_attMM
-            tmp25 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp24*(o_bias + tmp6) + 0.5*(n_attMM*n_kv*tmp23*tmp5) + 2*n_qknorm*tmp5 + tmp23*tmp24*tmp6*(attn_output_gate + 1)
-            inv1 = -tmp25
-            inv2 = -tmp25
-            tmp34 = 2*n_kv
-            inv3 = cap_fact*n_chosen_exp
-            inv4 = -bytes_compute
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = -tmp14
-            inv9 = numpy.logical_and(tmp3, tmp7)
-            inv10 = a + tmp34
-            inv11 = 1 + tmp34/a
-            inv12 = -tmp13
+        (tmp1, tmp2, tmp3, tmp7, tmp8, tmp10, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11, inv12) = _memory_standard_moe_stage_total_bytes__d_t_invariants(a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level)
         call = _runtime.Call(
             "memory_standard_moe_stage_total_bytes__d_t",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp2", "tmp3", "tmp7", "tmp8", "tmp10", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12"),
@@ -2449,159 +2530,246 @@ def memory_standard_moe_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output_g
             reals=17,
             masks=7,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, m2, m3, m4, m5, m6, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, tmp2, tmp3, tmp7, tmp8, tmp10, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11, inv12 in call.blocks():
-            # tmp3_mask = numpy.not_equal(dh, 0) -> m0
-            numpy.not_equal(dh, 0.0, out=m0)
-            # tmp7_mask = numpy.greater(n_kv, 0) -> m1
-            numpy.greater(n_kv, 0.0, out=m1)
-            # tmp19_mask = numpy.greater_equal(zero_level, 2) -> m2
-            numpy.greater_equal(zero_level, 2.0, out=m2)
-            # tmp21_mask = numpy.greater_equal(zero_level, 1) -> m3
-            numpy.greater_equal(zero_level, 1.0, out=m3)
-            # tmp22_mask = numpy.greater_equal(zero_level, 3) -> m4
-            numpy.greater_equal(zero_level, 3.0, out=m4)
-            # inv9_mask = numpy.logical_and(tmp3, tmp7) -> m5
-            numpy.logical_and(tmp3, tmp7, out=m5)
-            # tmp0 = 1/(t*t) -> r0
-            numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp9 = n_body + n_extra + n_extra_sel -> r1
-            numpy.add(n_body, n_extra, out=r1)
-            numpy.add(r1, n_extra_sel, out=r1)
-            # tmp15 = b*s/cp -> r2
-            numpy.multiply(b, s, out=r2)
-            numpy.divide(r2, cp, out=r2)
-            # tmp16 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
-            numpy.copyto(r3, 0.0)
-            numpy.less_equal(p, 1.0, out=m6)
-            numpy.copyto(r3, 1.0, where=m6)
-            numpy.multiply(r3, inv0, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, v, out=r3)
-            # tmp17 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
-            #     1)/(numpy.maximum(shard_p_os_non_exp_partial,
-            #     t)*numpy.maximum(shard_p_os_non_exp_partial, t)) -> r4
-            numpy.copyto(r4, 1.0)
-            numpy.greater(shard_p_os_non_exp_partial, t, out=m6)
-            numpy.copyto(r4, 0.0, where=m6)
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
-            numpy.multiply(r5, r5, out=r6)
-            numpy.divide(r4, r6, out=r4)
-            # tmp18 = -tmp16*tmp17 -> r5
-            numpy.multiply(r3, r4, out=r5)
-            numpy.negative(r5, out=r5)
-            # tmp20 = -tmp0*tmp16 -> r6
-            numpy.multiply(r0, r3, out=r6)
-            numpy.negative(r6, out=r6)
-            # tmp26 = inv1*tmp17 -> r3
-            numpy.multiply(inv1, r4, out=r3)
-            # tmp27 = inv2*tmp0 -> r4
-            numpy.multiply(inv2, r0, out=r4)
-            # tmp28 = tmp15*numpy.minimum(1, n_full_rec) -> r7
-            numpy.minimum(1.0, n_full_rec, out=r7)
-            numpy.multiply(r7, r2, out=r7)
-            # tmp30 = tmp11/t + tmp12/t -> r8
-            numpy.divide(tmp11, t, out=r8)
-            numpy.divide(tmp12, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            # tmp31 = tmp15*numpy.minimum(1, n_sel_rec) -> r9
-            numpy.minimum(1.0, n_sel_rec, out=r9)
-            numpy.multiply(r9, r2, out=r9)
-            # tmp32 = tmp30*tmp31 -> r10
-            numpy.multiply(r8, r9, out=r10)
-            # tmp33 = dh/t -> r11
-            numpy.divide(dh, t, out=r11)
-            # tmp36 = h/sp -> r12
-            numpy.divide(h, sp, out=r12)
-            # tmp37 = 2*tmp36 -> r13
-            numpy.multiply(r12, 2.0, out=r13)
-            # tmp38 = inv3*(tmp37 + tmp1/t_exp) + n_exp/sp + 4*tmp36 + tmp2/t -> r14
-            numpy.multiply(r12, 4.0, out=r14)
-            numpy.divide(tmp2, t, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.divide(n_exp, sp, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.divide(tmp1, t_exp, out=r15)
-            numpy.add(r15, r13, out=r15)
-            numpy.multiply(r15, inv3, out=r15)
-            numpy.add(r14, r15, out=r14)
-            # tmp39 = dropout*tmp37 + inv4*tmp36 + tmp30 -> r15
-            numpy.multiply(r13, dropout, out=r15)
-            numpy.multiply(inv4, r12, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.add(r15, r8, out=r15)
-            # tmp40 = h/t -> r8
-            numpy.divide(h, t, out=r8)
-            # out = n_output*(bytes_grad*numpy.where(tmp19_mask, tmp18, tmp20) +
-            #     bytes_optimizer*numpy.where(tmp21_mask, tmp18, tmp20) +
-            #     bytes_p*numpy.where(tmp22_mask, tmp18, tmp20)) - tmp0*tmp15*(inv5*n_output +
-            #     n_sel_rec*tmp8 + tmp14*(-n_full_rec - n_sel_rec +
-            #     tmp9))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
-            #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + tmp9*(bytes_grad*numpy.where(tmp19_mask,
-            #     tmp26, tmp27) + bytes_optimizer*numpy.where(tmp21_mask, tmp26, tmp27) +
-            #     bytes_p*numpy.where(tmp22_mask, tmp26, tmp27)) +
-            #     numpy.where(numpy.where(inv9_mask, numpy.less(tmp32, tmp28*(bytes_compute*(a*tmp33
-            #     + inv10*tmp33 + tmp38) + tmp39)), numpy.where(tmp3_mask, numpy.less(tmp32,
-            #     tmp28*(bytes_compute*(tmp10*tmp33 + tmp38) + tmp39)), numpy.where(tmp7_mask,
-            #     numpy.less(tmp32, tmp28*(bytes_compute*(inv11*tmp40 + tmp38 + tmp40) + tmp39)),
-            #     numpy.less(tmp32, tmp28*(bytes_compute*(tmp38 + 4*tmp40) + tmp39))))),
-            #     inv8*tmp0*tmp28, inv12*tmp0*tmp31)
-            numpy.copyto(out, r4)
-            numpy.copyto(out, r3, where=m2)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.copyto(r12, r4)
-            numpy.copyto(r12, r3, where=m3)
-            numpy.multiply(r12, bytes_optimizer, out=r12)
-            numpy.add(out, r12, out=out)
-            numpy.copyto(r12, r4)
-            numpy.copyto(r12, r3, where=m4)
-            numpy.multiply(r12, bytes_p, out=r12)
-            numpy.add(out, r12, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.copyto(r12, r6)
-            numpy.copyto(r12, r5, where=m2)
-            numpy.multiply(r12, bytes_grad, out=r12)
-            numpy.copyto(r13, r6)
-            numpy.copyto(r13, r5, where=m3)
-            numpy.multiply(r13, bytes_optimizer, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.copyto(r13, r6)
-            numpy.copyto(r13, r5, where=m4)
-            numpy.multiply(r13, bytes_p, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.multiply(r12, n_output, out=r12)
-            numpy.add(out, r12, out=out)
-            numpy.multiply(inv12, r0, out=r12)
-            numpy.multiply(r12, r9, out=r12)
-            numpy.copyto(m6, numpy.where(m5, numpy.less(r10, r7*(bytes_compute*(a*r11 + inv10*r11 + r14) + r15)), numpy.where(m0, numpy.less(r10, r7*(bytes_compute*(r11*tmp10 + r14) + r15)), numpy.where(m1, numpy.less(r10, r7*(bytes_compute*(inv11*r8 + r14 + r8) + r15)), numpy.less(r10, r7*(bytes_compute*(r14 + 4*r8) + r15))))))
-            numpy.multiply(inv8, r0, out=r13)
-            numpy.multiply(r13, r7, out=r13)
-            numpy.copyto(r12, r13, where=m6)
-            numpy.add(out, r12, out=out)
-            numpy.subtract(r1, n_full_rec, out=r12)
-            numpy.subtract(r12, n_sel_rec, out=r12)
-            numpy.multiply(r12, tmp14, out=r12)
-            numpy.multiply(tmp8, n_sel_rec, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.multiply(inv5, n_output, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.less_equal(vp, 1.0, out=m6)
-            if not m6.all():
-                numpy.multiply(p, vp, out=r13)
-                numpy.add(r13, inv7, out=r13)
-                numpy.add(r13, p, out=r13)
-                numpy.divide(r13, vp, out=r13)
-                numpy.minimum(r13, m, out=r13)
-            numpy.add(inv6, p, out=r16)
-            numpy.minimum(r16, m, out=r16)
-            numpy.copyto(r13, r16, where=m6)
-            numpy.multiply(r12, r13, out=r12)
-            numpy.multiply(r12, r0, out=r12)
-            numpy.multiply(r12, r2, out=r12)
-            numpy.subtract(out, r12, out=out)
+        for block in call.blocks():
+            _memory_standard_moe_stage_total_bytes__d_t_block(*block)
     return call.out
+
+
+def _memory_standard_moe_stage_total_bytes__d_t_invariants(a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level):
+    """What memory_standard_moe_stage_total_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp1 = hff_exp*n_ffMM
+        tmp2 = n_shared_exp*tmp1
+        tmp3 = numpy.not_equal(dh, 0)
+        tmp5 = numpy.where(tmp3, dh, h/a)
+        tmp6 = a*tmp5
+        tmp7 = numpy.greater(n_kv, 0)
+        tmp8 = bytes_compute*(tmp2 + tmp5*(a + 2*numpy.where(tmp7, n_kv, a)) + tmp6)
+        tmp10 = 4*a
+        tmp11 = flash_attention*tmp10
+        tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp13 = tmp11 + tmp12
+        tmp14 = tmp13 + tmp8
+        inv0 = -tie_emb_out
+        tmp19 = numpy.greater_equal(zero_level, 2)
+        tmp21 = numpy.greater_equal(zero_level, 1)
+        tmp22 = numpy.greater_equal(zero_level, 3)
+        tmp23 = h + qkv_bias
+        tmp24 = 0.25*n_attMM
+        tmp25 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp24*(o_bias + tmp6) + 0.5*(n_attMM*n_kv*tmp23*tmp5) + 2*n_qknorm*tmp5 + tmp23*tmp24*tmp6*(attn_output_gate + 1)
+        inv1 = -tmp25
+        inv2 = -tmp25
+        tmp34 = 2*n_kv
+        inv3 = cap_fact*n_chosen_exp
+        inv4 = -bytes_compute
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = -tmp14
+        inv9 = numpy.logical_and(tmp3, tmp7)
+        inv10 = a + tmp34
+        inv11 = 1 + tmp34/a
+        inv12 = -tmp13
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_t", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, tie_emb_out, v, zero_level))
+        tmp1 = hff_exp*n_ffMM
+        tmp2 = n_shared_exp*tmp1
+        tmp3 = numpy.not_equal(dh, 0)
+        tmp5 = numpy.where(tmp3, dh, h/a)
+        tmp6 = a*tmp5
+        tmp7 = numpy.greater(n_kv, 0)
+        tmp8 = bytes_compute*(tmp2 + tmp5*(a + 2*numpy.where(tmp7, n_kv, a)) + tmp6)
+        tmp10 = 4*a
+        tmp11 = flash_attention*tmp10
+        tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp13 = tmp11 + tmp12
+        tmp14 = tmp13 + tmp8
+        inv0 = -tie_emb_out
+        tmp19 = numpy.greater_equal(zero_level, 2)
+        tmp21 = numpy.greater_equal(zero_level, 1)
+        tmp22 = numpy.greater_equal(zero_level, 3)
+        tmp23 = h + qkv_bias
+        tmp24 = 0.25*n_attMM
+        tmp25 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp24*(o_bias + tmp6) + 0.5*(n_attMM*n_kv*tmp23*tmp5) + 2*n_qknorm*tmp5 + tmp23*tmp24*tmp6*(attn_output_gate + 1)
+        inv1 = -tmp25
+        inv2 = -tmp25
+        tmp34 = 2*n_kv
+        inv3 = cap_fact*n_chosen_exp
+        inv4 = -bytes_compute
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = -tmp14
+        inv9 = numpy.logical_and(tmp3, tmp7)
+        inv10 = a + tmp34
+        inv11 = 1 + tmp34/a
+        inv12 = -tmp13
+    return (tmp1, tmp2, tmp3, tmp7, tmp8, tmp10, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11, inv12)
+
+
+def _memory_standard_moe_stage_total_bytes__d_t_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, m2, m3, m4, m5, m6, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, tmp2, tmp3, tmp7, tmp8, tmp10, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11, inv12):
+    """memory_standard_moe_stage_total_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp3_mask = numpy.not_equal(dh, 0) -> m0
+    numpy.not_equal(dh, 0.0, out=m0)
+    # tmp7_mask = numpy.greater(n_kv, 0) -> m1
+    numpy.greater(n_kv, 0.0, out=m1)
+    # tmp19_mask = numpy.greater_equal(zero_level, 2) -> m2
+    numpy.greater_equal(zero_level, 2.0, out=m2)
+    # tmp21_mask = numpy.greater_equal(zero_level, 1) -> m3
+    numpy.greater_equal(zero_level, 1.0, out=m3)
+    # tmp22_mask = numpy.greater_equal(zero_level, 3) -> m4
+    numpy.greater_equal(zero_level, 3.0, out=m4)
+    # inv9_mask = numpy.logical_and(tmp3, tmp7) -> m5
+    numpy.logical_and(tmp3, tmp7, out=m5)
+    # tmp0 = 1/(t*t) -> r0
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp9 = n_body + n_extra + n_extra_sel -> r1
+    numpy.add(n_body, n_extra, out=r1)
+    numpy.add(r1, n_extra_sel, out=r1)
+    # tmp15 = b*s/cp -> r2
+    numpy.multiply(b, s, out=r2)
+    numpy.divide(r2, cp, out=r2)
+    # tmp16 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
+    numpy.copyto(r3, 0.0)
+    numpy.less_equal(p, 1.0, out=m6)
+    numpy.copyto(r3, 1.0, where=m6)
+    numpy.multiply(r3, inv0, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, h, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, v, out=r3)
+    # tmp17 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
+    #     1)/(numpy.maximum(shard_p_os_non_exp_partial, t)*numpy.maximum(shard_p_os_non_exp_partial,
+    #     t)) -> r4
+    numpy.copyto(r4, 1.0)
+    numpy.greater(shard_p_os_non_exp_partial, t, out=m6)
+    numpy.copyto(r4, 0.0, where=m6)
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
+    numpy.multiply(r5, r5, out=r6)
+    numpy.divide(r4, r6, out=r4)
+    # tmp18 = -tmp16*tmp17 -> r5
+    numpy.multiply(r3, r4, out=r5)
+    numpy.negative(r5, out=r5)
+    # tmp20 = -tmp0*tmp16 -> r6
+    numpy.multiply(r0, r3, out=r6)
+    numpy.negative(r6, out=r6)
+    # tmp26 = inv1*tmp17 -> r3
+    numpy.multiply(inv1, r4, out=r3)
+    # tmp27 = inv2*tmp0 -> r4
+    numpy.multiply(inv2, r0, out=r4)
+    # tmp28 = tmp15*numpy.minimum(1, n_full_rec) -> r7
+    numpy.minimum(1.0, n_full_rec, out=r7)
+    numpy.multiply(r7, r2, out=r7)
+    # tmp30 = tmp11/t + tmp12/t -> r8
+    numpy.divide(tmp11, t, out=r8)
+    numpy.divide(tmp12, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    # tmp31 = tmp15*numpy.minimum(1, n_sel_rec) -> r9
+    numpy.minimum(1.0, n_sel_rec, out=r9)
+    numpy.multiply(r9, r2, out=r9)
+    # tmp32 = tmp30*tmp31 -> r10
+    numpy.multiply(r8, r9, out=r10)
+    # tmp33 = dh/t -> r11
+    numpy.divide(dh, t, out=r11)
+    # tmp36 = h/sp -> r12
+    numpy.divide(h, sp, out=r12)
+    # tmp37 = 2*tmp36 -> r13
+    numpy.multiply(r12, 2.0, out=r13)
+    # tmp38 = inv3*(tmp37 + tmp1/t_exp) + n_exp/sp + 4*tmp36 + tmp2/t -> r14
+    numpy.multiply(r12, 4.0, out=r14)
+    numpy.divide(tmp2, t, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.divide(n_exp, sp, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.divide(tmp1, t_exp, out=r15)
+    numpy.add(r15, r13, out=r15)
+    numpy.multiply(r15, inv3, out=r15)
+    numpy.add(r14, r15, out=r14)
+    # tmp39 = dropout*tmp37 + inv4*tmp36 + tmp30 -> r15
+    numpy.multiply(r13, dropout, out=r15)
+    numpy.multiply(inv4, r12, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.add(r15, r8, out=r15)
+    # tmp40 = h/t -> r8
+    numpy.divide(h, t, out=r8)
+    # out = n_output*(bytes_grad*numpy.where(tmp19_mask, tmp18, tmp20) +
+    #     bytes_optimizer*numpy.where(tmp21_mask, tmp18, tmp20) + bytes_p*numpy.where(tmp22_mask,
+    #     tmp18, tmp20)) - tmp0*tmp15*(inv5*n_output + n_sel_rec*tmp8 + tmp14*(-n_full_rec -
+    #     n_sel_rec + tmp9))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
+    #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + tmp9*(bytes_grad*numpy.where(tmp19_mask, tmp26,
+    #     tmp27) + bytes_optimizer*numpy.where(tmp21_mask, tmp26, tmp27) +
+    #     bytes_p*numpy.where(tmp22_mask, tmp26, tmp27)) + numpy.where(numpy.where(inv9_mask,
+    #     numpy.less(tmp32, tmp28*(bytes_compute*(a*tmp33 + inv10*tmp33 + tmp38) + tmp39)),
+    #     numpy.where(tmp3_mask, numpy.less(tmp32, tmp28*(bytes_compute*(tmp10*tmp33 + tmp38) +
+    #     tmp39)), numpy.where(tmp7_mask, numpy.less(tmp32, tmp28*(bytes_compute*(inv11*tmp40 +
+    #     tmp38 + tmp40) + tmp39)), numpy.less(tmp32, tmp28*(bytes_compute*(tmp38 + 4*tmp40) +
+    #     tmp39))))), inv8*tmp0*tmp28, inv12*tmp0*tmp31)
+    numpy.copyto(out, r4)
+    numpy.copyto(out, r3, where=m2)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.copyto(r12, r4)
+    numpy.copyto(r12, r3, where=m3)
+    numpy.multiply(r12, bytes_optimizer, out=r12)
+    numpy.add(out, r12, out=out)
+    numpy.copyto(r12, r4)
+    numpy.copyto(r12, r3, where=m4)
+    numpy.multiply(r12, bytes_p, out=r12)
+    numpy.add(out, r12, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.copyto(r12, r6)
+    numpy.copyto(r12, r5, where=m2)
+    numpy.multiply(r12, bytes_grad, out=r12)
+    numpy.copyto(r13, r6)
+    numpy.copyto(r13, r5, where=m3)
+    numpy.multiply(r13, bytes_optimizer, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.copyto(r13, r6)
+    numpy.copyto(r13, r5, where=m4)
+    numpy.multiply(r13, bytes_p, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.multiply(r12, n_output, out=r12)
+    numpy.add(out, r12, out=out)
+    numpy.multiply(inv12, r0, out=r12)
+    numpy.multiply(r12, r9, out=r12)
+    numpy.copyto(m6, numpy.where(m5, numpy.less(r10, r7*(bytes_compute*(a*r11 + inv10*r11 + r14) + r15)), numpy.where(m0, numpy.less(r10, r7*(bytes_compute*(r11*tmp10 + r14) + r15)), numpy.where(m1, numpy.less(r10, r7*(bytes_compute*(inv11*r8 + r14 + r8) + r15)), numpy.less(r10, r7*(bytes_compute*(r14 + 4*r8) + r15))))))
+    numpy.multiply(inv8, r0, out=r13)
+    numpy.multiply(r13, r7, out=r13)
+    numpy.copyto(r12, r13, where=m6)
+    numpy.add(out, r12, out=out)
+    numpy.subtract(r1, n_full_rec, out=r12)
+    numpy.subtract(r12, n_sel_rec, out=r12)
+    numpy.multiply(r12, tmp14, out=r12)
+    numpy.multiply(tmp8, n_sel_rec, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.multiply(inv5, n_output, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.less_equal(vp, 1.0, out=m6)
+    if not m6.all():
+        numpy.multiply(p, vp, out=r13)
+        numpy.add(r13, inv7, out=r13)
+        numpy.add(r13, p, out=r13)
+        numpy.divide(r13, vp, out=r13)
+        numpy.minimum(r13, m, out=r13)
+    numpy.add(inv6, p, out=r16)
+    numpy.minimum(r16, m, out=r16)
+    numpy.copyto(r13, r16, where=m6)
+    numpy.multiply(r12, r13, out=r12)
+    numpy.multiply(r12, r0, out=r12)
+    numpy.multiply(r12, r2, out=r12)
+    numpy.subtract(out, r12, out=out)
+
+
+memory_standard_moe_stage_total_bytes__d_t.kernel = _runtime.Kernel(
+    _memory_standard_moe_stage_total_bytes__d_t_block,
+    reals=17,
+    masks=7,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
+    passed=("tmp1", "tmp2", "tmp3", "tmp7", "tmp8", "tmp10", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12"),
+    invariants=_memory_standard_moe_stage_total_bytes__d_t_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "tie_emb_out", "v", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_standard_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp):
@@ -2766,42 +2934,7 @@ def memory_standard_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_lo
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = numpy.not_equal(dh, 0)
-            inv0 = numpy.where(tmp6, dh, h/a)
-            tmp9 = numpy.greater(n_kv, 0)
-            tmp10 = hff_exp*n_ffMM
-            inv1 = n_shared_exp*tmp10
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = a + 2*numpy.where(tmp9, n_kv, a)
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp25 = 2*n_kv
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = numpy.logical_and(tmp6, tmp9)
-            inv10 = a + tmp25
-            inv11 = 1 + tmp25/a
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v))
-            tmp6 = numpy.not_equal(dh, 0)
-            inv0 = numpy.where(tmp6, dh, h/a)
-            tmp9 = numpy.greater(n_kv, 0)
-            tmp10 = hff_exp*n_ffMM
-            inv1 = n_shared_exp*tmp10
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = a + 2*numpy.where(tmp9, n_kv, a)
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp25 = 2*n_kv
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = numpy.logical_and(tmp6, tmp9)
-            inv10 = a + tmp25
-            inv11 = 1 + tmp25/a
+        (tmp6, inv0, tmp9, tmp10, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11) = _memory_standard_moe_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v)
         call = _runtime.Call(
             "memory_standard_moe_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp6", "inv0", "tmp9", "tmp10", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
@@ -2809,126 +2942,181 @@ def memory_standard_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_lo
             reals=20,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp6, inv0, tmp9, tmp10, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11 in call.blocks():
-            # tmp6_mask = numpy.not_equal(dh, 0) -> m0
-            numpy.not_equal(dh, 0.0, out=m0)
-            # tmp9_mask = numpy.greater(n_kv, 0) -> m1
-            numpy.greater(n_kv, 0.0, out=m1)
-            # inv9_mask = numpy.logical_and(tmp6, tmp9) -> m2
-            numpy.logical_and(tmp6, tmp9, out=m2)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = bytes_compute*tmp1 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp4 = 2*tmp1 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # tmp5 = dropout*tmp4 -> r3
-            numpy.multiply(r2, dropout, out=r3)
-            # tmp8 = inv0/t -> r4
-            numpy.divide(inv0, t, out=r4)
-            # tmp11 = inv1/t + inv2*(tmp4 + tmp10/t_exp) + n_exp/sp + 4*tmp1 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.divide(n_exp, sp, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(inv1, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(tmp10, t_exp, out=r6)
-            numpy.add(r6, r2, out=r6)
-            numpy.multiply(r6, inv2, out=r6)
-            numpy.add(r5, r6, out=r5)
-            # tmp12 = bytes_compute*(a*tmp8 + inv3*tmp8 + tmp11) + tmp5 -> r6
-            numpy.multiply(r4, a, out=r6)
-            numpy.multiply(inv3, r4, out=r7)
-            numpy.add(r6, r7, out=r6)
-            numpy.add(r6, r5, out=r6)
-            numpy.multiply(r6, bytes_compute, out=r6)
-            numpy.add(r6, r3, out=r6)
-            # tmp13 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp14 = inv4*tmp13 + inv5*tmp13 -> r7
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.multiply(inv5, r4, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp15 = tmp12 + tmp14 -> r4
-            numpy.add(r6, r7, out=r4)
-            # tmp16 = b*s -> r8
-            numpy.multiply(b, s, out=r8)
-            # tmp17 = tmp16/(cp*cp) -> r9
-            numpy.multiply(cp, cp, out=r9)
-            numpy.divide(r8, r9, out=r9)
-            # tmp18 = -tmp2 -> r10
-            numpy.negative(r1, out=r10)
-            # tmp19 = numpy.minimum(1, n_full_rec) -> r11
-            numpy.minimum(1.0, n_full_rec, out=r11)
-            # tmp20 = numpy.minimum(1, n_sel_rec) -> r12
-            numpy.minimum(1.0, n_sel_rec, out=r12)
-            # tmp21 = tmp16/cp -> r13
-            numpy.divide(r8, cp, out=r13)
-            # tmp22 = tmp14*tmp20*tmp21 -> r8
-            numpy.multiply(r7, r12, out=r8)
-            numpy.multiply(r8, r13, out=r8)
-            # tmp23 = dh/t -> r14
-            numpy.divide(dh, t, out=r14)
-            # tmp24 = a*tmp23 -> r15
-            numpy.multiply(r14, a, out=r15)
-            # tmp26 = tmp14 + tmp18 + tmp5 -> r16
-            numpy.add(r7, r10, out=r16)
-            numpy.add(r16, r3, out=r16)
-            # tmp27 = tmp19*tmp21 -> r3
-            numpy.multiply(r11, r13, out=r3)
-            # tmp28 = h/t -> r13
-            numpy.divide(h, t, out=r13)
-            # out = -tmp17*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 +
-            #     n_output*(bytes_compute*tmp4 + inv6/t) + n_sel_rec*tmp12 + tmp15*(n_body + n_extra
-            #     + n_extra_sel - n_full_rec - n_sel_rec))*numpy.where(numpy.less_equal(vp, 1),
-            #     numpy.minimum(m, inv7 + p), numpy.minimum(m, (inv8 + p*vp + p)/vp)) +
-            #     numpy.where(numpy.where(inv9_mask, numpy.less(tmp22,
-            #     tmp27*(bytes_compute*(inv10*tmp23 + tmp11 + tmp24) + tmp26)),
-            #     numpy.where(tmp6_mask, numpy.less(tmp22, tmp27*(bytes_compute*(tmp11 + 4*tmp24) +
-            #     tmp26)), numpy.where(tmp9_mask, numpy.less(tmp22,
-            #     tmp27*(bytes_compute*(inv11*tmp28 + tmp11 + tmp28) + tmp26)), numpy.less(tmp22,
-            #     tmp27*(bytes_compute*(tmp11 + 4*tmp28) + tmp26))))), tmp17*tmp19*(-tmp15 - tmp18),
-            #     -tmp14*tmp17*tmp20)
-            numpy.multiply(r7, r9, out=out)
-            numpy.multiply(out, r12, out=out)
-            numpy.negative(out, out=out)
-            numpy.copyto(m3, numpy.where(m2, numpy.less(r8, r3*(bytes_compute*(inv10*r14 + r15 + r5) + r16)), numpy.where(m0, numpy.less(r8, r3*(bytes_compute*(4*r15 + r5) + r16)), numpy.where(m1, numpy.less(r8, r3*(bytes_compute*(inv11*r13 + r13 + r5) + r16)), numpy.less(r8, r3*(bytes_compute*(4*r13 + r5) + r16))))))
-            numpy.negative(r4, out=r17)
-            numpy.subtract(r17, r10, out=r17)
-            numpy.multiply(r17, r9, out=r17)
-            numpy.multiply(r17, r11, out=r17)
-            numpy.copyto(out, r17, where=m3)
-            numpy.multiply(r6, n_sel_rec, out=r17)
-            numpy.add(n_body, n_extra, out=r18)
-            numpy.add(r18, n_extra_sel, out=r18)
-            numpy.subtract(r18, n_full_rec, out=r18)
-            numpy.subtract(r18, n_sel_rec, out=r18)
-            numpy.multiply(r18, r4, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.multiply(r1, n_full_rec, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.multiply(r2, bytes_compute, out=r18)
-            numpy.divide(inv6, t, out=r19)
-            numpy.add(r18, r19, out=r18)
-            numpy.multiply(r18, n_output, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.multiply(r0, dropout, out=r18)
-            numpy.multiply(r18, n_embedding, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.less_equal(vp, 1.0, out=m3)
-            if not m3.all():
-                numpy.multiply(p, vp, out=r18)
-                numpy.add(r18, inv8, out=r18)
-                numpy.add(r18, p, out=r18)
-                numpy.divide(r18, vp, out=r18)
-                numpy.minimum(r18, m, out=r18)
-            numpy.add(inv7, p, out=r19)
-            numpy.minimum(r19, m, out=r19)
-            numpy.copyto(r18, r19, where=m3)
-            numpy.multiply(r17, r18, out=r17)
-            numpy.multiply(r17, r9, out=r17)
-            numpy.subtract(out, r17, out=out)
+        for block in call.blocks():
+            _memory_standard_moe_stage_total_bytes__d_cp_block(*block)
     return call.out
+
+
+def _memory_standard_moe_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v):
+    """What memory_standard_moe_stage_total_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = numpy.not_equal(dh, 0)
+        inv0 = numpy.where(tmp6, dh, h/a)
+        tmp9 = numpy.greater(n_kv, 0)
+        tmp10 = hff_exp*n_ffMM
+        inv1 = n_shared_exp*tmp10
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = a + 2*numpy.where(tmp9, n_kv, a)
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp25 = 2*n_kv
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = numpy.logical_and(tmp6, tmp9)
+        inv10 = a + tmp25
+        inv11 = 1 + tmp25/a
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v))
+        tmp6 = numpy.not_equal(dh, 0)
+        inv0 = numpy.where(tmp6, dh, h/a)
+        tmp9 = numpy.greater(n_kv, 0)
+        tmp10 = hff_exp*n_ffMM
+        inv1 = n_shared_exp*tmp10
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = a + 2*numpy.where(tmp9, n_kv, a)
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp25 = 2*n_kv
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = numpy.logical_and(tmp6, tmp9)
+        inv10 = a + tmp25
+        inv11 = 1 + tmp25/a
+    return (tmp6, inv0, tmp9, tmp10, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11)
+
+
+def _memory_standard_moe_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp6, inv0, tmp9, tmp10, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11):
+    """memory_standard_moe_stage_total_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp6_mask = numpy.not_equal(dh, 0) -> m0
+    numpy.not_equal(dh, 0.0, out=m0)
+    # tmp9_mask = numpy.greater(n_kv, 0) -> m1
+    numpy.greater(n_kv, 0.0, out=m1)
+    # inv9_mask = numpy.logical_and(tmp6, tmp9) -> m2
+    numpy.logical_and(tmp6, tmp9, out=m2)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = bytes_compute*tmp1 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp4 = 2*tmp1 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # tmp5 = dropout*tmp4 -> r3
+    numpy.multiply(r2, dropout, out=r3)
+    # tmp8 = inv0/t -> r4
+    numpy.divide(inv0, t, out=r4)
+    # tmp11 = inv1/t + inv2*(tmp4 + tmp10/t_exp) + n_exp/sp + 4*tmp1 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.divide(n_exp, sp, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(inv1, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(tmp10, t_exp, out=r6)
+    numpy.add(r6, r2, out=r6)
+    numpy.multiply(r6, inv2, out=r6)
+    numpy.add(r5, r6, out=r5)
+    # tmp12 = bytes_compute*(a*tmp8 + inv3*tmp8 + tmp11) + tmp5 -> r6
+    numpy.multiply(r4, a, out=r6)
+    numpy.multiply(inv3, r4, out=r7)
+    numpy.add(r6, r7, out=r6)
+    numpy.add(r6, r5, out=r6)
+    numpy.multiply(r6, bytes_compute, out=r6)
+    numpy.add(r6, r3, out=r6)
+    # tmp13 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp14 = inv4*tmp13 + inv5*tmp13 -> r7
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.multiply(inv5, r4, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp15 = tmp12 + tmp14 -> r4
+    numpy.add(r6, r7, out=r4)
+    # tmp16 = b*s -> r8
+    numpy.multiply(b, s, out=r8)
+    # tmp17 = tmp16/(cp*cp) -> r9
+    numpy.multiply(cp, cp, out=r9)
+    numpy.divide(r8, r9, out=r9)
+    # tmp18 = -tmp2 -> r10
+    numpy.negative(r1, out=r10)
+    # tmp19 = numpy.minimum(1, n_full_rec) -> r11
+    numpy.minimum(1.0, n_full_rec, out=r11)
+    # tmp20 = numpy.minimum(1, n_sel_rec) -> r12
+    numpy.minimum(1.0, n_sel_rec, out=r12)
+    # tmp21 = tmp16/cp -> r13
+    numpy.divide(r8, cp, out=r13)
+    # tmp22 = tmp14*tmp20*tmp21 -> r8
+    numpy.multiply(r7, r12, out=r8)
+    numpy.multiply(r8, r13, out=r8)
+    # tmp23 = dh/t -> r14
+    numpy.divide(dh, t, out=r14)
+    # tmp24 = a*tmp23 -> r15
+    numpy.multiply(r14, a, out=r15)
+    # tmp26 = tmp14 + tmp18 + tmp5 -> r16
+    numpy.add(r7, r10, out=r16)
+    numpy.add(r16, r3, out=r16)
+    # tmp27 = tmp19*tmp21 -> r3
+    numpy.multiply(r11, r13, out=r3)
+    # tmp28 = h/t -> r13
+    numpy.divide(h, t, out=r13)
+    # out = -tmp17*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4 +
+    #     inv6/t) + n_sel_rec*tmp12 + tmp15*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
+    #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(inv9_mask,
+    #     numpy.less(tmp22, tmp27*(bytes_compute*(inv10*tmp23 + tmp11 + tmp24) + tmp26)),
+    #     numpy.where(tmp6_mask, numpy.less(tmp22, tmp27*(bytes_compute*(tmp11 + 4*tmp24) + tmp26)),
+    #     numpy.where(tmp9_mask, numpy.less(tmp22, tmp27*(bytes_compute*(inv11*tmp28 + tmp11 +
+    #     tmp28) + tmp26)), numpy.less(tmp22, tmp27*(bytes_compute*(tmp11 + 4*tmp28) + tmp26))))),
+    #     tmp17*tmp19*(-tmp15 - tmp18), -tmp14*tmp17*tmp20)
+    numpy.multiply(r7, r9, out=out)
+    numpy.multiply(out, r12, out=out)
+    numpy.negative(out, out=out)
+    numpy.copyto(m3, numpy.where(m2, numpy.less(r8, r3*(bytes_compute*(inv10*r14 + r15 + r5) + r16)), numpy.where(m0, numpy.less(r8, r3*(bytes_compute*(4*r15 + r5) + r16)), numpy.where(m1, numpy.less(r8, r3*(bytes_compute*(inv11*r13 + r13 + r5) + r16)), numpy.less(r8, r3*(bytes_compute*(4*r13 + r5) + r16))))))
+    numpy.negative(r4, out=r17)
+    numpy.subtract(r17, r10, out=r17)
+    numpy.multiply(r17, r9, out=r17)
+    numpy.multiply(r17, r11, out=r17)
+    numpy.copyto(out, r17, where=m3)
+    numpy.multiply(r6, n_sel_rec, out=r17)
+    numpy.add(n_body, n_extra, out=r18)
+    numpy.add(r18, n_extra_sel, out=r18)
+    numpy.subtract(r18, n_full_rec, out=r18)
+    numpy.subtract(r18, n_sel_rec, out=r18)
+    numpy.multiply(r18, r4, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.multiply(r1, n_full_rec, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.multiply(r2, bytes_compute, out=r18)
+    numpy.divide(inv6, t, out=r19)
+    numpy.add(r18, r19, out=r18)
+    numpy.multiply(r18, n_output, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.multiply(r0, dropout, out=r18)
+    numpy.multiply(r18, n_embedding, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.less_equal(vp, 1.0, out=m3)
+    if not m3.all():
+        numpy.multiply(p, vp, out=r18)
+        numpy.add(r18, inv8, out=r18)
+        numpy.add(r18, p, out=r18)
+        numpy.divide(r18, vp, out=r18)
+        numpy.minimum(r18, m, out=r18)
+    numpy.add(inv7, p, out=r19)
+    numpy.minimum(r19, m, out=r19)
+    numpy.copyto(r18, r19, where=m3)
+    numpy.multiply(r17, r18, out=r17)
+    numpy.multiply(r17, r9, out=r17)
+    numpy.subtract(out, r17, out=out)
+
+
+memory_standard_moe_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
+    _memory_standard_moe_stage_total_bytes__d_cp_block,
+    reals=20,
+    masks=4,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp6", "inv0", "tmp9", "tmp10", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
+    invariants=_memory_standard_moe_stage_total_bytes__d_cp_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_standard_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level):
@@ -3002,20 +3190,7 @@ def memory_standard_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimizer, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = n_ffMM - 1
-            inv1 = h*n_ffMM
-            inv2 = numpy.greater_equal(zero_level, 2)
-            inv3 = numpy.greater_equal(zero_level, 1)
-            inv4 = numpy.greater_equal(zero_level, 3)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, n_ffMM, zero_level) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_ep", ("h", "n_ffMM", "zero_level"), (h, n_ffMM, zero_level))
-            inv0 = n_ffMM - 1
-            inv1 = h*n_ffMM
-            inv2 = numpy.greater_equal(zero_level, 2)
-            inv3 = numpy.greater_equal(zero_level, 1)
-            inv4 = numpy.greater_equal(zero_level, 3)
+        (inv0, inv1) = _memory_standard_moe_stage_total_bytes__d_ep_invariants(h, n_ffMM, zero_level)
         call = _runtime.Call(
             "memory_standard_moe_stage_total_bytes__d_ep",
             ("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level", "inv0", "inv1"),
@@ -3023,57 +3198,92 @@ def memory_standard_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimizer, 
             reals=5,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level, inv0, inv1 in call.blocks():
-            # inv2_mask = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # inv3_mask = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # inv4_mask = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp0 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp1 = t_exp*tmp0 -> r1
-            numpy.multiply(r0, t_exp, out=r1)
-            # tmp2 = hff_exp*tmp0 -> r2
-            numpy.multiply(r0, hff_exp, out=r2)
-            # tmp3 = n_exp*(inv1*tmp2 + mlp_bias*(h + inv0*tmp2))/(ep*ep) -> r3
-            numpy.multiply(inv0, r2, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.multiply(inv1, r2, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.multiply(ep, ep, out=r4)
-            numpy.divide(r3, r4, out=r3)
-            # tmp4 = -tmp3/numpy.maximum(1, numpy.maximum(tmp1, shard_p_os_exp*tmp0)) -> r2
-            numpy.multiply(r0, shard_p_os_exp, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            numpy.maximum(r2, r1, out=r2)
-            numpy.divide(r3, r2, out=r2)
-            numpy.negative(r2, out=r2)
-            # tmp5 = -tmp3/numpy.maximum(1, tmp1) -> r0
-            numpy.maximum(1.0, r1, out=r0)
-            numpy.divide(r3, r0, out=r0)
-            numpy.negative(r0, out=r0)
-            # out = (n_body + n_extra + n_extra_sel)*(bytes_grad*numpy.where(inv2_mask, tmp4, tmp5)
-            #     + bytes_optimizer*numpy.where(inv3_mask, tmp4, tmp5) +
-            #     bytes_p*numpy.where(inv4_mask, tmp4, tmp5))
-            numpy.add(n_body, n_extra, out=out)
-            numpy.add(out, n_extra_sel, out=out)
-            numpy.copyto(r1, r0)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.multiply(r1, bytes_grad, out=r1)
-            numpy.copyto(r3, r0)
-            numpy.copyto(r3, r2, where=m1)
-            numpy.multiply(r3, bytes_optimizer, out=r3)
-            numpy.add(r1, r3, out=r1)
-            numpy.copyto(r3, r0)
-            numpy.copyto(r3, r2, where=m2)
-            numpy.multiply(r3, bytes_p, out=r3)
-            numpy.add(r1, r3, out=r1)
-            numpy.multiply(out, r1, out=out)
+        for block in call.blocks():
+            _memory_standard_moe_stage_total_bytes__d_ep_block(*block)
     return call.out
+
+
+def _memory_standard_moe_stage_total_bytes__d_ep_invariants(h, n_ffMM, zero_level):
+    """What memory_standard_moe_stage_total_bytes__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+        inv2 = numpy.greater_equal(zero_level, 2)
+        inv3 = numpy.greater_equal(zero_level, 1)
+        inv4 = numpy.greater_equal(zero_level, 3)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, n_ffMM, zero_level) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_ep", ("h", "n_ffMM", "zero_level"), (h, n_ffMM, zero_level))
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+        inv2 = numpy.greater_equal(zero_level, 2)
+        inv3 = numpy.greater_equal(zero_level, 1)
+        inv4 = numpy.greater_equal(zero_level, 3)
+    return (inv0, inv1)
+
+
+def _memory_standard_moe_stage_total_bytes__d_ep_block(out, r0, r1, r2, r3, r4, m0, m1, m2, bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level, inv0, inv1):
+    """memory_standard_moe_stage_total_bytes__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv2_mask = numpy.greater_equal(zero_level, 2) -> m0
+    numpy.greater_equal(zero_level, 2.0, out=m0)
+    # inv3_mask = numpy.greater_equal(zero_level, 1) -> m1
+    numpy.greater_equal(zero_level, 1.0, out=m1)
+    # inv4_mask = numpy.greater_equal(zero_level, 3) -> m2
+    numpy.greater_equal(zero_level, 3.0, out=m2)
+    # tmp0 = 1/numpy.maximum(1, etp) -> r0
+    numpy.maximum(1.0, etp, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = t_exp*tmp0 -> r1
+    numpy.multiply(r0, t_exp, out=r1)
+    # tmp2 = hff_exp*tmp0 -> r2
+    numpy.multiply(r0, hff_exp, out=r2)
+    # tmp3 = n_exp*(inv1*tmp2 + mlp_bias*(h + inv0*tmp2))/(ep*ep) -> r3
+    numpy.multiply(inv0, r2, out=r3)
+    numpy.add(r3, h, out=r3)
+    numpy.multiply(r3, mlp_bias, out=r3)
+    numpy.multiply(inv1, r2, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(r3, n_exp, out=r3)
+    numpy.multiply(ep, ep, out=r4)
+    numpy.divide(r3, r4, out=r3)
+    # tmp4 = -tmp3/numpy.maximum(1, numpy.maximum(tmp1, shard_p_os_exp*tmp0)) -> r2
+    numpy.multiply(r0, shard_p_os_exp, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    numpy.maximum(r2, r1, out=r2)
+    numpy.divide(r3, r2, out=r2)
+    numpy.negative(r2, out=r2)
+    # tmp5 = -tmp3/numpy.maximum(1, tmp1) -> r0
+    numpy.maximum(1.0, r1, out=r0)
+    numpy.divide(r3, r0, out=r0)
+    numpy.negative(r0, out=r0)
+    # out = (n_body + n_extra + n_extra_sel)*(bytes_grad*numpy.where(inv2_mask, tmp4, tmp5) +
+    #     bytes_optimizer*numpy.where(inv3_mask, tmp4, tmp5) + bytes_p*numpy.where(inv4_mask, tmp4,
+    #     tmp5))
+    numpy.add(n_body, n_extra, out=out)
+    numpy.add(out, n_extra_sel, out=out)
+    numpy.copyto(r1, r0)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.multiply(r1, bytes_grad, out=r1)
+    numpy.copyto(r3, r0)
+    numpy.copyto(r3, r2, where=m1)
+    numpy.multiply(r3, bytes_optimizer, out=r3)
+    numpy.add(r1, r3, out=r1)
+    numpy.copyto(r3, r0)
+    numpy.copyto(r3, r2, where=m2)
+    numpy.multiply(r3, bytes_p, out=r3)
+    numpy.add(r1, r3, out=r1)
+    numpy.multiply(out, r1, out=out)
+
+
+memory_standard_moe_stage_total_bytes__d_ep.kernel = _runtime.Kernel(
+    _memory_standard_moe_stage_total_bytes__d_ep_block,
+    reals=5,
+    masks=3,
+    arguments=("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level"),
+    passed=("inv0", "inv1"),
+    invariants=_memory_standard_moe_stage_total_bytes__d_ep_invariants,
+    widened=("h", "n_ffMM", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_standard_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp):
@@ -3164,30 +3374,7 @@ def memory_standard_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_log
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = hff_exp*n_ffMM
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
-            inv2 = n_shared_exp*tmp5
-            inv3 = cap_fact*n_chosen_exp
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v))
-            tmp5 = hff_exp*n_ffMM
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
-            inv2 = n_shared_exp*tmp5
-            inv3 = cap_fact*n_chosen_exp
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
+        (tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8) = _memory_standard_moe_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v)
         call = _runtime.Call(
             "memory_standard_moe_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
@@ -3195,80 +3382,125 @@ def memory_standard_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_log
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp2 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp4 = 2*tmp2 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp6 = inv0/t -> r2
-            numpy.divide(inv0, t, out=r2)
-            # tmp7 = bytes_compute*(a*tmp6 + inv1*tmp6 + inv2/t + inv3*(tmp4 + tmp5/t_exp) +
-            #     n_exp/sp + 4*tmp2) + dropout*tmp4 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, a, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(inv1, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(n_exp, sp, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv2, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(tmp5, t_exp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.multiply(r5, inv3, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # tmp8 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # out = b*s*(bytes_compute*n_full_rec*tmp2 + dropout*n_embedding*tmp2 +
-            #     n_output*(bytes_compute*tmp4 + inv4/t) + n_sel_rec*tmp7 + (inv5*tmp8 + inv6*tmp8 +
-            #     tmp7)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 +
-            #     p), 0, 1), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv4, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv5, r2, out=r4)
-            numpy.multiply(inv6, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.add(1.0, vp, out=r4)
-                numpy.divide(r4, vp, out=r4)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv8, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 0.0, where=m1)
-            numpy.copyto(r5, 1.0)
-            numpy.add(inv7, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 0.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_standard_moe_stage_total_bytes__d_p_block(*block)
     return call.out
+
+
+def _memory_standard_moe_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v):
+    """What memory_standard_moe_stage_total_bytes__d_p computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = hff_exp*n_ffMM
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
+        inv2 = n_shared_exp*tmp5
+        inv3 = cap_fact*n_chosen_exp
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v))
+        tmp5 = hff_exp*n_ffMM
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
+        inv2 = n_shared_exp*tmp5
+        inv3 = cap_fact*n_chosen_exp
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    return (tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8)
+
+
+def _memory_standard_moe_stage_total_bytes__d_p_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8):
+    """memory_standard_moe_stage_total_bytes__d_p on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp2 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp4 = 2*tmp2 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp6 = inv0/t -> r2
+    numpy.divide(inv0, t, out=r2)
+    # tmp7 = bytes_compute*(a*tmp6 + inv1*tmp6 + inv2/t + inv3*(tmp4 + tmp5/t_exp) + n_exp/sp +
+    #     4*tmp2) + dropout*tmp4 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, a, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(inv1, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(n_exp, sp, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv2, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(tmp5, t_exp, out=r5)
+    numpy.add(r5, r1, out=r5)
+    numpy.multiply(r5, inv3, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # tmp8 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # out = b*s*(bytes_compute*n_full_rec*tmp2 + dropout*n_embedding*tmp2 +
+    #     n_output*(bytes_compute*tmp4 + inv4/t) + n_sel_rec*tmp7 + (inv5*tmp8 + inv6*tmp8 +
+    #     tmp7)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 + p), 0,
+    #     1), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv4, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv5, r2, out=r4)
+    numpy.multiply(inv6, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.add(1.0, vp, out=r4)
+        numpy.divide(r4, vp, out=r4)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv8, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 0.0, where=m1)
+    numpy.copyto(r5, 1.0)
+    numpy.add(inv7, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 0.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_standard_moe_stage_total_bytes__d_p.kernel = _runtime.Kernel(
+    _memory_standard_moe_stage_total_bytes__d_p_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+    invariants=_memory_standard_moe_stage_total_bytes__d_p_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_standard_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp):
@@ -3359,30 +3591,7 @@ def memory_standard_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_log
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = hff_exp*n_ffMM
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
-            inv2 = n_shared_exp*tmp4
-            inv3 = cap_fact*n_chosen_exp
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v))
-            tmp4 = hff_exp*n_ffMM
-            inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
-            inv2 = n_shared_exp*tmp4
-            inv3 = cap_fact*n_chosen_exp
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
+        (tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8) = _memory_standard_moe_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v)
         call = _runtime.Call(
             "memory_standard_moe_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
@@ -3390,79 +3599,124 @@ def memory_standard_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_log
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp3 = 2*tmp1 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp5 = inv0/t -> r2
-            numpy.divide(inv0, t, out=r2)
-            # tmp6 = bytes_compute*(a*tmp5 + inv1*tmp5 + inv2/t + inv3*(tmp3 + tmp4/t_exp) +
-            #     n_exp/sp + 4*tmp1) + dropout*tmp3 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, a, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(inv1, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(n_exp, sp, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv2, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(tmp4, t_exp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.multiply(r5, inv3, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # tmp7 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
-            #     n_output*(bytes_compute*tmp3 + inv4/t) + n_sel_rec*tmp6 + (inv5*tmp7 + inv6*tmp7 +
-            #     tmp6)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 +
-            #     p), 1, 0), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 1, 0))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv4, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv5, r2, out=r4)
-            numpy.multiply(inv6, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r4, 0.0)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv8, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 1.0, where=m1)
-            numpy.copyto(r5, 0.0)
-            numpy.add(inv7, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 1.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_standard_moe_stage_total_bytes__d_m_block(*block)
     return call.out
+
+
+def _memory_standard_moe_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v):
+    """What memory_standard_moe_stage_total_bytes__d_m computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = hff_exp*n_ffMM
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
+        inv2 = n_shared_exp*tmp4
+        inv3 = cap_fact*n_chosen_exp
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v))
+        tmp4 = hff_exp*n_ffMM
+        inv0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv1 = a + 2*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
+        inv2 = n_shared_exp*tmp4
+        inv3 = cap_fact*n_chosen_exp
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    return (tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8)
+
+
+def _memory_standard_moe_stage_total_bytes__d_m_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8):
+    """memory_standard_moe_stage_total_bytes__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp3 = 2*tmp1 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp5 = inv0/t -> r2
+    numpy.divide(inv0, t, out=r2)
+    # tmp6 = bytes_compute*(a*tmp5 + inv1*tmp5 + inv2/t + inv3*(tmp3 + tmp4/t_exp) + n_exp/sp +
+    #     4*tmp1) + dropout*tmp3 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, a, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(inv1, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(n_exp, sp, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv2, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(tmp4, t_exp, out=r5)
+    numpy.add(r5, r1, out=r5)
+    numpy.multiply(r5, inv3, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # tmp7 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
+    #     n_output*(bytes_compute*tmp3 + inv4/t) + n_sel_rec*tmp6 + (inv5*tmp7 + inv6*tmp7 +
+    #     tmp6)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 + p), 1,
+    #     0), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 1, 0))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv4, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv5, r2, out=r4)
+    numpy.multiply(inv6, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r4, 0.0)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv8, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 1.0, where=m1)
+    numpy.copyto(r5, 0.0)
+    numpy.add(inv7, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 1.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_standard_moe_stage_total_bytes__d_m.kernel = _runtime.Kernel(
+    _memory_standard_moe_stage_total_bytes__d_m_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp4", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+    invariants=_memory_standard_moe_stage_total_bytes__d_m_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_standard_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp):
@@ -3625,42 +3879,7 @@ def memory_standard_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_log
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = numpy.not_equal(dh, 0)
-            inv0 = numpy.where(tmp6, dh, h/a)
-            tmp9 = numpy.greater(n_kv, 0)
-            tmp10 = hff_exp*n_ffMM
-            inv1 = n_shared_exp*tmp10
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = a + 2*numpy.where(tmp9, n_kv, a)
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp23 = 2*n_kv
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = numpy.logical_and(tmp6, tmp9)
-            inv10 = a + tmp23
-            inv11 = 1 + tmp23/a
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v))
-            tmp6 = numpy.not_equal(dh, 0)
-            inv0 = numpy.where(tmp6, dh, h/a)
-            tmp9 = numpy.greater(n_kv, 0)
-            tmp10 = hff_exp*n_ffMM
-            inv1 = n_shared_exp*tmp10
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = a + 2*numpy.where(tmp9, n_kv, a)
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp23 = 2*n_kv
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = numpy.logical_and(tmp6, tmp9)
-            inv10 = a + tmp23
-            inv11 = 1 + tmp23/a
+        (tmp6, inv0, tmp9, tmp10, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11) = _memory_standard_moe_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v)
         call = _runtime.Call(
             "memory_standard_moe_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp6", "inv0", "tmp9", "tmp10", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
@@ -3668,117 +3887,174 @@ def memory_standard_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_log
             reals=18,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp6, inv0, tmp9, tmp10, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11 in call.blocks():
-            # tmp6_mask = numpy.not_equal(dh, 0) -> m0
-            numpy.not_equal(dh, 0.0, out=m0)
-            # tmp9_mask = numpy.greater(n_kv, 0) -> m1
-            numpy.greater(n_kv, 0.0, out=m1)
-            # inv9_mask = numpy.logical_and(tmp6, tmp9) -> m2
-            numpy.logical_and(tmp6, tmp9, out=m2)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = bytes_compute*tmp1 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp4 = 2*tmp1 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # tmp5 = dropout*tmp4 -> r3
-            numpy.multiply(r2, dropout, out=r3)
-            # tmp8 = inv0/t -> r4
-            numpy.divide(inv0, t, out=r4)
-            # tmp11 = inv1/t + inv2*(tmp4 + tmp10/t_exp) + n_exp/sp + 4*tmp1 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.divide(n_exp, sp, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(inv1, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(tmp10, t_exp, out=r6)
-            numpy.add(r6, r2, out=r6)
-            numpy.multiply(r6, inv2, out=r6)
-            numpy.add(r5, r6, out=r5)
-            # tmp12 = bytes_compute*(a*tmp8 + inv3*tmp8 + tmp11) + tmp5 -> r6
-            numpy.multiply(r4, a, out=r6)
-            numpy.multiply(inv3, r4, out=r7)
-            numpy.add(r6, r7, out=r6)
-            numpy.add(r6, r5, out=r6)
-            numpy.multiply(r6, bytes_compute, out=r6)
-            numpy.add(r6, r3, out=r6)
-            # tmp13 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp14 = inv4*tmp13 + inv5*tmp13 -> r7
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.multiply(inv5, r4, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp15 = tmp12 + tmp14 -> r4
-            numpy.add(r6, r7, out=r4)
-            # tmp16 = s/cp -> r8
-            numpy.divide(s, cp, out=r8)
-            # tmp17 = -tmp2 -> r9
-            numpy.negative(r1, out=r9)
-            # tmp18 = tmp16*numpy.minimum(1, n_full_rec) -> r10
-            numpy.minimum(1.0, n_full_rec, out=r10)
-            numpy.multiply(r10, r8, out=r10)
-            # tmp19 = tmp14*tmp16*numpy.minimum(1, n_sel_rec) -> r11
-            numpy.minimum(1.0, n_sel_rec, out=r11)
-            numpy.multiply(r11, r7, out=r11)
-            numpy.multiply(r11, r8, out=r11)
-            # tmp20 = b*tmp19 -> r12
-            numpy.multiply(r11, b, out=r12)
-            # tmp21 = dh/t -> r13
-            numpy.divide(dh, t, out=r13)
-            # tmp22 = a*tmp21 -> r14
-            numpy.multiply(r13, a, out=r14)
-            # tmp24 = tmp14 + tmp17 + tmp5 -> r15
-            numpy.add(r7, r9, out=r15)
-            numpy.add(r15, r3, out=r15)
-            # tmp25 = b*tmp18 -> r3
-            numpy.multiply(r10, b, out=r3)
-            # tmp26 = h/t -> r7
-            numpy.divide(h, t, out=r7)
-            # out = tmp16*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4
-            #     + inv6/t) + n_sel_rec*tmp12 + tmp15*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
-            #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(inv9_mask,
-            #     numpy.less(tmp20, tmp25*(bytes_compute*(inv10*tmp21 + tmp11 + tmp22) + tmp24)),
-            #     numpy.where(tmp6_mask, numpy.less(tmp20, tmp25*(bytes_compute*(tmp11 + 4*tmp22) +
-            #     tmp24)), numpy.where(tmp9_mask, numpy.less(tmp20,
-            #     tmp25*(bytes_compute*(inv11*tmp26 + tmp11 + tmp26) + tmp24)), numpy.less(tmp20,
-            #     tmp25*(bytes_compute*(tmp11 + 4*tmp26) + tmp24))))), tmp18*(tmp15 + tmp17), tmp19)
-            numpy.multiply(r6, n_sel_rec, out=out)
-            numpy.add(n_body, n_extra, out=r16)
-            numpy.add(r16, n_extra_sel, out=r16)
-            numpy.subtract(r16, n_full_rec, out=r16)
-            numpy.subtract(r16, n_sel_rec, out=r16)
-            numpy.multiply(r16, r4, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r1, n_full_rec, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r2, bytes_compute, out=r16)
-            numpy.divide(inv6, t, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r16, n_output, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r0, dropout, out=r16)
-            numpy.multiply(r16, n_embedding, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.less_equal(vp, 1.0, out=m3)
-            if not m3.all():
-                numpy.multiply(p, vp, out=r16)
-                numpy.add(r16, inv8, out=r16)
-                numpy.add(r16, p, out=r16)
-                numpy.divide(r16, vp, out=r16)
-                numpy.minimum(r16, m, out=r16)
-            numpy.add(inv7, p, out=r17)
-            numpy.minimum(r17, m, out=r17)
-            numpy.copyto(r16, r17, where=m3)
-            numpy.multiply(out, r16, out=out)
-            numpy.multiply(out, r8, out=out)
-            numpy.copyto(r16, r11)
-            numpy.copyto(m3, numpy.where(m2, numpy.less(r12, r3*(bytes_compute*(inv10*r13 + r14 + r5) + r15)), numpy.where(m0, numpy.less(r12, r3*(bytes_compute*(4*r14 + r5) + r15)), numpy.where(m1, numpy.less(r12, r3*(bytes_compute*(inv11*r7 + r5 + r7) + r15)), numpy.less(r12, r3*(bytes_compute*(r5 + 4*r7) + r15))))))
-            numpy.add(r4, r9, out=r17)
-            numpy.multiply(r17, r10, out=r17)
-            numpy.copyto(r16, r17, where=m3)
-            numpy.add(out, r16, out=out)
+        for block in call.blocks():
+            _memory_standard_moe_stage_total_bytes__d_b_block(*block)
     return call.out
+
+
+def _memory_standard_moe_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v):
+    """What memory_standard_moe_stage_total_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = numpy.not_equal(dh, 0)
+        inv0 = numpy.where(tmp6, dh, h/a)
+        tmp9 = numpy.greater(n_kv, 0)
+        tmp10 = hff_exp*n_ffMM
+        inv1 = n_shared_exp*tmp10
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = a + 2*numpy.where(tmp9, n_kv, a)
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp23 = 2*n_kv
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = numpy.logical_and(tmp6, tmp9)
+        inv10 = a + tmp23
+        inv11 = 1 + tmp23/a
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v))
+        tmp6 = numpy.not_equal(dh, 0)
+        inv0 = numpy.where(tmp6, dh, h/a)
+        tmp9 = numpy.greater(n_kv, 0)
+        tmp10 = hff_exp*n_ffMM
+        inv1 = n_shared_exp*tmp10
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = a + 2*numpy.where(tmp9, n_kv, a)
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp23 = 2*n_kv
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = numpy.logical_and(tmp6, tmp9)
+        inv10 = a + tmp23
+        inv11 = 1 + tmp23/a
+    return (tmp6, inv0, tmp9, tmp10, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11)
+
+
+def _memory_standard_moe_stage_total_bytes__d_b_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp6, inv0, tmp9, tmp10, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11):
+    """memory_standard_moe_stage_total_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp6_mask = numpy.not_equal(dh, 0) -> m0
+    numpy.not_equal(dh, 0.0, out=m0)
+    # tmp9_mask = numpy.greater(n_kv, 0) -> m1
+    numpy.greater(n_kv, 0.0, out=m1)
+    # inv9_mask = numpy.logical_and(tmp6, tmp9) -> m2
+    numpy.logical_and(tmp6, tmp9, out=m2)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = bytes_compute*tmp1 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp4 = 2*tmp1 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # tmp5 = dropout*tmp4 -> r3
+    numpy.multiply(r2, dropout, out=r3)
+    # tmp8 = inv0/t -> r4
+    numpy.divide(inv0, t, out=r4)
+    # tmp11 = inv1/t + inv2*(tmp4 + tmp10/t_exp) + n_exp/sp + 4*tmp1 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.divide(n_exp, sp, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(inv1, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(tmp10, t_exp, out=r6)
+    numpy.add(r6, r2, out=r6)
+    numpy.multiply(r6, inv2, out=r6)
+    numpy.add(r5, r6, out=r5)
+    # tmp12 = bytes_compute*(a*tmp8 + inv3*tmp8 + tmp11) + tmp5 -> r6
+    numpy.multiply(r4, a, out=r6)
+    numpy.multiply(inv3, r4, out=r7)
+    numpy.add(r6, r7, out=r6)
+    numpy.add(r6, r5, out=r6)
+    numpy.multiply(r6, bytes_compute, out=r6)
+    numpy.add(r6, r3, out=r6)
+    # tmp13 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp14 = inv4*tmp13 + inv5*tmp13 -> r7
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.multiply(inv5, r4, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp15 = tmp12 + tmp14 -> r4
+    numpy.add(r6, r7, out=r4)
+    # tmp16 = s/cp -> r8
+    numpy.divide(s, cp, out=r8)
+    # tmp17 = -tmp2 -> r9
+    numpy.negative(r1, out=r9)
+    # tmp18 = tmp16*numpy.minimum(1, n_full_rec) -> r10
+    numpy.minimum(1.0, n_full_rec, out=r10)
+    numpy.multiply(r10, r8, out=r10)
+    # tmp19 = tmp14*tmp16*numpy.minimum(1, n_sel_rec) -> r11
+    numpy.minimum(1.0, n_sel_rec, out=r11)
+    numpy.multiply(r11, r7, out=r11)
+    numpy.multiply(r11, r8, out=r11)
+    # tmp20 = b*tmp19 -> r12
+    numpy.multiply(r11, b, out=r12)
+    # tmp21 = dh/t -> r13
+    numpy.divide(dh, t, out=r13)
+    # tmp22 = a*tmp21 -> r14
+    numpy.multiply(r13, a, out=r14)
+    # tmp24 = tmp14 + tmp17 + tmp5 -> r15
+    numpy.add(r7, r9, out=r15)
+    numpy.add(r15, r3, out=r15)
+    # tmp25 = b*tmp18 -> r3
+    numpy.multiply(r10, b, out=r3)
+    # tmp26 = h/t -> r7
+    numpy.divide(h, t, out=r7)
+    # out = tmp16*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4 +
+    #     inv6/t) + n_sel_rec*tmp12 + tmp15*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
+    #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(inv9_mask,
+    #     numpy.less(tmp20, tmp25*(bytes_compute*(inv10*tmp21 + tmp11 + tmp22) + tmp24)),
+    #     numpy.where(tmp6_mask, numpy.less(tmp20, tmp25*(bytes_compute*(tmp11 + 4*tmp22) + tmp24)),
+    #     numpy.where(tmp9_mask, numpy.less(tmp20, tmp25*(bytes_compute*(inv11*tmp26 + tmp11 +
+    #     tmp26) + tmp24)), numpy.less(tmp20, tmp25*(bytes_compute*(tmp11 + 4*tmp26) + tmp24))))),
+    #     tmp18*(tmp15 + tmp17), tmp19)
+    numpy.multiply(r6, n_sel_rec, out=out)
+    numpy.add(n_body, n_extra, out=r16)
+    numpy.add(r16, n_extra_sel, out=r16)
+    numpy.subtract(r16, n_full_rec, out=r16)
+    numpy.subtract(r16, n_sel_rec, out=r16)
+    numpy.multiply(r16, r4, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r1, n_full_rec, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r2, bytes_compute, out=r16)
+    numpy.divide(inv6, t, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r16, n_output, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r0, dropout, out=r16)
+    numpy.multiply(r16, n_embedding, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.less_equal(vp, 1.0, out=m3)
+    if not m3.all():
+        numpy.multiply(p, vp, out=r16)
+        numpy.add(r16, inv8, out=r16)
+        numpy.add(r16, p, out=r16)
+        numpy.divide(r16, vp, out=r16)
+        numpy.minimum(r16, m, out=r16)
+    numpy.add(inv7, p, out=r17)
+    numpy.minimum(r17, m, out=r17)
+    numpy.copyto(r16, r17, where=m3)
+    numpy.multiply(out, r16, out=out)
+    numpy.multiply(out, r8, out=out)
+    numpy.copyto(r16, r11)
+    numpy.copyto(m3, numpy.where(m2, numpy.less(r12, r3*(bytes_compute*(inv10*r13 + r14 + r5) + r15)), numpy.where(m0, numpy.less(r12, r3*(bytes_compute*(4*r14 + r5) + r15)), numpy.where(m1, numpy.less(r12, r3*(bytes_compute*(inv11*r7 + r5 + r7) + r15)), numpy.less(r12, r3*(bytes_compute*(r5 + 4*r7) + r15))))))
+    numpy.add(r4, r9, out=r17)
+    numpy.multiply(r17, r10, out=r17)
+    numpy.copyto(r16, r17, where=m3)
+    numpy.add(out, r16, out=out)
+
+
+memory_standard_moe_stage_total_bytes__d_b.kernel = _runtime.Kernel(
+    _memory_standard_moe_stage_total_bytes__d_b_block,
+    reals=18,
+    masks=4,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp6", "inv0", "tmp9", "tmp10", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
+    invariants=_memory_standard_moe_stage_total_bytes__d_b_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_standard_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp):
@@ -3947,42 +4223,7 @@ def memory_standard_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_log
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp9 = numpy.not_equal(dh, 0)
-            inv1 = numpy.where(tmp9, dh, h/a)
-            tmp12 = numpy.greater(n_kv, 0)
-            tmp13 = hff_exp*n_ffMM
-            inv2 = n_shared_exp*tmp13
-            inv3 = cap_fact*n_chosen_exp
-            inv4 = a + 2*numpy.where(tmp12, n_kv, a)
-            inv5 = 4*flash_attention
-            tmp26 = 2*n_kv
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = numpy.logical_and(tmp12, tmp9)
-            inv10 = a + tmp26
-            inv11 = 1 + tmp26/a
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v))
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp9 = numpy.not_equal(dh, 0)
-            inv1 = numpy.where(tmp9, dh, h/a)
-            tmp12 = numpy.greater(n_kv, 0)
-            tmp13 = hff_exp*n_ffMM
-            inv2 = n_shared_exp*tmp13
-            inv3 = cap_fact*n_chosen_exp
-            inv4 = a + 2*numpy.where(tmp12, n_kv, a)
-            inv5 = 4*flash_attention
-            tmp26 = 2*n_kv
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = numpy.logical_and(tmp12, tmp9)
-            inv10 = a + tmp26
-            inv11 = 1 + tmp26/a
+        (inv0, tmp9, inv1, tmp12, tmp13, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11) = _memory_standard_moe_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v)
         call = _runtime.Call(
             "memory_standard_moe_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "inv0", "tmp9", "inv1", "tmp12", "tmp13", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
@@ -3990,126 +4231,182 @@ def memory_standard_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_log
             reals=21,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, inv0, tmp9, inv1, tmp12, tmp13, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11 in call.blocks():
-            # tmp9_mask = numpy.not_equal(dh, 0) -> m0
-            numpy.not_equal(dh, 0.0, out=m0)
-            # tmp12_mask = numpy.greater(n_kv, 0) -> m1
-            numpy.greater(n_kv, 0.0, out=m1)
-            # inv9_mask = numpy.logical_and(tmp12, tmp9) -> m2
-            numpy.logical_and(tmp12, tmp9, out=m2)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = bytes_compute*tmp1 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp4 = 2*tmp1 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # tmp5 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.subtract(r3, n_full_rec, out=r3)
-            numpy.subtract(r3, n_sel_rec, out=r3)
-            # tmp6 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp7 = inv0*tmp6 -> r5
-            numpy.multiply(inv0, r4, out=r5)
-            # tmp8 = dropout*tmp4 -> r6
-            numpy.multiply(r2, dropout, out=r6)
-            # tmp11 = inv1/t -> r7
-            numpy.divide(inv1, t, out=r7)
-            # tmp14 = inv2/t + inv3*(tmp4 + tmp13/t_exp) + n_exp/sp + 4*tmp1 -> r8
-            numpy.multiply(r0, 4.0, out=r8)
-            numpy.divide(n_exp, sp, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.divide(inv2, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.divide(tmp13, t_exp, out=r9)
-            numpy.add(r9, r2, out=r9)
-            numpy.multiply(r9, inv3, out=r9)
-            numpy.add(r8, r9, out=r8)
-            # tmp15 = bytes_compute*(a*tmp11 + inv4*tmp11 + tmp14) + tmp8 -> r9
-            numpy.multiply(r7, a, out=r9)
-            numpy.multiply(inv4, r7, out=r10)
-            numpy.add(r9, r10, out=r9)
-            numpy.add(r9, r8, out=r9)
-            numpy.multiply(r9, bytes_compute, out=r9)
-            numpy.add(r9, r6, out=r9)
-            # tmp16 = inv5*tmp6 -> r7
-            numpy.multiply(inv5, r4, out=r7)
-            # tmp17 = tmp16 + tmp7 -> r4
-            numpy.add(r7, r5, out=r4)
-            # tmp18 = b/cp -> r10
-            numpy.divide(b, cp, out=r10)
-            # tmp19 = -tmp2 -> r11
-            numpy.negative(r1, out=r11)
-            # tmp20 = tmp16 + 2*tmp7 -> r12
-            numpy.multiply(r5, 2.0, out=r12)
-            numpy.add(r12, r7, out=r12)
-            # tmp21 = tmp18*numpy.minimum(1, n_full_rec) -> r7
-            numpy.minimum(1.0, n_full_rec, out=r7)
-            numpy.multiply(r7, r10, out=r7)
-            # tmp22 = tmp18*numpy.minimum(1, n_sel_rec) -> r13
-            numpy.minimum(1.0, n_sel_rec, out=r13)
-            numpy.multiply(r13, r10, out=r13)
-            # tmp23 = s*tmp17*tmp22 -> r14
-            numpy.multiply(r4, r13, out=r14)
-            numpy.multiply(r14, s, out=r14)
-            # tmp24 = dh/t -> r15
-            numpy.divide(dh, t, out=r15)
-            # tmp25 = a*tmp24 -> r16
-            numpy.multiply(r15, a, out=r16)
-            # tmp27 = tmp17 + tmp19 + tmp8 -> r17
-            numpy.add(r4, r11, out=r17)
-            numpy.add(r17, r6, out=r17)
-            # tmp28 = s*tmp21 -> r6
-            numpy.multiply(r7, s, out=r6)
-            # tmp29 = h/t -> r18
-            numpy.divide(h, t, out=r18)
-            # out = tmp18*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4
-            #     + inv6/t) + n_sel_rec*tmp15 + tmp5*tmp7 + tmp5*(tmp15 +
-            #     tmp17))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
-            #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(inv9_mask,
-            #     numpy.less(tmp23, tmp28*(bytes_compute*(inv10*tmp24 + tmp14 + tmp25) + tmp27)),
-            #     numpy.where(tmp9_mask, numpy.less(tmp23, tmp28*(bytes_compute*(tmp14 + 4*tmp25) +
-            #     tmp27)), numpy.where(tmp12_mask, numpy.less(tmp23,
-            #     tmp28*(bytes_compute*(inv11*tmp29 + tmp14 + tmp29) + tmp27)), numpy.less(tmp23,
-            #     tmp28*(bytes_compute*(tmp14 + 4*tmp29) + tmp27))))), tmp21*(tmp15 + tmp19 +
-            #     tmp20), tmp20*tmp22)
-            numpy.multiply(r9, n_sel_rec, out=out)
-            numpy.multiply(r1, n_full_rec, out=r19)
-            numpy.add(out, r19, out=out)
-            numpy.multiply(r3, r5, out=r19)
-            numpy.add(out, r19, out=out)
-            numpy.add(r9, r4, out=r19)
-            numpy.multiply(r19, r3, out=r19)
-            numpy.add(out, r19, out=out)
-            numpy.multiply(r2, bytes_compute, out=r19)
-            numpy.divide(inv6, t, out=r20)
-            numpy.add(r19, r20, out=r19)
-            numpy.multiply(r19, n_output, out=r19)
-            numpy.add(out, r19, out=out)
-            numpy.multiply(r0, dropout, out=r19)
-            numpy.multiply(r19, n_embedding, out=r19)
-            numpy.add(out, r19, out=out)
-            numpy.less_equal(vp, 1.0, out=m3)
-            if not m3.all():
-                numpy.multiply(p, vp, out=r19)
-                numpy.add(r19, inv8, out=r19)
-                numpy.add(r19, p, out=r19)
-                numpy.divide(r19, vp, out=r19)
-                numpy.minimum(r19, m, out=r19)
-            numpy.add(inv7, p, out=r20)
-            numpy.minimum(r20, m, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.multiply(out, r19, out=out)
-            numpy.multiply(out, r10, out=out)
-            numpy.multiply(r12, r13, out=r19)
-            numpy.copyto(m3, numpy.where(m2, numpy.less(r14, r6*(bytes_compute*(inv10*r15 + r16 + r8) + r17)), numpy.where(m0, numpy.less(r14, r6*(bytes_compute*(4*r16 + r8) + r17)), numpy.where(m1, numpy.less(r14, r6*(bytes_compute*(inv11*r18 + r18 + r8) + r17)), numpy.less(r14, r6*(bytes_compute*(4*r18 + r8) + r17))))))
-            numpy.add(r9, r11, out=r20)
-            numpy.add(r20, r12, out=r20)
-            numpy.multiply(r20, r7, out=r20)
-            numpy.copyto(r19, r20, where=m3)
-            numpy.add(out, r19, out=out)
+        for block in call.blocks():
+            _memory_standard_moe_stage_total_bytes__d_s_block(*block)
     return call.out
+
+
+def _memory_standard_moe_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v):
+    """What memory_standard_moe_stage_total_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp9 = numpy.not_equal(dh, 0)
+        inv1 = numpy.where(tmp9, dh, h/a)
+        tmp12 = numpy.greater(n_kv, 0)
+        tmp13 = hff_exp*n_ffMM
+        inv2 = n_shared_exp*tmp13
+        inv3 = cap_fact*n_chosen_exp
+        inv4 = a + 2*numpy.where(tmp12, n_kv, a)
+        inv5 = 4*flash_attention
+        tmp26 = 2*n_kv
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = numpy.logical_and(tmp12, tmp9)
+        inv10 = a + tmp26
+        inv11 = 1 + tmp26/a
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, s, v))
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp9 = numpy.not_equal(dh, 0)
+        inv1 = numpy.where(tmp9, dh, h/a)
+        tmp12 = numpy.greater(n_kv, 0)
+        tmp13 = hff_exp*n_ffMM
+        inv2 = n_shared_exp*tmp13
+        inv3 = cap_fact*n_chosen_exp
+        inv4 = a + 2*numpy.where(tmp12, n_kv, a)
+        inv5 = 4*flash_attention
+        tmp26 = 2*n_kv
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = numpy.logical_and(tmp12, tmp9)
+        inv10 = a + tmp26
+        inv11 = 1 + tmp26/a
+    return (inv0, tmp9, inv1, tmp12, tmp13, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11)
+
+
+def _memory_standard_moe_stage_total_bytes__d_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, m0, m1, m2, m3, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, inv0, tmp9, inv1, tmp12, tmp13, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11):
+    """memory_standard_moe_stage_total_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp9_mask = numpy.not_equal(dh, 0) -> m0
+    numpy.not_equal(dh, 0.0, out=m0)
+    # tmp12_mask = numpy.greater(n_kv, 0) -> m1
+    numpy.greater(n_kv, 0.0, out=m1)
+    # inv9_mask = numpy.logical_and(tmp12, tmp9) -> m2
+    numpy.logical_and(tmp12, tmp9, out=m2)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = bytes_compute*tmp1 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp4 = 2*tmp1 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # tmp5 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
+    numpy.add(n_body, n_extra, out=r3)
+    numpy.add(r3, n_extra_sel, out=r3)
+    numpy.subtract(r3, n_full_rec, out=r3)
+    numpy.subtract(r3, n_sel_rec, out=r3)
+    # tmp6 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp7 = inv0*tmp6 -> r5
+    numpy.multiply(inv0, r4, out=r5)
+    # tmp8 = dropout*tmp4 -> r6
+    numpy.multiply(r2, dropout, out=r6)
+    # tmp11 = inv1/t -> r7
+    numpy.divide(inv1, t, out=r7)
+    # tmp14 = inv2/t + inv3*(tmp4 + tmp13/t_exp) + n_exp/sp + 4*tmp1 -> r8
+    numpy.multiply(r0, 4.0, out=r8)
+    numpy.divide(n_exp, sp, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.divide(inv2, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.divide(tmp13, t_exp, out=r9)
+    numpy.add(r9, r2, out=r9)
+    numpy.multiply(r9, inv3, out=r9)
+    numpy.add(r8, r9, out=r8)
+    # tmp15 = bytes_compute*(a*tmp11 + inv4*tmp11 + tmp14) + tmp8 -> r9
+    numpy.multiply(r7, a, out=r9)
+    numpy.multiply(inv4, r7, out=r10)
+    numpy.add(r9, r10, out=r9)
+    numpy.add(r9, r8, out=r9)
+    numpy.multiply(r9, bytes_compute, out=r9)
+    numpy.add(r9, r6, out=r9)
+    # tmp16 = inv5*tmp6 -> r7
+    numpy.multiply(inv5, r4, out=r7)
+    # tmp17 = tmp16 + tmp7 -> r4
+    numpy.add(r7, r5, out=r4)
+    # tmp18 = b/cp -> r10
+    numpy.divide(b, cp, out=r10)
+    # tmp19 = -tmp2 -> r11
+    numpy.negative(r1, out=r11)
+    # tmp20 = tmp16 + 2*tmp7 -> r12
+    numpy.multiply(r5, 2.0, out=r12)
+    numpy.add(r12, r7, out=r12)
+    # tmp21 = tmp18*numpy.minimum(1, n_full_rec) -> r7
+    numpy.minimum(1.0, n_full_rec, out=r7)
+    numpy.multiply(r7, r10, out=r7)
+    # tmp22 = tmp18*numpy.minimum(1, n_sel_rec) -> r13
+    numpy.minimum(1.0, n_sel_rec, out=r13)
+    numpy.multiply(r13, r10, out=r13)
+    # tmp23 = s*tmp17*tmp22 -> r14
+    numpy.multiply(r4, r13, out=r14)
+    numpy.multiply(r14, s, out=r14)
+    # tmp24 = dh/t -> r15
+    numpy.divide(dh, t, out=r15)
+    # tmp25 = a*tmp24 -> r16
+    numpy.multiply(r15, a, out=r16)
+    # tmp27 = tmp17 + tmp19 + tmp8 -> r17
+    numpy.add(r4, r11, out=r17)
+    numpy.add(r17, r6, out=r17)
+    # tmp28 = s*tmp21 -> r6
+    numpy.multiply(r7, s, out=r6)
+    # tmp29 = h/t -> r18
+    numpy.divide(h, t, out=r18)
+    # out = tmp18*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4 +
+    #     inv6/t) + n_sel_rec*tmp15 + tmp5*tmp7 + tmp5*(tmp15 +
+    #     tmp17))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p), numpy.minimum(m,
+    #     (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(inv9_mask, numpy.less(tmp23,
+    #     tmp28*(bytes_compute*(inv10*tmp24 + tmp14 + tmp25) + tmp27)), numpy.where(tmp9_mask,
+    #     numpy.less(tmp23, tmp28*(bytes_compute*(tmp14 + 4*tmp25) + tmp27)),
+    #     numpy.where(tmp12_mask, numpy.less(tmp23, tmp28*(bytes_compute*(inv11*tmp29 + tmp14 +
+    #     tmp29) + tmp27)), numpy.less(tmp23, tmp28*(bytes_compute*(tmp14 + 4*tmp29) + tmp27))))),
+    #     tmp21*(tmp15 + tmp19 + tmp20), tmp20*tmp22)
+    numpy.multiply(r9, n_sel_rec, out=out)
+    numpy.multiply(r1, n_full_rec, out=r19)
+    numpy.add(out, r19, out=out)
+    numpy.multiply(r3, r5, out=r19)
+    numpy.add(out, r19, out=out)
+    numpy.add(r9, r4, out=r19)
+    numpy.multiply(r19, r3, out=r19)
+    numpy.add(out, r19, out=out)
+    numpy.multiply(r2, bytes_compute, out=r19)
+    numpy.divide(inv6, t, out=r20)
+    numpy.add(r19, r20, out=r19)
+    numpy.multiply(r19, n_output, out=r19)
+    numpy.add(out, r19, out=out)
+    numpy.multiply(r0, dropout, out=r19)
+    numpy.multiply(r19, n_embedding, out=r19)
+    numpy.add(out, r19, out=out)
+    numpy.less_equal(vp, 1.0, out=m3)
+    if not m3.all():
+        numpy.multiply(p, vp, out=r19)
+        numpy.add(r19, inv8, out=r19)
+        numpy.add(r19, p, out=r19)
+        numpy.divide(r19, vp, out=r19)
+        numpy.minimum(r19, m, out=r19)
+    numpy.add(inv7, p, out=r20)
+    numpy.minimum(r20, m, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.multiply(out, r19, out=out)
+    numpy.multiply(out, r10, out=out)
+    numpy.multiply(r12, r13, out=r19)
+    numpy.copyto(m3, numpy.where(m2, numpy.less(r14, r6*(bytes_compute*(inv10*r15 + r16 + r8) + r17)), numpy.where(m0, numpy.less(r14, r6*(bytes_compute*(4*r16 + r8) + r17)), numpy.where(m1, numpy.less(r14, r6*(bytes_compute*(inv11*r18 + r18 + r8) + r17)), numpy.less(r14, r6*(bytes_compute*(4*r18 + r8) + r17))))))
+    numpy.add(r9, r11, out=r20)
+    numpy.add(r20, r12, out=r20)
+    numpy.multiply(r20, r7, out=r20)
+    numpy.copyto(r19, r20, where=m3)
+    numpy.add(out, r19, out=out)
+
+
+memory_standard_moe_stage_total_bytes__d_s.kernel = _runtime.Kernel(
+    _memory_standard_moe_stage_total_bytes__d_s_block,
+    reals=21,
+    masks=4,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("inv0", "tmp9", "inv1", "tmp12", "tmp13", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
+    invariants=_memory_standard_moe_stage_total_bytes__d_s_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_standard_moe_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level):
@@ -4478,56 +4775,7 @@ def memory_standard_moe_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_ou
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp8 = hff_exp*n_ffMM
-            tmp10 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp11 = a*tmp10
-            tmp12 = 2*tmp10
-            inv0 = tmp11 + tmp12*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
-            inv1 = n_shared_exp*tmp8
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv5 = -pp_rank
-            inv6 = -2*pp_rank - 1
-            tmp24 = h*tmp8
-            tmp25 = hff_exp*(n_ffMM - 1)
-            tmp26 = n_shared_exp*(mlp_bias*(h + tmp25) + tmp24) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp28 = numpy.greater_equal(zero_level, 2)
-            tmp30 = numpy.greater_equal(zero_level, 1)
-            tmp31 = numpy.greater_equal(zero_level, 3)
-            tmp37 = h*tmp11
-            tmp38 = 0.25*n_attMM
-            tmp39 = n_kv*tmp10
-            tmp40 = attn_output_gate + 1
-            tmp41 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp39 + qkv_bias*tmp39)) + n_qknorm*tmp12 + tmp38*(h*o_bias + tmp37) + tmp38*(qkv_bias*tmp11*tmp40 + tmp37*tmp40)
-            inv7 = bytes_logits*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, v, zero_level) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_p_split", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, v, zero_level))
-            tmp8 = hff_exp*n_ffMM
-            tmp10 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp11 = a*tmp10
-            tmp12 = 2*tmp10
-            inv0 = tmp11 + tmp12*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
-            inv1 = n_shared_exp*tmp8
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv5 = -pp_rank
-            inv6 = -2*pp_rank - 1
-            tmp24 = h*tmp8
-            tmp25 = hff_exp*(n_ffMM - 1)
-            tmp26 = n_shared_exp*(mlp_bias*(h + tmp25) + tmp24) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp28 = numpy.greater_equal(zero_level, 2)
-            tmp30 = numpy.greater_equal(zero_level, 1)
-            tmp31 = numpy.greater_equal(zero_level, 3)
-            tmp37 = h*tmp11
-            tmp38 = 0.25*n_attMM
-            tmp39 = n_kv*tmp10
-            tmp40 = attn_output_gate + 1
-            tmp41 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp39 + qkv_bias*tmp39)) + n_qknorm*tmp12 + tmp38*(h*o_bias + tmp37) + tmp38*(qkv_bias*tmp11*tmp40 + tmp37*tmp40)
-            inv7 = bytes_logits*v
+        (tmp8, tmp11, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp24, tmp25, tmp26, tmp41, inv7) = _memory_standard_moe_stage_total_bytes__d_p_split_invariants(a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, v, zero_level)
         call = _runtime.Call(
             "memory_standard_moe_stage_total_bytes__d_p_split",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level", "tmp8", "tmp11", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp24", "tmp25", "tmp26", "tmp41", "inv7"),
@@ -4535,198 +4783,266 @@ def memory_standard_moe_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_ou
             reals=19,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level, tmp8, tmp11, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp24, tmp25, tmp26, tmp41, inv7 in call.blocks():
-            # tmp28_mask = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp30_mask = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp31_mask = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = b*s/cp -> r1
-            numpy.multiply(b, s, out=r1)
-            numpy.divide(r1, cp, out=r1)
-            # tmp3 = tmp1*tmp2 -> r2
-            numpy.multiply(r0, r1, out=r2)
-            # tmp4 = bytes_compute*tmp3 -> r3
-            numpy.multiply(r2, bytes_compute, out=r3)
-            # tmp6 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp7 = 2*tmp1 -> r5
-            numpy.multiply(r0, 2.0, out=r5)
-            # tmp13 = bytes_compute*(inv0/t + inv1/t + inv2*(tmp7 + tmp8/t_exp) + n_exp/sp + 4*tmp1
-            #     + tmp11/t) + dropout*tmp7 -> r6
-            numpy.multiply(r5, dropout, out=r6)
-            numpy.multiply(r0, 4.0, out=r7)
-            numpy.divide(tmp11, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(n_exp, sp, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(inv0, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(inv1, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(tmp8, t_exp, out=r8)
-            numpy.add(r8, r5, out=r8)
-            numpy.multiply(r8, inv2, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.multiply(r7, bytes_compute, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp14 = tmp2*(inv3*tmp6 + inv4*tmp6 + tmp13) -> r0
-            numpy.multiply(inv3, r4, out=r0)
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.add(r0, r7, out=r0)
-            numpy.add(r0, r6, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            # tmp15 = -tmp14 -> r4
-            numpy.negative(r0, out=r4)
-            # tmp17 = inv5 + p -> r7
-            numpy.add(inv5, p, out=r7)
-            # tmp18 = numpy.less_equal(vp, 1) -> m3
-            numpy.less_equal(vp, 1.0, out=m3)
-            # tmp20 = (inv6 + p*vp + p)/vp -> r8
-            numpy.multiply(p, vp, out=r8)
-            numpy.add(r8, inv6, out=r8)
-            numpy.add(r8, p, out=r8)
-            numpy.divide(r8, vp, out=r8)
-            # tmp21 = numpy.where(tmp18, numpy.minimum(m, tmp17), numpy.minimum(m, tmp20)) -> r9
-            numpy.minimum(m, r8, out=r9)
-            numpy.minimum(m, r7, out=r10)
-            numpy.copyto(r9, r10, where=m3)
-            # tmp22 = tmp21/p -> r10
-            numpy.divide(r9, p, out=r10)
-            # tmp23 = tmp13*tmp2 -> r11
-            numpy.multiply(r6, r1, out=r11)
-            # tmp27 = tmp26/numpy.maximum(shard_p_os_exp_partial, t_exp) -> r6
-            numpy.maximum(shard_p_os_exp_partial, t_exp, out=r6)
-            numpy.divide(tmp26, r6, out=r6)
-            # tmp29 = tmp26/t_exp -> r12
-            numpy.divide(tmp26, t_exp, out=r12)
-            # tmp33 = t_exp/numpy.maximum(1, etp) -> r13
-            numpy.maximum(1.0, etp, out=r13)
-            numpy.divide(t_exp, r13, out=r13)
-            # tmp34 = n_exp*(mlp_bias*(h + tmp25/numpy.maximum(1, etp)) + tmp24/numpy.maximum(1,
-            #     etp))/ep -> r14
-            numpy.maximum(1.0, etp, out=r14)
-            numpy.divide(tmp24, r14, out=r14)
-            numpy.maximum(1.0, etp, out=r15)
-            numpy.divide(tmp25, r15, out=r15)
-            numpy.add(r15, h, out=r15)
-            numpy.multiply(r15, mlp_bias, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r14, n_exp, out=r14)
-            numpy.divide(r14, ep, out=r14)
-            # tmp35 = tmp34/numpy.maximum(1, numpy.maximum(tmp33, shard_p_os_exp/numpy.maximum(1,
-            #     etp))) -> r15
-            numpy.maximum(1.0, etp, out=r15)
-            numpy.divide(shard_p_os_exp, r15, out=r15)
-            numpy.maximum(r15, 1.0, out=r15)
-            numpy.maximum(r15, r13, out=r15)
-            numpy.divide(r14, r15, out=r15)
-            # tmp36 = tmp34/numpy.maximum(1, tmp33) -> r16
-            numpy.maximum(1.0, r13, out=r16)
-            numpy.divide(r14, r16, out=r16)
-            # tmp42 = tmp41/numpy.maximum(shard_p_os_non_exp_partial, t) -> r13
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r13)
-            numpy.divide(tmp41, r13, out=r13)
-            # tmp43 = tmp41/t -> r14
-            numpy.divide(tmp41, t, out=r14)
-            # tmp44 = (bytes_grad*numpy.where(tmp28_mask, tmp27, tmp29) +
-            #     bytes_grad*numpy.where(tmp28_mask, tmp35, tmp36) +
-            #     bytes_grad*numpy.where(tmp28_mask, tmp42, tmp43) +
-            #     bytes_optimizer*numpy.where(tmp30_mask, tmp27, tmp29) +
-            #     bytes_optimizer*numpy.where(tmp30_mask, tmp35, tmp36) +
-            #     bytes_optimizer*numpy.where(tmp30_mask, tmp42, tmp43) +
-            #     bytes_p*numpy.where(tmp31_mask, tmp27, tmp29) + bytes_p*numpy.where(tmp31_mask,
-            #     tmp35, tmp36) + bytes_p*numpy.where(tmp31_mask, tmp42, tmp43) + tmp14*tmp21)/p ->
-            #     r17
-            numpy.multiply(r0, r9, out=r17)
-            numpy.copyto(r18, r12)
-            numpy.copyto(r18, r6, where=m0)
-            numpy.multiply(r18, bytes_grad, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r16)
-            numpy.copyto(r18, r15, where=m0)
-            numpy.multiply(r18, bytes_grad, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r14)
-            numpy.copyto(r18, r13, where=m0)
-            numpy.multiply(r18, bytes_grad, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r12)
-            numpy.copyto(r18, r6, where=m1)
-            numpy.multiply(r18, bytes_optimizer, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r16)
-            numpy.copyto(r18, r15, where=m1)
-            numpy.multiply(r18, bytes_optimizer, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r14)
-            numpy.copyto(r18, r13, where=m1)
-            numpy.multiply(r18, bytes_optimizer, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r12)
-            numpy.copyto(r18, r6, where=m2)
-            numpy.multiply(r18, bytes_p, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r16)
-            numpy.copyto(r18, r15, where=m2)
-            numpy.multiply(r18, bytes_p, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r14)
-            numpy.copyto(r18, r13, where=m2)
-            numpy.multiply(r18, bytes_p, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.divide(r17, p, out=r17)
-            # out = -n_body*tmp44 - n_extra*tmp44 - n_extra_sel*tmp44 - n_full_rec*tmp22*(tmp15 +
-            #     tmp4) - n_sel_rec*tmp22*(tmp15 + tmp23) + (dropout*n_embedding*tmp3 +
-            #     n_full_rec*tmp4 + n_output*tmp2*(bytes_compute*tmp7 + inv7/t) + n_sel_rec*tmp23 +
-            #     tmp14*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(tmp18, numpy.where(numpy.less(m, tmp17), 0, 1),
-            #     numpy.where(numpy.less(m, tmp20), 0, (vp + 1)/vp))
-            numpy.add(n_body, n_extra, out=out)
-            numpy.add(out, n_extra_sel, out=out)
-            numpy.subtract(out, n_full_rec, out=out)
-            numpy.subtract(out, n_sel_rec, out=out)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(r11, n_sel_rec, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r3, n_full_rec, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r5, bytes_compute, out=r6)
-            numpy.divide(inv7, t, out=r9)
-            numpy.add(r6, r9, out=r6)
-            numpy.multiply(r6, r1, out=r6)
-            numpy.multiply(r6, n_output, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r2, dropout, out=r6)
-            numpy.multiply(r6, n_embedding, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.add(1.0, vp, out=r6)
-            numpy.divide(r6, vp, out=r6)
-            numpy.less(m, r8, out=m0)
-            numpy.copyto(r6, 0.0, where=m0)
-            numpy.copyto(r9, 1.0)
-            numpy.less(m, r7, out=m0)
-            numpy.copyto(r9, 0.0, where=m0)
-            numpy.copyto(r6, r9, where=m3)
-            numpy.multiply(out, r6, out=out)
-            numpy.multiply(r17, n_body, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.multiply(r17, n_extra, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.multiply(r17, n_extra_sel, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.add(r4, r3, out=r6)
-            numpy.multiply(r6, r10, out=r6)
-            numpy.multiply(r6, n_full_rec, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.add(r4, r11, out=r6)
-            numpy.multiply(r6, r10, out=r6)
-            numpy.multiply(r6, n_sel_rec, out=r6)
-            numpy.subtract(out, r6, out=out)
+        for block in call.blocks():
+            _memory_standard_moe_stage_total_bytes__d_p_split_block(*block)
     return call.out
+
+
+def _memory_standard_moe_stage_total_bytes__d_p_split_invariants(a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, v, zero_level):
+    """What memory_standard_moe_stage_total_bytes__d_p_split computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp8 = hff_exp*n_ffMM
+        tmp10 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp11 = a*tmp10
+        tmp12 = 2*tmp10
+        inv0 = tmp11 + tmp12*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
+        inv1 = n_shared_exp*tmp8
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv5 = -pp_rank
+        inv6 = -2*pp_rank - 1
+        tmp24 = h*tmp8
+        tmp25 = hff_exp*(n_ffMM - 1)
+        tmp26 = n_shared_exp*(mlp_bias*(h + tmp25) + tmp24) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp28 = numpy.greater_equal(zero_level, 2)
+        tmp30 = numpy.greater_equal(zero_level, 1)
+        tmp31 = numpy.greater_equal(zero_level, 3)
+        tmp37 = h*tmp11
+        tmp38 = 0.25*n_attMM
+        tmp39 = n_kv*tmp10
+        tmp40 = attn_output_gate + 1
+        tmp41 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp39 + qkv_bias*tmp39)) + n_qknorm*tmp12 + tmp38*(h*o_bias + tmp37) + tmp38*(qkv_bias*tmp11*tmp40 + tmp37*tmp40)
+        inv7 = bytes_logits*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, v, zero_level) = _runtime.reals("memory_standard_moe_stage_total_bytes__d_p_split", ("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "v", "zero_level"), (a, attn_extra_p, attn_output_gate, bytes_compute, bytes_logits, cap_fact, dh, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, pp_rank, qkv_bias, s, shared_expert_gate, v, zero_level))
+        tmp8 = hff_exp*n_ffMM
+        tmp10 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp11 = a*tmp10
+        tmp12 = 2*tmp10
+        inv0 = tmp11 + tmp12*numpy.where(numpy.greater(n_kv, 0), n_kv, a)
+        inv1 = n_shared_exp*tmp8
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv5 = -pp_rank
+        inv6 = -2*pp_rank - 1
+        tmp24 = h*tmp8
+        tmp25 = hff_exp*(n_ffMM - 1)
+        tmp26 = n_shared_exp*(mlp_bias*(h + tmp25) + tmp24) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp28 = numpy.greater_equal(zero_level, 2)
+        tmp30 = numpy.greater_equal(zero_level, 1)
+        tmp31 = numpy.greater_equal(zero_level, 3)
+        tmp37 = h*tmp11
+        tmp38 = 0.25*n_attMM
+        tmp39 = n_kv*tmp10
+        tmp40 = attn_output_gate + 1
+        tmp41 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + 0.5*(n_attMM*(h*tmp39 + qkv_bias*tmp39)) + n_qknorm*tmp12 + tmp38*(h*o_bias + tmp37) + tmp38*(qkv_bias*tmp11*tmp40 + tmp37*tmp40)
+        inv7 = bytes_logits*v
+    return (tmp8, tmp11, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp24, tmp25, tmp26, tmp41, inv7)
+
+
+def _memory_standard_moe_stage_total_bytes__d_p_split_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, m1, m2, m3, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level, tmp8, tmp11, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp24, tmp25, tmp26, tmp41, inv7):
+    """memory_standard_moe_stage_total_bytes__d_p_split on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp28_mask = numpy.greater_equal(zero_level, 2) -> m0
+    numpy.greater_equal(zero_level, 2.0, out=m0)
+    # tmp30_mask = numpy.greater_equal(zero_level, 1) -> m1
+    numpy.greater_equal(zero_level, 1.0, out=m1)
+    # tmp31_mask = numpy.greater_equal(zero_level, 3) -> m2
+    numpy.greater_equal(zero_level, 3.0, out=m2)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = b*s/cp -> r1
+    numpy.multiply(b, s, out=r1)
+    numpy.divide(r1, cp, out=r1)
+    # tmp3 = tmp1*tmp2 -> r2
+    numpy.multiply(r0, r1, out=r2)
+    # tmp4 = bytes_compute*tmp3 -> r3
+    numpy.multiply(r2, bytes_compute, out=r3)
+    # tmp6 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp7 = 2*tmp1 -> r5
+    numpy.multiply(r0, 2.0, out=r5)
+    # tmp13 = bytes_compute*(inv0/t + inv1/t + inv2*(tmp7 + tmp8/t_exp) + n_exp/sp + 4*tmp1 +
+    #     tmp11/t) + dropout*tmp7 -> r6
+    numpy.multiply(r5, dropout, out=r6)
+    numpy.multiply(r0, 4.0, out=r7)
+    numpy.divide(tmp11, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(n_exp, sp, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(inv0, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(inv1, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(tmp8, t_exp, out=r8)
+    numpy.add(r8, r5, out=r8)
+    numpy.multiply(r8, inv2, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.multiply(r7, bytes_compute, out=r7)
+    numpy.add(r6, r7, out=r6)
+    # tmp14 = tmp2*(inv3*tmp6 + inv4*tmp6 + tmp13) -> r0
+    numpy.multiply(inv3, r4, out=r0)
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.add(r0, r7, out=r0)
+    numpy.add(r0, r6, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    # tmp15 = -tmp14 -> r4
+    numpy.negative(r0, out=r4)
+    # tmp17 = inv5 + p -> r7
+    numpy.add(inv5, p, out=r7)
+    # tmp18 = numpy.less_equal(vp, 1) -> m3
+    numpy.less_equal(vp, 1.0, out=m3)
+    # tmp20 = (inv6 + p*vp + p)/vp -> r8
+    numpy.multiply(p, vp, out=r8)
+    numpy.add(r8, inv6, out=r8)
+    numpy.add(r8, p, out=r8)
+    numpy.divide(r8, vp, out=r8)
+    # tmp21 = numpy.where(tmp18, numpy.minimum(m, tmp17), numpy.minimum(m, tmp20)) -> r9
+    numpy.minimum(m, r8, out=r9)
+    numpy.minimum(m, r7, out=r10)
+    numpy.copyto(r9, r10, where=m3)
+    # tmp22 = tmp21/p -> r10
+    numpy.divide(r9, p, out=r10)
+    # tmp23 = tmp13*tmp2 -> r11
+    numpy.multiply(r6, r1, out=r11)
+    # tmp27 = tmp26/numpy.maximum(shard_p_os_exp_partial, t_exp) -> r6
+    numpy.maximum(shard_p_os_exp_partial, t_exp, out=r6)
+    numpy.divide(tmp26, r6, out=r6)
+    # tmp29 = tmp26/t_exp -> r12
+    numpy.divide(tmp26, t_exp, out=r12)
+    # tmp33 = t_exp/numpy.maximum(1, etp) -> r13
+    numpy.maximum(1.0, etp, out=r13)
+    numpy.divide(t_exp, r13, out=r13)
+    # tmp34 = n_exp*(mlp_bias*(h + tmp25/numpy.maximum(1, etp)) + tmp24/numpy.maximum(1, etp))/ep ->
+    #     r14
+    numpy.maximum(1.0, etp, out=r14)
+    numpy.divide(tmp24, r14, out=r14)
+    numpy.maximum(1.0, etp, out=r15)
+    numpy.divide(tmp25, r15, out=r15)
+    numpy.add(r15, h, out=r15)
+    numpy.multiply(r15, mlp_bias, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(r14, n_exp, out=r14)
+    numpy.divide(r14, ep, out=r14)
+    # tmp35 = tmp34/numpy.maximum(1, numpy.maximum(tmp33, shard_p_os_exp/numpy.maximum(1, etp))) ->
+    #     r15
+    numpy.maximum(1.0, etp, out=r15)
+    numpy.divide(shard_p_os_exp, r15, out=r15)
+    numpy.maximum(r15, 1.0, out=r15)
+    numpy.maximum(r15, r13, out=r15)
+    numpy.divide(r14, r15, out=r15)
+    # tmp36 = tmp34/numpy.maximum(1, tmp33) -> r16
+    numpy.maximum(1.0, r13, out=r16)
+    numpy.divide(r14, r16, out=r16)
+    # tmp42 = tmp41/numpy.maximum(shard_p_os_non_exp_partial, t) -> r13
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r13)
+    numpy.divide(tmp41, r13, out=r13)
+    # tmp43 = tmp41/t -> r14
+    numpy.divide(tmp41, t, out=r14)
+    # tmp44 = (bytes_grad*numpy.where(tmp28_mask, tmp27, tmp29) + bytes_grad*numpy.where(tmp28_mask,
+    #     tmp35, tmp36) + bytes_grad*numpy.where(tmp28_mask, tmp42, tmp43) +
+    #     bytes_optimizer*numpy.where(tmp30_mask, tmp27, tmp29) +
+    #     bytes_optimizer*numpy.where(tmp30_mask, tmp35, tmp36) +
+    #     bytes_optimizer*numpy.where(tmp30_mask, tmp42, tmp43) + bytes_p*numpy.where(tmp31_mask,
+    #     tmp27, tmp29) + bytes_p*numpy.where(tmp31_mask, tmp35, tmp36) +
+    #     bytes_p*numpy.where(tmp31_mask, tmp42, tmp43) + tmp14*tmp21)/p -> r17
+    numpy.multiply(r0, r9, out=r17)
+    numpy.copyto(r18, r12)
+    numpy.copyto(r18, r6, where=m0)
+    numpy.multiply(r18, bytes_grad, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r16)
+    numpy.copyto(r18, r15, where=m0)
+    numpy.multiply(r18, bytes_grad, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r14)
+    numpy.copyto(r18, r13, where=m0)
+    numpy.multiply(r18, bytes_grad, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r12)
+    numpy.copyto(r18, r6, where=m1)
+    numpy.multiply(r18, bytes_optimizer, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r16)
+    numpy.copyto(r18, r15, where=m1)
+    numpy.multiply(r18, bytes_optimizer, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r14)
+    numpy.copyto(r18, r13, where=m1)
+    numpy.multiply(r18, bytes_optimizer, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r12)
+    numpy.copyto(r18, r6, where=m2)
+    numpy.multiply(r18, bytes_p, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r16)
+    numpy.copyto(r18, r15, where=m2)
+    numpy.multiply(r18, bytes_p, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r14)
+    numpy.copyto(r18, r13, where=m2)
+    numpy.multiply(r18, bytes_p, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.divide(r17, p, out=r17)
+    # out = -n_body*tmp44 - n_extra*tmp44 - n_extra_sel*tmp44 - n_full_rec*tmp22*(tmp15 + tmp4) -
+    #     n_sel_rec*tmp22*(tmp15 + tmp23) + (dropout*n_embedding*tmp3 + n_full_rec*tmp4 +
+    #     n_output*tmp2*(bytes_compute*tmp7 + inv7/t) + n_sel_rec*tmp23 + tmp14*(n_body + n_extra +
+    #     n_extra_sel - n_full_rec - n_sel_rec))*numpy.where(tmp18, numpy.where(numpy.less(m,
+    #     tmp17), 0, 1), numpy.where(numpy.less(m, tmp20), 0, (vp + 1)/vp))
+    numpy.add(n_body, n_extra, out=out)
+    numpy.add(out, n_extra_sel, out=out)
+    numpy.subtract(out, n_full_rec, out=out)
+    numpy.subtract(out, n_sel_rec, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(r11, n_sel_rec, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r3, n_full_rec, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r5, bytes_compute, out=r6)
+    numpy.divide(inv7, t, out=r9)
+    numpy.add(r6, r9, out=r6)
+    numpy.multiply(r6, r1, out=r6)
+    numpy.multiply(r6, n_output, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r2, dropout, out=r6)
+    numpy.multiply(r6, n_embedding, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.add(1.0, vp, out=r6)
+    numpy.divide(r6, vp, out=r6)
+    numpy.less(m, r8, out=m0)
+    numpy.copyto(r6, 0.0, where=m0)
+    numpy.copyto(r9, 1.0)
+    numpy.less(m, r7, out=m0)
+    numpy.copyto(r9, 0.0, where=m0)
+    numpy.copyto(r6, r9, where=m3)
+    numpy.multiply(out, r6, out=out)
+    numpy.multiply(r17, n_body, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.multiply(r17, n_extra, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.multiply(r17, n_extra_sel, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.add(r4, r3, out=r6)
+    numpy.multiply(r6, r10, out=r6)
+    numpy.multiply(r6, n_full_rec, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.add(r4, r11, out=r6)
+    numpy.multiply(r6, r10, out=r6)
+    numpy.multiply(r6, n_sel_rec, out=r6)
+    numpy.subtract(out, r6, out=out)
+
+
+memory_standard_moe_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
+    _memory_standard_moe_stage_total_bytes__d_p_split_block,
+    reals=19,
+    masks=4,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level"),
+    passed=("tmp8", "tmp11", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp24", "tmp25", "tmp26", "tmp41", "inv7"),
+    invariants=_memory_standard_moe_stage_total_bytes__d_p_split_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "bytes_compute", "bytes_logits", "cap_fact", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "pp_rank", "qkv_bias", "s", "shared_expert_gate", "v", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
@@ -4927,72 +5243,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp1 = a*dh
-            tmp2 = dh*n_kv
-            tmp3 = hff*n_ffMM
-            tmp4 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp5 = numpy.where(tmp4, qk_nope_head_dim, dh)
-            tmp6 = dhr + tmp5
-            tmp7 = a*tmp6
-            tmp8 = bytes_compute*(n_kv*tmp6 + tmp1 + tmp2 + tmp3 + tmp7)
-            tmp10 = 4*a*flash_attention
-            tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp12 = tmp10 + tmp11
-            tmp13 = tmp12 + tmp8
-            inv0 = -tie_emb_out
-            tmp18 = numpy.greater_equal(zero_level, 2)
-            tmp20 = numpy.greater_equal(zero_level, 1)
-            tmp21 = numpy.greater_equal(zero_level, 3)
-            tmp27 = dhr + qk_nope_head_dim
-            inv1 = 2*dc_kv + 2*dc_q + dhr
-            inv2 = -bytes_compute
-            inv3 = 2*dropout
-            tmp31 = dh + dhr
-            tmp32 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q*tmp7 + dc_q + h*tmp1 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp3 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv4 = -tmp32
-            inv5 = -tmp32
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = -tmp13
-            inv10 = a*tmp27 + n_kv*tmp27 + tmp2
-            inv11 = a*tmp31 + n_kv*tmp31 + tmp2
-            inv12 = -tmp12
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_t", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
-            tmp1 = a*dh
-            tmp2 = dh*n_kv
-            tmp3 = hff*n_ffMM
-            tmp4 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp5 = numpy.where(tmp4, qk_nope_head_dim, dh)
-            tmp6 = dhr + tmp5
-            tmp7 = a*tmp6
-            tmp8 = bytes_compute*(n_kv*tmp6 + tmp1 + tmp2 + tmp3 + tmp7)
-            tmp10 = 4*a*flash_attention
-            tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp12 = tmp10 + tmp11
-            tmp13 = tmp12 + tmp8
-            inv0 = -tie_emb_out
-            tmp18 = numpy.greater_equal(zero_level, 2)
-            tmp20 = numpy.greater_equal(zero_level, 1)
-            tmp21 = numpy.greater_equal(zero_level, 3)
-            tmp27 = dhr + qk_nope_head_dim
-            inv1 = 2*dc_kv + 2*dc_q + dhr
-            inv2 = -bytes_compute
-            inv3 = 2*dropout
-            tmp31 = dh + dhr
-            tmp32 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q*tmp7 + dc_q + h*tmp1 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp3 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv4 = -tmp32
-            inv5 = -tmp32
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = -tmp13
-            inv10 = a*tmp27 + n_kv*tmp27 + tmp2
-            inv11 = a*tmp31 + n_kv*tmp31 + tmp2
-            inv12 = -tmp12
+        (tmp1, tmp3, tmp8, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12) = _memory_mla_q_latent_dense_stage_total_bytes__d_t_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level)
         call = _runtime.Call(
             "memory_mla_q_latent_dense_stage_total_bytes__d_t",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp3", "tmp8", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
@@ -5000,143 +5251,228 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, byt
             reals=15,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, m4, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp8, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
-            # tmp4_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp18_mask = numpy.greater_equal(zero_level, 2) -> m1
-            numpy.greater_equal(zero_level, 2.0, out=m1)
-            # tmp20_mask = numpy.greater_equal(zero_level, 1) -> m2
-            numpy.greater_equal(zero_level, 1.0, out=m2)
-            # tmp21_mask = numpy.greater_equal(zero_level, 3) -> m3
-            numpy.greater_equal(zero_level, 3.0, out=m3)
-            # tmp0 = 1/(t*t) -> r0
-            numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp9 = n_body + n_extra + n_extra_sel -> r1
-            numpy.add(n_body, n_extra, out=r1)
-            numpy.add(r1, n_extra_sel, out=r1)
-            # tmp14 = b*s/cp -> r2
-            numpy.multiply(b, s, out=r2)
-            numpy.divide(r2, cp, out=r2)
-            # tmp15 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
-            numpy.copyto(r3, 0.0)
-            numpy.less_equal(p, 1.0, out=m4)
-            numpy.copyto(r3, 1.0, where=m4)
-            numpy.multiply(r3, inv0, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, v, out=r3)
-            # tmp16 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
-            #     1)/(numpy.maximum(shard_p_os_non_exp_partial,
-            #     t)*numpy.maximum(shard_p_os_non_exp_partial, t)) -> r4
-            numpy.copyto(r4, 1.0)
-            numpy.greater(shard_p_os_non_exp_partial, t, out=m4)
-            numpy.copyto(r4, 0.0, where=m4)
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
-            numpy.multiply(r5, r5, out=r6)
-            numpy.divide(r4, r6, out=r4)
-            # tmp17 = -tmp15*tmp16 -> r5
-            numpy.multiply(r3, r4, out=r5)
-            numpy.negative(r5, out=r5)
-            # tmp19 = -tmp0*tmp15 -> r6
-            numpy.multiply(r0, r3, out=r6)
-            numpy.negative(r6, out=r6)
-            # tmp22 = tmp14*numpy.minimum(1, n_full_rec) -> r3
-            numpy.minimum(1.0, n_full_rec, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            # tmp24 = tmp10/t + tmp11/t -> r7
-            numpy.divide(tmp10, t, out=r7)
-            numpy.divide(tmp11, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp25 = tmp14*numpy.minimum(1, n_sel_rec) -> r8
-            numpy.minimum(1.0, n_sel_rec, out=r8)
-            numpy.multiply(r8, r2, out=r8)
-            # tmp26 = tmp24*tmp25 -> r9
-            numpy.multiply(r7, r8, out=r9)
-            # tmp28 = h/sp -> r10
-            numpy.divide(h, sp, out=r10)
-            # tmp29 = inv1 + 4*tmp28 + tmp1/t + tmp3/t -> r11
-            numpy.multiply(r10, 4.0, out=r11)
-            numpy.divide(tmp1, t, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.divide(tmp3, t, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.add(r11, inv1, out=r11)
-            # tmp30 = inv2*tmp28 + inv3*tmp28 + tmp24 -> r12
-            numpy.multiply(inv2, r10, out=r12)
-            numpy.multiply(inv3, r10, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.add(r12, r7, out=r12)
-            # tmp33 = inv4*tmp16 -> r7
-            numpy.multiply(inv4, r4, out=r7)
-            # tmp34 = inv5*tmp0 -> r4
-            numpy.multiply(inv5, r0, out=r4)
-            # out = n_output*(bytes_grad*numpy.where(tmp18_mask, tmp17, tmp19) +
-            #     bytes_optimizer*numpy.where(tmp20_mask, tmp17, tmp19) +
-            #     bytes_p*numpy.where(tmp21_mask, tmp17, tmp19)) - tmp0*tmp14*(inv6*n_output +
-            #     n_sel_rec*tmp8 + tmp13*(-n_full_rec - n_sel_rec +
-            #     tmp9))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
-            #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + tmp9*(bytes_grad*numpy.where(tmp18_mask,
-            #     tmp33, tmp34) + bytes_optimizer*numpy.where(tmp20_mask, tmp33, tmp34) +
-            #     bytes_p*numpy.where(tmp21_mask, tmp33, tmp34)) +
-            #     numpy.where(numpy.where(tmp4_mask, numpy.less(tmp26, tmp22*(bytes_compute*(inv10/t
-            #     + tmp29) + tmp30)), numpy.less(tmp26, tmp22*(bytes_compute*(inv11/t + tmp29) +
-            #     tmp30))), inv9*tmp0*tmp22, inv12*tmp0*tmp25)
-            numpy.copyto(out, r4)
-            numpy.copyto(out, r7, where=m1)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.copyto(r10, r4)
-            numpy.copyto(r10, r7, where=m2)
-            numpy.multiply(r10, bytes_optimizer, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.copyto(r10, r4)
-            numpy.copyto(r10, r7, where=m3)
-            numpy.multiply(r10, bytes_p, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.copyto(r10, r6)
-            numpy.copyto(r10, r5, where=m1)
-            numpy.multiply(r10, bytes_grad, out=r10)
-            numpy.copyto(r13, r6)
-            numpy.copyto(r13, r5, where=m2)
-            numpy.multiply(r13, bytes_optimizer, out=r13)
-            numpy.add(r10, r13, out=r10)
-            numpy.copyto(r13, r6)
-            numpy.copyto(r13, r5, where=m3)
-            numpy.multiply(r13, bytes_p, out=r13)
-            numpy.add(r10, r13, out=r10)
-            numpy.multiply(r10, n_output, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.multiply(inv12, r0, out=r10)
-            numpy.multiply(r10, r8, out=r10)
-            numpy.copyto(m4, numpy.where(m0, numpy.less(r9, r3*(bytes_compute*(inv10/t + r11) + r12)), numpy.less(r9, r3*(bytes_compute*(inv11/t + r11) + r12))))
-            numpy.multiply(inv9, r0, out=r13)
-            numpy.multiply(r13, r3, out=r13)
-            numpy.copyto(r10, r13, where=m4)
-            numpy.add(out, r10, out=out)
-            numpy.subtract(r1, n_full_rec, out=r10)
-            numpy.subtract(r10, n_sel_rec, out=r10)
-            numpy.multiply(r10, tmp13, out=r10)
-            numpy.multiply(tmp8, n_sel_rec, out=r13)
-            numpy.add(r10, r13, out=r10)
-            numpy.multiply(inv6, n_output, out=r13)
-            numpy.add(r10, r13, out=r10)
-            numpy.less_equal(vp, 1.0, out=m4)
-            if not m4.all():
-                numpy.multiply(p, vp, out=r13)
-                numpy.add(r13, inv8, out=r13)
-                numpy.add(r13, p, out=r13)
-                numpy.divide(r13, vp, out=r13)
-                numpy.minimum(r13, m, out=r13)
-            numpy.add(inv7, p, out=r14)
-            numpy.minimum(r14, m, out=r14)
-            numpy.copyto(r13, r14, where=m4)
-            numpy.multiply(r10, r13, out=r10)
-            numpy.multiply(r10, r0, out=r10)
-            numpy.multiply(r10, r2, out=r10)
-            numpy.subtract(out, r10, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_dense_stage_total_bytes__d_t_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_t_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level):
+    """What memory_mla_q_latent_dense_stage_total_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp1 = a*dh
+        tmp2 = dh*n_kv
+        tmp3 = hff*n_ffMM
+        tmp4 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp5 = numpy.where(tmp4, qk_nope_head_dim, dh)
+        tmp6 = dhr + tmp5
+        tmp7 = a*tmp6
+        tmp8 = bytes_compute*(n_kv*tmp6 + tmp1 + tmp2 + tmp3 + tmp7)
+        tmp10 = 4*a*flash_attention
+        tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp12 = tmp10 + tmp11
+        tmp13 = tmp12 + tmp8
+        inv0 = -tie_emb_out
+        tmp18 = numpy.greater_equal(zero_level, 2)
+        tmp20 = numpy.greater_equal(zero_level, 1)
+        tmp21 = numpy.greater_equal(zero_level, 3)
+        tmp27 = dhr + qk_nope_head_dim
+        inv1 = 2*dc_kv + 2*dc_q + dhr
+        inv2 = -bytes_compute
+        inv3 = 2*dropout
+        tmp31 = dh + dhr
+        tmp32 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q*tmp7 + dc_q + h*tmp1 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp3 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv4 = -tmp32
+        inv5 = -tmp32
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = -tmp13
+        inv10 = a*tmp27 + n_kv*tmp27 + tmp2
+        inv11 = a*tmp31 + n_kv*tmp31 + tmp2
+        inv12 = -tmp12
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_t", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+        tmp1 = a*dh
+        tmp2 = dh*n_kv
+        tmp3 = hff*n_ffMM
+        tmp4 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp5 = numpy.where(tmp4, qk_nope_head_dim, dh)
+        tmp6 = dhr + tmp5
+        tmp7 = a*tmp6
+        tmp8 = bytes_compute*(n_kv*tmp6 + tmp1 + tmp2 + tmp3 + tmp7)
+        tmp10 = 4*a*flash_attention
+        tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp12 = tmp10 + tmp11
+        tmp13 = tmp12 + tmp8
+        inv0 = -tie_emb_out
+        tmp18 = numpy.greater_equal(zero_level, 2)
+        tmp20 = numpy.greater_equal(zero_level, 1)
+        tmp21 = numpy.greater_equal(zero_level, 3)
+        tmp27 = dhr + qk_nope_head_dim
+        inv1 = 2*dc_kv + 2*dc_q + dhr
+        inv2 = -bytes_compute
+        inv3 = 2*dropout
+        tmp31 = dh + dhr
+        tmp32 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + dc_q*h + dc_q*tmp7 + dc_q + h*tmp1 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp3 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv4 = -tmp32
+        inv5 = -tmp32
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = -tmp13
+        inv10 = a*tmp27 + n_kv*tmp27 + tmp2
+        inv11 = a*tmp31 + n_kv*tmp31 + tmp2
+        inv12 = -tmp12
+    return (tmp1, tmp3, tmp8, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12)
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_t_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, m4, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp8, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12):
+    """memory_mla_q_latent_dense_stage_total_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp4_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp18_mask = numpy.greater_equal(zero_level, 2) -> m1
+    numpy.greater_equal(zero_level, 2.0, out=m1)
+    # tmp20_mask = numpy.greater_equal(zero_level, 1) -> m2
+    numpy.greater_equal(zero_level, 1.0, out=m2)
+    # tmp21_mask = numpy.greater_equal(zero_level, 3) -> m3
+    numpy.greater_equal(zero_level, 3.0, out=m3)
+    # tmp0 = 1/(t*t) -> r0
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp9 = n_body + n_extra + n_extra_sel -> r1
+    numpy.add(n_body, n_extra, out=r1)
+    numpy.add(r1, n_extra_sel, out=r1)
+    # tmp14 = b*s/cp -> r2
+    numpy.multiply(b, s, out=r2)
+    numpy.divide(r2, cp, out=r2)
+    # tmp15 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
+    numpy.copyto(r3, 0.0)
+    numpy.less_equal(p, 1.0, out=m4)
+    numpy.copyto(r3, 1.0, where=m4)
+    numpy.multiply(r3, inv0, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, h, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, v, out=r3)
+    # tmp16 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
+    #     1)/(numpy.maximum(shard_p_os_non_exp_partial, t)*numpy.maximum(shard_p_os_non_exp_partial,
+    #     t)) -> r4
+    numpy.copyto(r4, 1.0)
+    numpy.greater(shard_p_os_non_exp_partial, t, out=m4)
+    numpy.copyto(r4, 0.0, where=m4)
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
+    numpy.multiply(r5, r5, out=r6)
+    numpy.divide(r4, r6, out=r4)
+    # tmp17 = -tmp15*tmp16 -> r5
+    numpy.multiply(r3, r4, out=r5)
+    numpy.negative(r5, out=r5)
+    # tmp19 = -tmp0*tmp15 -> r6
+    numpy.multiply(r0, r3, out=r6)
+    numpy.negative(r6, out=r6)
+    # tmp22 = tmp14*numpy.minimum(1, n_full_rec) -> r3
+    numpy.minimum(1.0, n_full_rec, out=r3)
+    numpy.multiply(r3, r2, out=r3)
+    # tmp24 = tmp10/t + tmp11/t -> r7
+    numpy.divide(tmp10, t, out=r7)
+    numpy.divide(tmp11, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp25 = tmp14*numpy.minimum(1, n_sel_rec) -> r8
+    numpy.minimum(1.0, n_sel_rec, out=r8)
+    numpy.multiply(r8, r2, out=r8)
+    # tmp26 = tmp24*tmp25 -> r9
+    numpy.multiply(r7, r8, out=r9)
+    # tmp28 = h/sp -> r10
+    numpy.divide(h, sp, out=r10)
+    # tmp29 = inv1 + 4*tmp28 + tmp1/t + tmp3/t -> r11
+    numpy.multiply(r10, 4.0, out=r11)
+    numpy.divide(tmp1, t, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.divide(tmp3, t, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.add(r11, inv1, out=r11)
+    # tmp30 = inv2*tmp28 + inv3*tmp28 + tmp24 -> r12
+    numpy.multiply(inv2, r10, out=r12)
+    numpy.multiply(inv3, r10, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.add(r12, r7, out=r12)
+    # tmp33 = inv4*tmp16 -> r7
+    numpy.multiply(inv4, r4, out=r7)
+    # tmp34 = inv5*tmp0 -> r4
+    numpy.multiply(inv5, r0, out=r4)
+    # out = n_output*(bytes_grad*numpy.where(tmp18_mask, tmp17, tmp19) +
+    #     bytes_optimizer*numpy.where(tmp20_mask, tmp17, tmp19) + bytes_p*numpy.where(tmp21_mask,
+    #     tmp17, tmp19)) - tmp0*tmp14*(inv6*n_output + n_sel_rec*tmp8 + tmp13*(-n_full_rec -
+    #     n_sel_rec + tmp9))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
+    #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + tmp9*(bytes_grad*numpy.where(tmp18_mask, tmp33,
+    #     tmp34) + bytes_optimizer*numpy.where(tmp20_mask, tmp33, tmp34) +
+    #     bytes_p*numpy.where(tmp21_mask, tmp33, tmp34)) + numpy.where(numpy.where(tmp4_mask,
+    #     numpy.less(tmp26, tmp22*(bytes_compute*(inv10/t + tmp29) + tmp30)), numpy.less(tmp26,
+    #     tmp22*(bytes_compute*(inv11/t + tmp29) + tmp30))), inv9*tmp0*tmp22, inv12*tmp0*tmp25)
+    numpy.copyto(out, r4)
+    numpy.copyto(out, r7, where=m1)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.copyto(r10, r4)
+    numpy.copyto(r10, r7, where=m2)
+    numpy.multiply(r10, bytes_optimizer, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.copyto(r10, r4)
+    numpy.copyto(r10, r7, where=m3)
+    numpy.multiply(r10, bytes_p, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.copyto(r10, r6)
+    numpy.copyto(r10, r5, where=m1)
+    numpy.multiply(r10, bytes_grad, out=r10)
+    numpy.copyto(r13, r6)
+    numpy.copyto(r13, r5, where=m2)
+    numpy.multiply(r13, bytes_optimizer, out=r13)
+    numpy.add(r10, r13, out=r10)
+    numpy.copyto(r13, r6)
+    numpy.copyto(r13, r5, where=m3)
+    numpy.multiply(r13, bytes_p, out=r13)
+    numpy.add(r10, r13, out=r10)
+    numpy.multiply(r10, n_output, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.multiply(inv12, r0, out=r10)
+    numpy.multiply(r10, r8, out=r10)
+    numpy.copyto(m4, numpy.where(m0, numpy.less(r9, r3*(bytes_compute*(inv10/t + r11) + r12)), numpy.less(r9, r3*(bytes_compute*(inv11/t + r11) + r12))))
+    numpy.multiply(inv9, r0, out=r13)
+    numpy.multiply(r13, r3, out=r13)
+    numpy.copyto(r10, r13, where=m4)
+    numpy.add(out, r10, out=out)
+    numpy.subtract(r1, n_full_rec, out=r10)
+    numpy.subtract(r10, n_sel_rec, out=r10)
+    numpy.multiply(r10, tmp13, out=r10)
+    numpy.multiply(tmp8, n_sel_rec, out=r13)
+    numpy.add(r10, r13, out=r10)
+    numpy.multiply(inv6, n_output, out=r13)
+    numpy.add(r10, r13, out=r10)
+    numpy.less_equal(vp, 1.0, out=m4)
+    if not m4.all():
+        numpy.multiply(p, vp, out=r13)
+        numpy.add(r13, inv8, out=r13)
+        numpy.add(r13, p, out=r13)
+        numpy.divide(r13, vp, out=r13)
+        numpy.minimum(r13, m, out=r13)
+    numpy.add(inv7, p, out=r14)
+    numpy.minimum(r14, m, out=r14)
+    numpy.copyto(r13, r14, where=m4)
+    numpy.multiply(r10, r13, out=r10)
+    numpy.multiply(r10, r0, out=r10)
+    numpy.multiply(r10, r2, out=r10)
+    numpy.subtract(out, r10, out=out)
+
+
+memory_mla_q_latent_dense_stage_total_bytes__d_t.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_dense_stage_total_bytes__d_t_block,
+    reals=15,
+    masks=5,
+    arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
+    passed=("tmp1", "tmp3", "tmp8", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
+    invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_t_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
@@ -5272,40 +5608,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, by
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = dh*n_kv
-            tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
-            inv0 = hff*n_ffMM
-            inv1 = 2*dc_kv + 2*dc_q + dhr
-            inv2 = a*tmp7 + n_kv*tmp7 + tmp5
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp20 = dhr + qk_nope_head_dim
-            tmp23 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp20 + n_kv*tmp20 + tmp5
-            inv9 = a*tmp23 + n_kv*tmp23 + tmp5
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
-            tmp5 = dh*n_kv
-            tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
-            inv0 = hff*n_ffMM
-            inv1 = 2*dc_kv + 2*dc_q + dhr
-            inv2 = a*tmp7 + n_kv*tmp7 + tmp5
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp20 = dhr + qk_nope_head_dim
-            tmp23 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp20 + n_kv*tmp20 + tmp5
-            inv9 = a*tmp23 + n_kv*tmp23 + tmp5
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9) = _memory_mla_q_latent_dense_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_latent_dense_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
@@ -5313,104 +5616,159 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, by
             reals=16,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
-            # tmp6_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp1 = bytes_compute*tmp0 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp2 = dropout*tmp0 -> r2
-            numpy.multiply(r0, dropout, out=r2)
-            # tmp4 = 2*tmp2 -> r3
-            numpy.multiply(r2, 2.0, out=r3)
-            # tmp8 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp9 = dh*tmp8 + inv0/t + inv1 + 4*tmp0 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.multiply(r4, dh, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(inv0, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, inv1, out=r5)
-            # tmp10 = bytes_compute*(inv2/t + tmp9) + tmp4 -> r0
-            numpy.divide(inv2, t, out=r0)
-            numpy.add(r0, r5, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.add(r0, r3, out=r0)
-            # tmp11 = inv3*tmp8 + inv4*tmp8 -> r6
-            numpy.multiply(inv3, r4, out=r6)
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp12 = tmp10 + tmp11 -> r4
-            numpy.add(r0, r6, out=r4)
-            # tmp13 = b*s -> r7
-            numpy.multiply(b, s, out=r7)
-            # tmp14 = tmp13/(cp*cp) -> r8
-            numpy.multiply(cp, cp, out=r8)
-            numpy.divide(r7, r8, out=r8)
-            # tmp15 = -tmp1 -> r9
-            numpy.negative(r1, out=r9)
-            # tmp16 = numpy.minimum(1, n_full_rec) -> r10
-            numpy.minimum(1.0, n_full_rec, out=r10)
-            # tmp17 = numpy.minimum(1, n_sel_rec) -> r11
-            numpy.minimum(1.0, n_sel_rec, out=r11)
-            # tmp18 = tmp13/cp -> r12
-            numpy.divide(r7, cp, out=r12)
-            # tmp19 = tmp11*tmp17*tmp18 -> r7
-            numpy.multiply(r6, r11, out=r7)
-            numpy.multiply(r7, r12, out=r7)
-            # tmp21 = tmp11 + tmp15 + tmp4 -> r13
-            numpy.add(r6, r9, out=r13)
-            numpy.add(r13, r3, out=r13)
-            # tmp22 = tmp16*tmp18 -> r3
-            numpy.multiply(r10, r12, out=r3)
-            # out = -tmp14*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
-            #     n_sel_rec*tmp10 + tmp12*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
-            #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp6_mask,
-            #     numpy.less(tmp19, tmp22*(bytes_compute*(inv8/t + tmp9) + tmp21)),
-            #     numpy.less(tmp19, tmp22*(bytes_compute*(inv9/t + tmp9) + tmp21))),
-            #     tmp14*tmp16*(-tmp12 - tmp15), -tmp11*tmp14*tmp17)
-            numpy.multiply(r6, r8, out=out)
-            numpy.multiply(out, r11, out=out)
-            numpy.negative(out, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r7, r3*(bytes_compute*(inv8/t + r5) + r13)), numpy.less(r7, r3*(bytes_compute*(inv9/t + r5) + r13))))
-            numpy.negative(r4, out=r12)
-            numpy.subtract(r12, r9, out=r12)
-            numpy.multiply(r12, r8, out=r12)
-            numpy.multiply(r12, r10, out=r12)
-            numpy.copyto(out, r12, where=m1)
-            numpy.multiply(r1, n_full_rec, out=r12)
-            numpy.multiply(r0, n_sel_rec, out=r14)
-            numpy.add(r12, r14, out=r12)
-            numpy.add(n_body, n_extra, out=r14)
-            numpy.add(r14, n_extra_sel, out=r14)
-            numpy.subtract(r14, n_full_rec, out=r14)
-            numpy.subtract(r14, n_sel_rec, out=r14)
-            numpy.multiply(r14, r4, out=r14)
-            numpy.add(r12, r14, out=r12)
-            numpy.multiply(r2, n_embedding, out=r14)
-            numpy.add(r12, r14, out=r12)
-            numpy.multiply(r1, 2.0, out=r14)
-            numpy.divide(inv5, t, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r14, n_output, out=r14)
-            numpy.add(r12, r14, out=r12)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r14)
-                numpy.add(r14, inv7, out=r14)
-                numpy.add(r14, p, out=r14)
-                numpy.divide(r14, vp, out=r14)
-                numpy.minimum(r14, m, out=r14)
-            numpy.add(inv6, p, out=r15)
-            numpy.minimum(r15, m, out=r15)
-            numpy.copyto(r14, r15, where=m1)
-            numpy.multiply(r12, r14, out=r12)
-            numpy.multiply(r12, r8, out=r12)
-            numpy.subtract(out, r12, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_dense_stage_total_bytes__d_cp_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_latent_dense_stage_total_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = dh*n_kv
+        tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
+        inv0 = hff*n_ffMM
+        inv1 = 2*dc_kv + 2*dc_q + dhr
+        inv2 = a*tmp7 + n_kv*tmp7 + tmp5
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp20 = dhr + qk_nope_head_dim
+        tmp23 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp20 + n_kv*tmp20 + tmp5
+        inv9 = a*tmp23 + n_kv*tmp23 + tmp5
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
+        tmp5 = dh*n_kv
+        tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
+        inv0 = hff*n_ffMM
+        inv1 = 2*dc_kv + 2*dc_q + dhr
+        inv2 = a*tmp7 + n_kv*tmp7 + tmp5
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp20 = dhr + qk_nope_head_dim
+        tmp23 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp20 + n_kv*tmp20 + tmp5
+        inv9 = a*tmp23 + n_kv*tmp23 + tmp5
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9)
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9):
+    """memory_mla_q_latent_dense_stage_total_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp6_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp1 = bytes_compute*tmp0 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp2 = dropout*tmp0 -> r2
+    numpy.multiply(r0, dropout, out=r2)
+    # tmp4 = 2*tmp2 -> r3
+    numpy.multiply(r2, 2.0, out=r3)
+    # tmp8 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp9 = dh*tmp8 + inv0/t + inv1 + 4*tmp0 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.multiply(r4, dh, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(inv0, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, inv1, out=r5)
+    # tmp10 = bytes_compute*(inv2/t + tmp9) + tmp4 -> r0
+    numpy.divide(inv2, t, out=r0)
+    numpy.add(r0, r5, out=r0)
+    numpy.multiply(r0, bytes_compute, out=r0)
+    numpy.add(r0, r3, out=r0)
+    # tmp11 = inv3*tmp8 + inv4*tmp8 -> r6
+    numpy.multiply(inv3, r4, out=r6)
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.add(r6, r7, out=r6)
+    # tmp12 = tmp10 + tmp11 -> r4
+    numpy.add(r0, r6, out=r4)
+    # tmp13 = b*s -> r7
+    numpy.multiply(b, s, out=r7)
+    # tmp14 = tmp13/(cp*cp) -> r8
+    numpy.multiply(cp, cp, out=r8)
+    numpy.divide(r7, r8, out=r8)
+    # tmp15 = -tmp1 -> r9
+    numpy.negative(r1, out=r9)
+    # tmp16 = numpy.minimum(1, n_full_rec) -> r10
+    numpy.minimum(1.0, n_full_rec, out=r10)
+    # tmp17 = numpy.minimum(1, n_sel_rec) -> r11
+    numpy.minimum(1.0, n_sel_rec, out=r11)
+    # tmp18 = tmp13/cp -> r12
+    numpy.divide(r7, cp, out=r12)
+    # tmp19 = tmp11*tmp17*tmp18 -> r7
+    numpy.multiply(r6, r11, out=r7)
+    numpy.multiply(r7, r12, out=r7)
+    # tmp21 = tmp11 + tmp15 + tmp4 -> r13
+    numpy.add(r6, r9, out=r13)
+    numpy.add(r13, r3, out=r13)
+    # tmp22 = tmp16*tmp18 -> r3
+    numpy.multiply(r10, r12, out=r3)
+    # out = -tmp14*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
+    #     n_sel_rec*tmp10 + tmp12*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
+    #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp6_mask,
+    #     numpy.less(tmp19, tmp22*(bytes_compute*(inv8/t + tmp9) + tmp21)), numpy.less(tmp19,
+    #     tmp22*(bytes_compute*(inv9/t + tmp9) + tmp21))), tmp14*tmp16*(-tmp12 - tmp15),
+    #     -tmp11*tmp14*tmp17)
+    numpy.multiply(r6, r8, out=out)
+    numpy.multiply(out, r11, out=out)
+    numpy.negative(out, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r7, r3*(bytes_compute*(inv8/t + r5) + r13)), numpy.less(r7, r3*(bytes_compute*(inv9/t + r5) + r13))))
+    numpy.negative(r4, out=r12)
+    numpy.subtract(r12, r9, out=r12)
+    numpy.multiply(r12, r8, out=r12)
+    numpy.multiply(r12, r10, out=r12)
+    numpy.copyto(out, r12, where=m1)
+    numpy.multiply(r1, n_full_rec, out=r12)
+    numpy.multiply(r0, n_sel_rec, out=r14)
+    numpy.add(r12, r14, out=r12)
+    numpy.add(n_body, n_extra, out=r14)
+    numpy.add(r14, n_extra_sel, out=r14)
+    numpy.subtract(r14, n_full_rec, out=r14)
+    numpy.subtract(r14, n_sel_rec, out=r14)
+    numpy.multiply(r14, r4, out=r14)
+    numpy.add(r12, r14, out=r12)
+    numpy.multiply(r2, n_embedding, out=r14)
+    numpy.add(r12, r14, out=r12)
+    numpy.multiply(r1, 2.0, out=r14)
+    numpy.divide(inv5, t, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(r14, n_output, out=r14)
+    numpy.add(r12, r14, out=r12)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r14)
+        numpy.add(r14, inv7, out=r14)
+        numpy.add(r14, p, out=r14)
+        numpy.divide(r14, vp, out=r14)
+        numpy.minimum(r14, m, out=r14)
+    numpy.add(inv6, p, out=r15)
+    numpy.minimum(r15, m, out=r15)
+    numpy.copyto(r14, r15, where=m1)
+    numpy.multiply(r12, r14, out=r12)
+    numpy.multiply(r12, r8, out=r12)
+    numpy.subtract(out, r12, out=out)
+
+
+memory_mla_q_latent_dense_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_dense_stage_total_bytes__d_cp_block,
+    reals=16,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+    invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_cp_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
@@ -5497,28 +5855,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp5 + dh*n_kv + n_kv*tmp5
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
-            tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp5 + dh*n_kv + n_kv*tmp5
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7) = _memory_mla_q_latent_dense_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_latent_dense_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
@@ -5526,72 +5863,115 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, byt
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp3 = 2*tmp1 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp4 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # tmp6 = bytes_compute*(dh*tmp4 + inv0/t + inv1/t + inv2 + 4*tmp1) + dropout*tmp3 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, dh, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv0, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv1, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, inv2, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
-            #     n_output*(bytes_compute*tmp3 + inv3/t) + n_sel_rec*tmp6 + (inv4*tmp4 + inv5*tmp4 +
-            #     tmp6)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 +
-            #     p), 0, 1), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv3, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv4, r2, out=r4)
-            numpy.multiply(inv5, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.add(1.0, vp, out=r4)
-                numpy.divide(r4, vp, out=r4)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv7, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 0.0, where=m1)
-            numpy.copyto(r5, 1.0)
-            numpy.add(inv6, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 0.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_dense_stage_total_bytes__d_p_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_latent_dense_stage_total_bytes__d_p computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp5 + dh*n_kv + n_kv*tmp5
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
+        tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp5 + dh*n_kv + n_kv*tmp5
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7)
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_p_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7):
+    """memory_mla_q_latent_dense_stage_total_bytes__d_p on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp3 = 2*tmp1 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp4 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # tmp6 = bytes_compute*(dh*tmp4 + inv0/t + inv1/t + inv2 + 4*tmp1) + dropout*tmp3 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, dh, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv0, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv1, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, inv2, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
+    #     n_output*(bytes_compute*tmp3 + inv3/t) + n_sel_rec*tmp6 + (inv4*tmp4 + inv5*tmp4 +
+    #     tmp6)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 + p), 0,
+    #     1), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv3, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv4, r2, out=r4)
+    numpy.multiply(inv5, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.add(1.0, vp, out=r4)
+        numpy.divide(r4, vp, out=r4)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv7, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 0.0, where=m1)
+    numpy.copyto(r5, 1.0)
+    numpy.add(inv6, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 0.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_mla_q_latent_dense_stage_total_bytes__d_p.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_dense_stage_total_bytes__d_p_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+    invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_p_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
@@ -5678,28 +6058,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
-            tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7) = _memory_mla_q_latent_dense_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_latent_dense_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
@@ -5707,71 +6066,114 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, byt
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = 2*tmp0 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp3 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # tmp5 = bytes_compute*(dh*tmp3 + inv0/t + inv1/t + inv2 + 4*tmp0) + dropout*tmp2 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, dh, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv0, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv1, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, inv2, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 +
-            #     n_output*(bytes_compute*tmp2 + inv3/t) + n_sel_rec*tmp5 + (inv4*tmp3 + inv5*tmp3 +
-            #     tmp5)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 +
-            #     p), 1, 0), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 1, 0))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv3, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv4, r2, out=r4)
-            numpy.multiply(inv5, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r4, 0.0)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv7, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 1.0, where=m1)
-            numpy.copyto(r5, 0.0)
-            numpy.add(inv6, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 1.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_dense_stage_total_bytes__d_m_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_latent_dense_stage_total_bytes__d_m computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
+        tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7)
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_m_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7):
+    """memory_mla_q_latent_dense_stage_total_bytes__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = 2*tmp0 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp3 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # tmp5 = bytes_compute*(dh*tmp3 + inv0/t + inv1/t + inv2 + 4*tmp0) + dropout*tmp2 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, dh, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv0, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv1, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, inv2, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 +
+    #     n_output*(bytes_compute*tmp2 + inv3/t) + n_sel_rec*tmp5 + (inv4*tmp3 + inv5*tmp3 +
+    #     tmp5)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 + p), 1,
+    #     0), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 1, 0))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv3, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv4, r2, out=r4)
+    numpy.multiply(inv5, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r4, 0.0)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv7, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 1.0, where=m1)
+    numpy.copyto(r5, 0.0)
+    numpy.add(inv6, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 1.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_mla_q_latent_dense_stage_total_bytes__d_m.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_dense_stage_total_bytes__d_m_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+    invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_m_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
@@ -5903,40 +6305,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = dh*n_kv
-            tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
-            inv0 = hff*n_ffMM
-            inv1 = 2*dc_kv + 2*dc_q + dhr
-            inv2 = a*tmp7 + n_kv*tmp7 + tmp5
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp18 = dhr + qk_nope_head_dim
-            tmp21 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp18 + n_kv*tmp18 + tmp5
-            inv9 = a*tmp21 + n_kv*tmp21 + tmp5
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
-            tmp5 = dh*n_kv
-            tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
-            inv0 = hff*n_ffMM
-            inv1 = 2*dc_kv + 2*dc_q + dhr
-            inv2 = a*tmp7 + n_kv*tmp7 + tmp5
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp18 = dhr + qk_nope_head_dim
-            tmp21 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp18 + n_kv*tmp18 + tmp5
-            inv9 = a*tmp21 + n_kv*tmp21 + tmp5
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9) = _memory_mla_q_latent_dense_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_latent_dense_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
@@ -5944,97 +6313,151 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, byt
             reals=14,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
-            # tmp6_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp1 = bytes_compute*tmp0 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp2 = dropout*tmp0 -> r2
-            numpy.multiply(r0, dropout, out=r2)
-            # tmp4 = 2*tmp2 -> r3
-            numpy.multiply(r2, 2.0, out=r3)
-            # tmp8 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp9 = dh*tmp8 + inv0/t + inv1 + 4*tmp0 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.multiply(r4, dh, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(inv0, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, inv1, out=r5)
-            # tmp10 = bytes_compute*(inv2/t + tmp9) + tmp4 -> r0
-            numpy.divide(inv2, t, out=r0)
-            numpy.add(r0, r5, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.add(r0, r3, out=r0)
-            # tmp11 = inv3*tmp8 + inv4*tmp8 -> r6
-            numpy.multiply(inv3, r4, out=r6)
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp12 = tmp10 + tmp11 -> r4
-            numpy.add(r0, r6, out=r4)
-            # tmp13 = s/cp -> r7
-            numpy.divide(s, cp, out=r7)
-            # tmp14 = -tmp1 -> r8
-            numpy.negative(r1, out=r8)
-            # tmp15 = tmp13*numpy.minimum(1, n_full_rec) -> r9
-            numpy.minimum(1.0, n_full_rec, out=r9)
-            numpy.multiply(r9, r7, out=r9)
-            # tmp16 = tmp11*tmp13*numpy.minimum(1, n_sel_rec) -> r10
-            numpy.minimum(1.0, n_sel_rec, out=r10)
-            numpy.multiply(r10, r6, out=r10)
-            numpy.multiply(r10, r7, out=r10)
-            # tmp17 = b*tmp16 -> r11
-            numpy.multiply(r10, b, out=r11)
-            # tmp19 = tmp11 + tmp14 + tmp4 -> r12
-            numpy.add(r6, r8, out=r12)
-            numpy.add(r12, r3, out=r12)
-            # tmp20 = b*tmp15 -> r3
-            numpy.multiply(r9, b, out=r3)
-            # out = tmp13*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
-            #     n_sel_rec*tmp10 + tmp12*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
-            #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp6_mask,
-            #     numpy.less(tmp17, tmp20*(bytes_compute*(inv8/t + tmp9) + tmp19)),
-            #     numpy.less(tmp17, tmp20*(bytes_compute*(inv9/t + tmp9) + tmp19))), tmp15*(tmp12 +
-            #     tmp14), tmp16)
-            numpy.multiply(r1, n_full_rec, out=out)
-            numpy.multiply(r0, n_sel_rec, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.add(n_body, n_extra, out=r6)
-            numpy.add(r6, n_extra_sel, out=r6)
-            numpy.subtract(r6, n_full_rec, out=r6)
-            numpy.subtract(r6, n_sel_rec, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r2, n_embedding, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r1, 2.0, out=r6)
-            numpy.divide(inv5, t, out=r13)
-            numpy.add(r6, r13, out=r6)
-            numpy.multiply(r6, n_output, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r6)
-                numpy.add(r6, inv7, out=r6)
-                numpy.add(r6, p, out=r6)
-                numpy.divide(r6, vp, out=r6)
-                numpy.minimum(r6, m, out=r6)
-            numpy.add(inv6, p, out=r13)
-            numpy.minimum(r13, m, out=r13)
-            numpy.copyto(r6, r13, where=m1)
-            numpy.multiply(out, r6, out=out)
-            numpy.multiply(out, r7, out=out)
-            numpy.copyto(r6, r10)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r11, r3*(bytes_compute*(inv8/t + r5) + r12)), numpy.less(r11, r3*(bytes_compute*(inv9/t + r5) + r12))))
-            numpy.add(r4, r8, out=r13)
-            numpy.multiply(r13, r9, out=r13)
-            numpy.copyto(r6, r13, where=m1)
-            numpy.add(out, r6, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_dense_stage_total_bytes__d_b_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_latent_dense_stage_total_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = dh*n_kv
+        tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
+        inv0 = hff*n_ffMM
+        inv1 = 2*dc_kv + 2*dc_q + dhr
+        inv2 = a*tmp7 + n_kv*tmp7 + tmp5
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp18 = dhr + qk_nope_head_dim
+        tmp21 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp18 + n_kv*tmp18 + tmp5
+        inv9 = a*tmp21 + n_kv*tmp21 + tmp5
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
+        tmp5 = dh*n_kv
+        tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
+        inv0 = hff*n_ffMM
+        inv1 = 2*dc_kv + 2*dc_q + dhr
+        inv2 = a*tmp7 + n_kv*tmp7 + tmp5
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp18 = dhr + qk_nope_head_dim
+        tmp21 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp18 + n_kv*tmp18 + tmp5
+        inv9 = a*tmp21 + n_kv*tmp21 + tmp5
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9)
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_b_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9):
+    """memory_mla_q_latent_dense_stage_total_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp6_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp1 = bytes_compute*tmp0 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp2 = dropout*tmp0 -> r2
+    numpy.multiply(r0, dropout, out=r2)
+    # tmp4 = 2*tmp2 -> r3
+    numpy.multiply(r2, 2.0, out=r3)
+    # tmp8 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp9 = dh*tmp8 + inv0/t + inv1 + 4*tmp0 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.multiply(r4, dh, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(inv0, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, inv1, out=r5)
+    # tmp10 = bytes_compute*(inv2/t + tmp9) + tmp4 -> r0
+    numpy.divide(inv2, t, out=r0)
+    numpy.add(r0, r5, out=r0)
+    numpy.multiply(r0, bytes_compute, out=r0)
+    numpy.add(r0, r3, out=r0)
+    # tmp11 = inv3*tmp8 + inv4*tmp8 -> r6
+    numpy.multiply(inv3, r4, out=r6)
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.add(r6, r7, out=r6)
+    # tmp12 = tmp10 + tmp11 -> r4
+    numpy.add(r0, r6, out=r4)
+    # tmp13 = s/cp -> r7
+    numpy.divide(s, cp, out=r7)
+    # tmp14 = -tmp1 -> r8
+    numpy.negative(r1, out=r8)
+    # tmp15 = tmp13*numpy.minimum(1, n_full_rec) -> r9
+    numpy.minimum(1.0, n_full_rec, out=r9)
+    numpy.multiply(r9, r7, out=r9)
+    # tmp16 = tmp11*tmp13*numpy.minimum(1, n_sel_rec) -> r10
+    numpy.minimum(1.0, n_sel_rec, out=r10)
+    numpy.multiply(r10, r6, out=r10)
+    numpy.multiply(r10, r7, out=r10)
+    # tmp17 = b*tmp16 -> r11
+    numpy.multiply(r10, b, out=r11)
+    # tmp19 = tmp11 + tmp14 + tmp4 -> r12
+    numpy.add(r6, r8, out=r12)
+    numpy.add(r12, r3, out=r12)
+    # tmp20 = b*tmp15 -> r3
+    numpy.multiply(r9, b, out=r3)
+    # out = tmp13*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) + n_sel_rec*tmp10
+    #     + tmp12*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
+    #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp6_mask,
+    #     numpy.less(tmp17, tmp20*(bytes_compute*(inv8/t + tmp9) + tmp19)), numpy.less(tmp17,
+    #     tmp20*(bytes_compute*(inv9/t + tmp9) + tmp19))), tmp15*(tmp12 + tmp14), tmp16)
+    numpy.multiply(r1, n_full_rec, out=out)
+    numpy.multiply(r0, n_sel_rec, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.add(n_body, n_extra, out=r6)
+    numpy.add(r6, n_extra_sel, out=r6)
+    numpy.subtract(r6, n_full_rec, out=r6)
+    numpy.subtract(r6, n_sel_rec, out=r6)
+    numpy.multiply(r6, r4, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r2, n_embedding, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r1, 2.0, out=r6)
+    numpy.divide(inv5, t, out=r13)
+    numpy.add(r6, r13, out=r6)
+    numpy.multiply(r6, n_output, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r6)
+        numpy.add(r6, inv7, out=r6)
+        numpy.add(r6, p, out=r6)
+        numpy.divide(r6, vp, out=r6)
+        numpy.minimum(r6, m, out=r6)
+    numpy.add(inv6, p, out=r13)
+    numpy.minimum(r13, m, out=r13)
+    numpy.copyto(r6, r13, where=m1)
+    numpy.multiply(out, r6, out=out)
+    numpy.multiply(out, r7, out=out)
+    numpy.copyto(r6, r10)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r11, r3*(bytes_compute*(inv8/t + r5) + r12)), numpy.less(r11, r3*(bytes_compute*(inv9/t + r5) + r12))))
+    numpy.add(r4, r8, out=r13)
+    numpy.multiply(r13, r9, out=r13)
+    numpy.copyto(r6, r13, where=m1)
+    numpy.add(out, r6, out=out)
+
+
+memory_mla_q_latent_dense_stage_total_bytes__d_b.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_dense_stage_total_bytes__d_b_block,
+    reals=14,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+    invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_b_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
@@ -6172,40 +6595,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp8 = dh*n_kv
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = dhr + numpy.where(tmp9, qk_nope_head_dim, dh)
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = a*tmp10 + n_kv*tmp10 + tmp8
-            inv4 = 4*flash_attention
-            tmp21 = dhr + qk_nope_head_dim
-            tmp24 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp21 + n_kv*tmp21 + tmp8
-            inv9 = a*tmp24 + n_kv*tmp24 + tmp8
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp8 = dh*n_kv
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = dhr + numpy.where(tmp9, qk_nope_head_dim, dh)
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = a*tmp10 + n_kv*tmp10 + tmp8
-            inv4 = 4*flash_attention
-            tmp21 = dhr + qk_nope_head_dim
-            tmp24 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp21 + n_kv*tmp21 + tmp8
-            inv9 = a*tmp24 + n_kv*tmp24 + tmp8
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9) = _memory_mla_q_latent_dense_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_latent_dense_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
@@ -6213,105 +6603,159 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, byt
             reals=17,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
-            # tmp9_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp1 = bytes_compute*tmp0 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp2 = dropout*tmp0 -> r2
-            numpy.multiply(r0, dropout, out=r2)
-            # tmp4 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.subtract(r3, n_full_rec, out=r3)
-            numpy.subtract(r3, n_sel_rec, out=r3)
-            # tmp5 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp6 = inv0*tmp5 -> r5
-            numpy.multiply(inv0, r4, out=r5)
-            # tmp7 = 2*tmp2 -> r6
-            numpy.multiply(r2, 2.0, out=r6)
-            # tmp11 = dh*tmp5 + inv1/t + inv2 + 4*tmp0 -> r7
-            numpy.multiply(r0, 4.0, out=r7)
-            numpy.multiply(r4, dh, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(inv1, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.add(r7, inv2, out=r7)
-            # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp7 -> r0
-            numpy.divide(inv3, t, out=r0)
-            numpy.add(r0, r7, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.add(r0, r6, out=r0)
-            # tmp13 = inv4*tmp5 -> r8
-            numpy.multiply(inv4, r4, out=r8)
-            # tmp14 = tmp13 + tmp6 -> r4
-            numpy.add(r8, r5, out=r4)
-            # tmp15 = b/cp -> r9
-            numpy.divide(b, cp, out=r9)
-            # tmp16 = -tmp1 -> r10
-            numpy.negative(r1, out=r10)
-            # tmp17 = tmp13 + 2*tmp6 -> r11
-            numpy.multiply(r5, 2.0, out=r11)
-            numpy.add(r11, r8, out=r11)
-            # tmp18 = tmp15*numpy.minimum(1, n_full_rec) -> r8
-            numpy.minimum(1.0, n_full_rec, out=r8)
-            numpy.multiply(r8, r9, out=r8)
-            # tmp19 = tmp15*numpy.minimum(1, n_sel_rec) -> r12
-            numpy.minimum(1.0, n_sel_rec, out=r12)
-            numpy.multiply(r12, r9, out=r12)
-            # tmp20 = s*tmp14*tmp19 -> r13
-            numpy.multiply(r4, r12, out=r13)
-            numpy.multiply(r13, s, out=r13)
-            # tmp22 = tmp14 + tmp16 + tmp7 -> r14
-            numpy.add(r4, r10, out=r14)
-            numpy.add(r14, r6, out=r14)
-            # tmp23 = s*tmp18 -> r6
-            numpy.multiply(r8, s, out=r6)
-            # out = tmp15*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
-            #     n_sel_rec*tmp12 + tmp4*tmp6 + tmp4*(tmp12 +
-            #     tmp14))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
-            #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp9_mask,
-            #     numpy.less(tmp20, tmp23*(bytes_compute*(inv8/t + tmp11) + tmp22)),
-            #     numpy.less(tmp20, tmp23*(bytes_compute*(inv9/t + tmp11) + tmp22))), tmp18*(tmp12 +
-            #     tmp16 + tmp17), tmp17*tmp19)
-            numpy.multiply(r1, n_full_rec, out=out)
-            numpy.multiply(r0, n_sel_rec, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r2, n_embedding, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r3, r5, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.add(r0, r4, out=r15)
-            numpy.multiply(r15, r3, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r1, 2.0, out=r15)
-            numpy.divide(inv5, t, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r15, n_output, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r15)
-                numpy.add(r15, inv7, out=r15)
-                numpy.add(r15, p, out=r15)
-                numpy.divide(r15, vp, out=r15)
-                numpy.minimum(r15, m, out=r15)
-            numpy.add(inv6, p, out=r16)
-            numpy.minimum(r16, m, out=r16)
-            numpy.copyto(r15, r16, where=m1)
-            numpy.multiply(out, r15, out=out)
-            numpy.multiply(out, r9, out=out)
-            numpy.multiply(r11, r12, out=r15)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r13, r6*(bytes_compute*(inv8/t + r7) + r14)), numpy.less(r13, r6*(bytes_compute*(inv9/t + r7) + r14))))
-            numpy.add(r0, r10, out=r16)
-            numpy.add(r16, r11, out=r16)
-            numpy.multiply(r16, r8, out=r16)
-            numpy.copyto(r15, r16, where=m1)
-            numpy.add(out, r15, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_dense_stage_total_bytes__d_s_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_latent_dense_stage_total_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp8 = dh*n_kv
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = dhr + numpy.where(tmp9, qk_nope_head_dim, dh)
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = a*tmp10 + n_kv*tmp10 + tmp8
+        inv4 = 4*flash_attention
+        tmp21 = dhr + qk_nope_head_dim
+        tmp24 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp21 + n_kv*tmp21 + tmp8
+        inv9 = a*tmp24 + n_kv*tmp24 + tmp8
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp8 = dh*n_kv
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = dhr + numpy.where(tmp9, qk_nope_head_dim, dh)
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = a*tmp10 + n_kv*tmp10 + tmp8
+        inv4 = 4*flash_attention
+        tmp21 = dhr + qk_nope_head_dim
+        tmp24 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp21 + n_kv*tmp21 + tmp8
+        inv9 = a*tmp24 + n_kv*tmp24 + tmp8
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9)
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9):
+    """memory_mla_q_latent_dense_stage_total_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp9_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp1 = bytes_compute*tmp0 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp2 = dropout*tmp0 -> r2
+    numpy.multiply(r0, dropout, out=r2)
+    # tmp4 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
+    numpy.add(n_body, n_extra, out=r3)
+    numpy.add(r3, n_extra_sel, out=r3)
+    numpy.subtract(r3, n_full_rec, out=r3)
+    numpy.subtract(r3, n_sel_rec, out=r3)
+    # tmp5 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp6 = inv0*tmp5 -> r5
+    numpy.multiply(inv0, r4, out=r5)
+    # tmp7 = 2*tmp2 -> r6
+    numpy.multiply(r2, 2.0, out=r6)
+    # tmp11 = dh*tmp5 + inv1/t + inv2 + 4*tmp0 -> r7
+    numpy.multiply(r0, 4.0, out=r7)
+    numpy.multiply(r4, dh, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(inv1, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.add(r7, inv2, out=r7)
+    # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp7 -> r0
+    numpy.divide(inv3, t, out=r0)
+    numpy.add(r0, r7, out=r0)
+    numpy.multiply(r0, bytes_compute, out=r0)
+    numpy.add(r0, r6, out=r0)
+    # tmp13 = inv4*tmp5 -> r8
+    numpy.multiply(inv4, r4, out=r8)
+    # tmp14 = tmp13 + tmp6 -> r4
+    numpy.add(r8, r5, out=r4)
+    # tmp15 = b/cp -> r9
+    numpy.divide(b, cp, out=r9)
+    # tmp16 = -tmp1 -> r10
+    numpy.negative(r1, out=r10)
+    # tmp17 = tmp13 + 2*tmp6 -> r11
+    numpy.multiply(r5, 2.0, out=r11)
+    numpy.add(r11, r8, out=r11)
+    # tmp18 = tmp15*numpy.minimum(1, n_full_rec) -> r8
+    numpy.minimum(1.0, n_full_rec, out=r8)
+    numpy.multiply(r8, r9, out=r8)
+    # tmp19 = tmp15*numpy.minimum(1, n_sel_rec) -> r12
+    numpy.minimum(1.0, n_sel_rec, out=r12)
+    numpy.multiply(r12, r9, out=r12)
+    # tmp20 = s*tmp14*tmp19 -> r13
+    numpy.multiply(r4, r12, out=r13)
+    numpy.multiply(r13, s, out=r13)
+    # tmp22 = tmp14 + tmp16 + tmp7 -> r14
+    numpy.add(r4, r10, out=r14)
+    numpy.add(r14, r6, out=r14)
+    # tmp23 = s*tmp18 -> r6
+    numpy.multiply(r8, s, out=r6)
+    # out = tmp15*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) + n_sel_rec*tmp12
+    #     + tmp4*tmp6 + tmp4*(tmp12 + tmp14))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m,
+    #     inv6 + p), numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp9_mask,
+    #     numpy.less(tmp20, tmp23*(bytes_compute*(inv8/t + tmp11) + tmp22)), numpy.less(tmp20,
+    #     tmp23*(bytes_compute*(inv9/t + tmp11) + tmp22))), tmp18*(tmp12 + tmp16 + tmp17),
+    #     tmp17*tmp19)
+    numpy.multiply(r1, n_full_rec, out=out)
+    numpy.multiply(r0, n_sel_rec, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r2, n_embedding, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r3, r5, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.add(r0, r4, out=r15)
+    numpy.multiply(r15, r3, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r1, 2.0, out=r15)
+    numpy.divide(inv5, t, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r15, n_output, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r15)
+        numpy.add(r15, inv7, out=r15)
+        numpy.add(r15, p, out=r15)
+        numpy.divide(r15, vp, out=r15)
+        numpy.minimum(r15, m, out=r15)
+    numpy.add(inv6, p, out=r16)
+    numpy.minimum(r16, m, out=r16)
+    numpy.copyto(r15, r16, where=m1)
+    numpy.multiply(out, r15, out=out)
+    numpy.multiply(out, r9, out=out)
+    numpy.multiply(r11, r12, out=r15)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r13, r6*(bytes_compute*(inv8/t + r7) + r14)), numpy.less(r13, r6*(bytes_compute*(inv9/t + r7) + r14))))
+    numpy.add(r0, r10, out=r16)
+    numpy.add(r16, r11, out=r16)
+    numpy.multiply(r16, r8, out=r16)
+    numpy.copyto(r15, r16, where=m1)
+    numpy.add(out, r15, out=out)
+
+
+memory_mla_q_latent_dense_stage_total_bytes__d_s.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_dense_stage_total_bytes__d_s_block,
+    reals=17,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+    invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_s_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_dense_stage_total_bytes__d_p_split(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level):
@@ -6551,44 +6995,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_p_split(*, a, b, bytes_comput
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*flash_attention
-            inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv2 = -pp_rank
-            inv3 = -2*pp_rank - 1
-            tmp14 = a*dh
-            tmp15 = hff*n_ffMM
-            tmp16 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp17 = dhr + tmp16
-            tmp18 = a*tmp17
-            inv4 = dh*n_kv + n_kv*tmp17 + tmp18
-            inv5 = 2*dc_kv + 2*dc_q + dhr
-            tmp22 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp16) + dc_kv + dc_q*h + dc_q*tmp18 + dc_q + h*tmp14 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv6 = numpy.greater_equal(zero_level, 2)
-            inv7 = numpy.greater_equal(zero_level, 1)
-            inv8 = numpy.greater_equal(zero_level, 3)
-            inv9 = bytes_compute*h
-            inv10 = bytes_logits*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_p_split", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "v", "zero_level"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level))
-            inv0 = 4*flash_attention
-            inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv2 = -pp_rank
-            inv3 = -2*pp_rank - 1
-            tmp14 = a*dh
-            tmp15 = hff*n_ffMM
-            tmp16 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp17 = dhr + tmp16
-            tmp18 = a*tmp17
-            inv4 = dh*n_kv + n_kv*tmp17 + tmp18
-            inv5 = 2*dc_kv + 2*dc_q + dhr
-            tmp22 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp16) + dc_kv + dc_q*h + dc_q*tmp18 + dc_q + h*tmp14 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv6 = numpy.greater_equal(zero_level, 2)
-            inv7 = numpy.greater_equal(zero_level, 1)
-            inv8 = numpy.greater_equal(zero_level, 3)
-            inv9 = bytes_compute*h
-            inv10 = bytes_logits*v
+        (inv0, inv1, inv2, inv3, tmp14, tmp15, inv4, inv5, tmp22, inv9, inv10) = _memory_mla_q_latent_dense_stage_total_bytes__d_p_split_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level)
         call = _runtime.Call(
             "memory_mla_q_latent_dense_stage_total_bytes__d_p_split",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level", "inv0", "inv1", "inv2", "inv3", "tmp14", "tmp15", "inv4", "inv5", "tmp22", "inv9", "inv10"),
@@ -6596,128 +7003,186 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_p_split(*, a, b, bytes_comput
             reals=13,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level, inv0, inv1, inv2, inv3, tmp14, tmp15, inv4, inv5, tmp22, inv9, inv10 in call.blocks():
-            # inv6_mask = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # inv7_mask = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # inv8_mask = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp1 = a/t -> r0
-            numpy.divide(a, t, out=r0)
-            # tmp2 = inv0*tmp1 + inv1*tmp1 -> r1
-            numpy.multiply(inv0, r0, out=r1)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.add(r1, r2, out=r1)
-            # tmp4 = inv2 + p -> r0
-            numpy.add(inv2, p, out=r0)
-            # tmp5 = numpy.less_equal(vp, 1) -> m3
-            numpy.less_equal(vp, 1.0, out=m3)
-            # tmp7 = (inv3 + p*vp + p)/vp -> r2
-            numpy.multiply(p, vp, out=r2)
-            numpy.add(r2, inv3, out=r2)
-            numpy.add(r2, p, out=r2)
-            numpy.divide(r2, vp, out=r2)
-            # tmp9 = b*s*numpy.where(tmp5, numpy.minimum(m, tmp4), numpy.minimum(m, tmp7))/cp -> r3
-            numpy.minimum(m, r2, out=r3)
-            numpy.minimum(m, r0, out=r4)
-            numpy.copyto(r3, r4, where=m3)
-            numpy.multiply(r3, b, out=r3)
-            numpy.multiply(r3, s, out=r3)
-            numpy.divide(r3, cp, out=r3)
-            # tmp10 = tmp9/p -> r4
-            numpy.divide(r3, p, out=r4)
-            # tmp12 = h/sp -> r5
-            numpy.divide(h, sp, out=r5)
-            # tmp13 = dropout*tmp12 -> r6
-            numpy.multiply(r5, dropout, out=r6)
-            # tmp19 = bytes_compute*(inv4/t + inv5 + 4*tmp12 + tmp14/t + tmp15/t) + 2*tmp13 -> r7
-            numpy.multiply(r6, 2.0, out=r7)
-            numpy.multiply(r5, 4.0, out=r8)
-            numpy.divide(tmp14, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.divide(tmp15, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.divide(inv4, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.add(r8, inv5, out=r8)
-            numpy.multiply(r8, bytes_compute, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp20 = tmp19 + tmp2 -> r8
-            numpy.add(r7, r1, out=r8)
-            # tmp21 = bytes_compute*tmp12 -> r9
-            numpy.multiply(r5, bytes_compute, out=r9)
-            # tmp23 = tmp22/numpy.maximum(shard_p_os_non_exp_partial, t) -> r5
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
-            numpy.divide(tmp22, r5, out=r5)
-            # tmp24 = tmp22/t -> r10
-            numpy.divide(tmp22, t, out=r10)
-            # tmp25 = (bytes_grad*numpy.where(inv6_mask, tmp23, tmp24) +
-            #     bytes_optimizer*numpy.where(inv7_mask, tmp23, tmp24) +
-            #     bytes_p*numpy.where(inv8_mask, tmp23, tmp24) + tmp20*tmp9)/p -> r11
-            numpy.multiply(r8, r3, out=r11)
-            numpy.copyto(r12, r10)
-            numpy.copyto(r12, r5, where=m0)
-            numpy.multiply(r12, bytes_grad, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.copyto(r12, r10)
-            numpy.copyto(r12, r5, where=m1)
-            numpy.multiply(r12, bytes_optimizer, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.copyto(r12, r10)
-            numpy.copyto(r12, r5, where=m2)
-            numpy.multiply(r12, bytes_p, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.divide(r11, p, out=r11)
-            # out = b*s*(n_embedding*tmp13 + n_full_rec*tmp21 + n_output*(inv10/t + 2*tmp21) +
-            #     n_sel_rec*tmp19 + tmp20*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(tmp5, numpy.where(numpy.less(m, tmp4), 0, 1),
-            #     numpy.where(numpy.less(m, tmp7), 0, (vp + 1)/vp))/cp - n_body*tmp25 -
-            #     n_extra*tmp25 - n_extra_sel*tmp25 - n_full_rec*tmp10*(inv9/sp - tmp20) +
-            #     n_sel_rec*tmp10*tmp2
-            numpy.multiply(r4, r1, out=out)
-            numpy.multiply(out, n_sel_rec, out=out)
-            numpy.multiply(r6, n_embedding, out=r3)
-            numpy.multiply(r7, n_sel_rec, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r5, r8, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.multiply(r9, n_full_rec, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.multiply(r9, 2.0, out=r5)
-            numpy.divide(inv10, t, out=r10)
-            numpy.add(r5, r10, out=r5)
-            numpy.multiply(r5, n_output, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.add(1.0, vp, out=r5)
-            numpy.divide(r5, vp, out=r5)
-            numpy.less(m, r2, out=m0)
-            numpy.copyto(r5, 0.0, where=m0)
-            numpy.copyto(r10, 1.0)
-            numpy.less(m, r0, out=m0)
-            numpy.copyto(r10, 0.0, where=m0)
-            numpy.copyto(r5, r10, where=m3)
-            numpy.multiply(r3, r5, out=r3)
-            numpy.multiply(r3, s, out=r3)
-            numpy.multiply(r3, b, out=r3)
-            numpy.divide(r3, cp, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(r11, n_body, out=r3)
-            numpy.subtract(out, r3, out=out)
-            numpy.multiply(r11, n_extra, out=r3)
-            numpy.subtract(out, r3, out=out)
-            numpy.multiply(r11, n_extra_sel, out=r3)
-            numpy.subtract(out, r3, out=out)
-            numpy.divide(inv9, sp, out=r3)
-            numpy.subtract(r3, r8, out=r3)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.multiply(r3, n_full_rec, out=r3)
-            numpy.subtract(out, r3, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_dense_stage_total_bytes__d_p_split_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_p_split_invariants(a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level):
+    """What memory_mla_q_latent_dense_stage_total_bytes__d_p_split computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*flash_attention
+        inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv2 = -pp_rank
+        inv3 = -2*pp_rank - 1
+        tmp14 = a*dh
+        tmp15 = hff*n_ffMM
+        tmp16 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp17 = dhr + tmp16
+        tmp18 = a*tmp17
+        inv4 = dh*n_kv + n_kv*tmp17 + tmp18
+        inv5 = 2*dc_kv + 2*dc_q + dhr
+        tmp22 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp16) + dc_kv + dc_q*h + dc_q*tmp18 + dc_q + h*tmp14 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv6 = numpy.greater_equal(zero_level, 2)
+        inv7 = numpy.greater_equal(zero_level, 1)
+        inv8 = numpy.greater_equal(zero_level, 3)
+        inv9 = bytes_compute*h
+        inv10 = bytes_logits*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level) = _runtime.reals("memory_mla_q_latent_dense_stage_total_bytes__d_p_split", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "v", "zero_level"), (a, bytes_compute, bytes_logits, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level))
+        inv0 = 4*flash_attention
+        inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv2 = -pp_rank
+        inv3 = -2*pp_rank - 1
+        tmp14 = a*dh
+        tmp15 = hff*n_ffMM
+        tmp16 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp17 = dhr + tmp16
+        tmp18 = a*tmp17
+        inv4 = dh*n_kv + n_kv*tmp17 + tmp18
+        inv5 = 2*dc_kv + 2*dc_q + dhr
+        tmp22 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp16) + dc_kv + dc_q*h + dc_q*tmp18 + dc_q + h*tmp14 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv6 = numpy.greater_equal(zero_level, 2)
+        inv7 = numpy.greater_equal(zero_level, 1)
+        inv8 = numpy.greater_equal(zero_level, 3)
+        inv9 = bytes_compute*h
+        inv10 = bytes_logits*v
+    return (inv0, inv1, inv2, inv3, tmp14, tmp15, inv4, inv5, tmp22, inv9, inv10)
+
+
+def _memory_mla_q_latent_dense_stage_total_bytes__d_p_split_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level, inv0, inv1, inv2, inv3, tmp14, tmp15, inv4, inv5, tmp22, inv9, inv10):
+    """memory_mla_q_latent_dense_stage_total_bytes__d_p_split on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv6_mask = numpy.greater_equal(zero_level, 2) -> m0
+    numpy.greater_equal(zero_level, 2.0, out=m0)
+    # inv7_mask = numpy.greater_equal(zero_level, 1) -> m1
+    numpy.greater_equal(zero_level, 1.0, out=m1)
+    # inv8_mask = numpy.greater_equal(zero_level, 3) -> m2
+    numpy.greater_equal(zero_level, 3.0, out=m2)
+    # tmp1 = a/t -> r0
+    numpy.divide(a, t, out=r0)
+    # tmp2 = inv0*tmp1 + inv1*tmp1 -> r1
+    numpy.multiply(inv0, r0, out=r1)
+    numpy.multiply(inv1, r0, out=r2)
+    numpy.add(r1, r2, out=r1)
+    # tmp4 = inv2 + p -> r0
+    numpy.add(inv2, p, out=r0)
+    # tmp5 = numpy.less_equal(vp, 1) -> m3
+    numpy.less_equal(vp, 1.0, out=m3)
+    # tmp7 = (inv3 + p*vp + p)/vp -> r2
+    numpy.multiply(p, vp, out=r2)
+    numpy.add(r2, inv3, out=r2)
+    numpy.add(r2, p, out=r2)
+    numpy.divide(r2, vp, out=r2)
+    # tmp9 = b*s*numpy.where(tmp5, numpy.minimum(m, tmp4), numpy.minimum(m, tmp7))/cp -> r3
+    numpy.minimum(m, r2, out=r3)
+    numpy.minimum(m, r0, out=r4)
+    numpy.copyto(r3, r4, where=m3)
+    numpy.multiply(r3, b, out=r3)
+    numpy.multiply(r3, s, out=r3)
+    numpy.divide(r3, cp, out=r3)
+    # tmp10 = tmp9/p -> r4
+    numpy.divide(r3, p, out=r4)
+    # tmp12 = h/sp -> r5
+    numpy.divide(h, sp, out=r5)
+    # tmp13 = dropout*tmp12 -> r6
+    numpy.multiply(r5, dropout, out=r6)
+    # tmp19 = bytes_compute*(inv4/t + inv5 + 4*tmp12 + tmp14/t + tmp15/t) + 2*tmp13 -> r7
+    numpy.multiply(r6, 2.0, out=r7)
+    numpy.multiply(r5, 4.0, out=r8)
+    numpy.divide(tmp14, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.divide(tmp15, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.divide(inv4, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.add(r8, inv5, out=r8)
+    numpy.multiply(r8, bytes_compute, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp20 = tmp19 + tmp2 -> r8
+    numpy.add(r7, r1, out=r8)
+    # tmp21 = bytes_compute*tmp12 -> r9
+    numpy.multiply(r5, bytes_compute, out=r9)
+    # tmp23 = tmp22/numpy.maximum(shard_p_os_non_exp_partial, t) -> r5
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
+    numpy.divide(tmp22, r5, out=r5)
+    # tmp24 = tmp22/t -> r10
+    numpy.divide(tmp22, t, out=r10)
+    # tmp25 = (bytes_grad*numpy.where(inv6_mask, tmp23, tmp24) +
+    #     bytes_optimizer*numpy.where(inv7_mask, tmp23, tmp24) + bytes_p*numpy.where(inv8_mask,
+    #     tmp23, tmp24) + tmp20*tmp9)/p -> r11
+    numpy.multiply(r8, r3, out=r11)
+    numpy.copyto(r12, r10)
+    numpy.copyto(r12, r5, where=m0)
+    numpy.multiply(r12, bytes_grad, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.copyto(r12, r10)
+    numpy.copyto(r12, r5, where=m1)
+    numpy.multiply(r12, bytes_optimizer, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.copyto(r12, r10)
+    numpy.copyto(r12, r5, where=m2)
+    numpy.multiply(r12, bytes_p, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.divide(r11, p, out=r11)
+    # out = b*s*(n_embedding*tmp13 + n_full_rec*tmp21 + n_output*(inv10/t + 2*tmp21) +
+    #     n_sel_rec*tmp19 + tmp20*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(tmp5, numpy.where(numpy.less(m, tmp4), 0, 1),
+    #     numpy.where(numpy.less(m, tmp7), 0, (vp + 1)/vp))/cp - n_body*tmp25 - n_extra*tmp25 -
+    #     n_extra_sel*tmp25 - n_full_rec*tmp10*(inv9/sp - tmp20) + n_sel_rec*tmp10*tmp2
+    numpy.multiply(r4, r1, out=out)
+    numpy.multiply(out, n_sel_rec, out=out)
+    numpy.multiply(r6, n_embedding, out=r3)
+    numpy.multiply(r7, n_sel_rec, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r5, r8, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.multiply(r9, n_full_rec, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.multiply(r9, 2.0, out=r5)
+    numpy.divide(inv10, t, out=r10)
+    numpy.add(r5, r10, out=r5)
+    numpy.multiply(r5, n_output, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.add(1.0, vp, out=r5)
+    numpy.divide(r5, vp, out=r5)
+    numpy.less(m, r2, out=m0)
+    numpy.copyto(r5, 0.0, where=m0)
+    numpy.copyto(r10, 1.0)
+    numpy.less(m, r0, out=m0)
+    numpy.copyto(r10, 0.0, where=m0)
+    numpy.copyto(r5, r10, where=m3)
+    numpy.multiply(r3, r5, out=r3)
+    numpy.multiply(r3, s, out=r3)
+    numpy.multiply(r3, b, out=r3)
+    numpy.divide(r3, cp, out=r3)
+    numpy.add(out, r3, out=out)
+    numpy.multiply(r11, n_body, out=r3)
+    numpy.subtract(out, r3, out=out)
+    numpy.multiply(r11, n_extra, out=r3)
+    numpy.subtract(out, r3, out=out)
+    numpy.multiply(r11, n_extra_sel, out=r3)
+    numpy.subtract(out, r3, out=out)
+    numpy.divide(inv9, sp, out=r3)
+    numpy.subtract(r3, r8, out=r3)
+    numpy.multiply(r3, r4, out=r3)
+    numpy.multiply(r3, n_full_rec, out=r3)
+    numpy.subtract(out, r3, out=out)
+
+
+memory_mla_q_latent_dense_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_dense_stage_total_bytes__d_p_split_block,
+    reals=13,
+    masks=4,
+    arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level"),
+    passed=("inv0", "inv1", "inv2", "inv3", "tmp14", "tmp15", "inv4", "inv5", "tmp22", "inv9", "inv10"),
+    invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_p_split_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "v", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
@@ -6925,74 +7390,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp1 = a*dh
-            tmp2 = dh*n_kv
-            tmp3 = hff_exp*n_ffMM
-            tmp4 = n_shared_exp*tmp3
-            tmp5 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp6 = numpy.where(tmp5, qk_nope_head_dim, dh)
-            tmp7 = dhr + tmp6
-            tmp8 = a*tmp7
-            tmp9 = bytes_compute*(n_kv*tmp7 + tmp1 + tmp2 + tmp4 + tmp8)
-            tmp11 = 4*a*flash_attention
-            tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp13 = tmp11 + tmp12
-            tmp14 = tmp13 + tmp9
-            inv0 = -tie_emb_out
-            tmp19 = numpy.greater_equal(zero_level, 2)
-            tmp21 = numpy.greater_equal(zero_level, 1)
-            tmp22 = numpy.greater_equal(zero_level, 3)
-            tmp28 = dhr + qk_nope_head_dim
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = -bytes_compute
-            tmp34 = dh + dhr
-            tmp35 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q*tmp8 + dc_q + h*tmp1 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv4 = -tmp35
-            inv5 = -tmp35
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = -tmp14
-            inv10 = a*tmp28 + n_kv*tmp28 + tmp2
-            inv11 = a*tmp34 + n_kv*tmp34 + tmp2
-            inv12 = -tmp13
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_t", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
-            tmp1 = a*dh
-            tmp2 = dh*n_kv
-            tmp3 = hff_exp*n_ffMM
-            tmp4 = n_shared_exp*tmp3
-            tmp5 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp6 = numpy.where(tmp5, qk_nope_head_dim, dh)
-            tmp7 = dhr + tmp6
-            tmp8 = a*tmp7
-            tmp9 = bytes_compute*(n_kv*tmp7 + tmp1 + tmp2 + tmp4 + tmp8)
-            tmp11 = 4*a*flash_attention
-            tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp13 = tmp11 + tmp12
-            tmp14 = tmp13 + tmp9
-            inv0 = -tie_emb_out
-            tmp19 = numpy.greater_equal(zero_level, 2)
-            tmp21 = numpy.greater_equal(zero_level, 1)
-            tmp22 = numpy.greater_equal(zero_level, 3)
-            tmp28 = dhr + qk_nope_head_dim
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = -bytes_compute
-            tmp34 = dh + dhr
-            tmp35 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q*tmp8 + dc_q + h*tmp1 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv4 = -tmp35
-            inv5 = -tmp35
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = -tmp14
-            inv10 = a*tmp28 + n_kv*tmp28 + tmp2
-            inv11 = a*tmp34 + n_kv*tmp34 + tmp2
-            inv12 = -tmp13
+        (tmp1, tmp3, tmp4, tmp9, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12) = _memory_mla_q_latent_moe_stage_total_bytes__d_t_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level)
         call = _runtime.Call(
             "memory_mla_q_latent_moe_stage_total_bytes__d_t",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp3", "tmp4", "tmp9", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
@@ -7000,152 +7398,238 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes
             reals=15,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, m4, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp4, tmp9, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
-            # tmp5_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp19_mask = numpy.greater_equal(zero_level, 2) -> m1
-            numpy.greater_equal(zero_level, 2.0, out=m1)
-            # tmp21_mask = numpy.greater_equal(zero_level, 1) -> m2
-            numpy.greater_equal(zero_level, 1.0, out=m2)
-            # tmp22_mask = numpy.greater_equal(zero_level, 3) -> m3
-            numpy.greater_equal(zero_level, 3.0, out=m3)
-            # tmp0 = 1/(t*t) -> r0
-            numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp10 = n_body + n_extra + n_extra_sel -> r1
-            numpy.add(n_body, n_extra, out=r1)
-            numpy.add(r1, n_extra_sel, out=r1)
-            # tmp15 = b*s/cp -> r2
-            numpy.multiply(b, s, out=r2)
-            numpy.divide(r2, cp, out=r2)
-            # tmp16 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
-            numpy.copyto(r3, 0.0)
-            numpy.less_equal(p, 1.0, out=m4)
-            numpy.copyto(r3, 1.0, where=m4)
-            numpy.multiply(r3, inv0, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, v, out=r3)
-            # tmp17 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
-            #     1)/(numpy.maximum(shard_p_os_non_exp_partial,
-            #     t)*numpy.maximum(shard_p_os_non_exp_partial, t)) -> r4
-            numpy.copyto(r4, 1.0)
-            numpy.greater(shard_p_os_non_exp_partial, t, out=m4)
-            numpy.copyto(r4, 0.0, where=m4)
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
-            numpy.multiply(r5, r5, out=r6)
-            numpy.divide(r4, r6, out=r4)
-            # tmp18 = -tmp16*tmp17 -> r5
-            numpy.multiply(r3, r4, out=r5)
-            numpy.negative(r5, out=r5)
-            # tmp20 = -tmp0*tmp16 -> r6
-            numpy.multiply(r0, r3, out=r6)
-            numpy.negative(r6, out=r6)
-            # tmp23 = tmp15*numpy.minimum(1, n_full_rec) -> r3
-            numpy.minimum(1.0, n_full_rec, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            # tmp25 = tmp11/t + tmp12/t -> r7
-            numpy.divide(tmp11, t, out=r7)
-            numpy.divide(tmp12, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp26 = tmp15*numpy.minimum(1, n_sel_rec) -> r8
-            numpy.minimum(1.0, n_sel_rec, out=r8)
-            numpy.multiply(r8, r2, out=r8)
-            # tmp27 = tmp25*tmp26 -> r9
-            numpy.multiply(r7, r8, out=r9)
-            # tmp30 = h/sp -> r10
-            numpy.divide(h, sp, out=r10)
-            # tmp31 = 2*tmp30 -> r11
-            numpy.multiply(r10, 2.0, out=r11)
-            # tmp32 = inv1*(tmp31 + tmp3/t_exp) + inv2 + n_exp/sp + 4*tmp30 + tmp1/t + tmp4/t -> r12
-            numpy.multiply(r10, 4.0, out=r12)
-            numpy.divide(tmp1, t, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.divide(tmp4, t, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.divide(n_exp, sp, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.divide(tmp3, t_exp, out=r13)
-            numpy.add(r13, r11, out=r13)
-            numpy.multiply(r13, inv1, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.add(r12, inv2, out=r12)
-            # tmp33 = dropout*tmp31 + inv3*tmp30 + tmp25 -> r13
-            numpy.multiply(r11, dropout, out=r13)
-            numpy.multiply(inv3, r10, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, r7, out=r13)
-            # tmp36 = inv4*tmp17 -> r7
-            numpy.multiply(inv4, r4, out=r7)
-            # tmp37 = inv5*tmp0 -> r4
-            numpy.multiply(inv5, r0, out=r4)
-            # out = n_output*(bytes_grad*numpy.where(tmp19_mask, tmp18, tmp20) +
-            #     bytes_optimizer*numpy.where(tmp21_mask, tmp18, tmp20) +
-            #     bytes_p*numpy.where(tmp22_mask, tmp18, tmp20)) - tmp0*tmp15*(inv6*n_output +
-            #     n_sel_rec*tmp9 + tmp14*(-n_full_rec - n_sel_rec +
-            #     tmp10))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
-            #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) +
-            #     tmp10*(bytes_grad*numpy.where(tmp19_mask, tmp36, tmp37) +
-            #     bytes_optimizer*numpy.where(tmp21_mask, tmp36, tmp37) +
-            #     bytes_p*numpy.where(tmp22_mask, tmp36, tmp37)) +
-            #     numpy.where(numpy.where(tmp5_mask, numpy.less(tmp27, tmp23*(bytes_compute*(inv10/t
-            #     + tmp32) + tmp33)), numpy.less(tmp27, tmp23*(bytes_compute*(inv11/t + tmp32) +
-            #     tmp33))), inv9*tmp0*tmp23, inv12*tmp0*tmp26)
-            numpy.copyto(out, r4)
-            numpy.copyto(out, r7, where=m1)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.copyto(r10, r4)
-            numpy.copyto(r10, r7, where=m2)
-            numpy.multiply(r10, bytes_optimizer, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.copyto(r10, r4)
-            numpy.copyto(r10, r7, where=m3)
-            numpy.multiply(r10, bytes_p, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.copyto(r10, r6)
-            numpy.copyto(r10, r5, where=m1)
-            numpy.multiply(r10, bytes_grad, out=r10)
-            numpy.copyto(r11, r6)
-            numpy.copyto(r11, r5, where=m2)
-            numpy.multiply(r11, bytes_optimizer, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.copyto(r11, r6)
-            numpy.copyto(r11, r5, where=m3)
-            numpy.multiply(r11, bytes_p, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r10, n_output, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.multiply(inv12, r0, out=r10)
-            numpy.multiply(r10, r8, out=r10)
-            numpy.copyto(m4, numpy.where(m0, numpy.less(r9, r3*(bytes_compute*(inv10/t + r12) + r13)), numpy.less(r9, r3*(bytes_compute*(inv11/t + r12) + r13))))
-            numpy.multiply(inv9, r0, out=r11)
-            numpy.multiply(r11, r3, out=r11)
-            numpy.copyto(r10, r11, where=m4)
-            numpy.add(out, r10, out=out)
-            numpy.subtract(r1, n_full_rec, out=r10)
-            numpy.subtract(r10, n_sel_rec, out=r10)
-            numpy.multiply(r10, tmp14, out=r10)
-            numpy.multiply(tmp9, n_sel_rec, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(inv6, n_output, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.less_equal(vp, 1.0, out=m4)
-            if not m4.all():
-                numpy.multiply(p, vp, out=r11)
-                numpy.add(r11, inv8, out=r11)
-                numpy.add(r11, p, out=r11)
-                numpy.divide(r11, vp, out=r11)
-                numpy.minimum(r11, m, out=r11)
-            numpy.add(inv7, p, out=r14)
-            numpy.minimum(r14, m, out=r14)
-            numpy.copyto(r11, r14, where=m4)
-            numpy.multiply(r10, r11, out=r10)
-            numpy.multiply(r10, r0, out=r10)
-            numpy.multiply(r10, r2, out=r10)
-            numpy.subtract(out, r10, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_moe_stage_total_bytes__d_t_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_t_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level):
+    """What memory_mla_q_latent_moe_stage_total_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp1 = a*dh
+        tmp2 = dh*n_kv
+        tmp3 = hff_exp*n_ffMM
+        tmp4 = n_shared_exp*tmp3
+        tmp5 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp6 = numpy.where(tmp5, qk_nope_head_dim, dh)
+        tmp7 = dhr + tmp6
+        tmp8 = a*tmp7
+        tmp9 = bytes_compute*(n_kv*tmp7 + tmp1 + tmp2 + tmp4 + tmp8)
+        tmp11 = 4*a*flash_attention
+        tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp13 = tmp11 + tmp12
+        tmp14 = tmp13 + tmp9
+        inv0 = -tie_emb_out
+        tmp19 = numpy.greater_equal(zero_level, 2)
+        tmp21 = numpy.greater_equal(zero_level, 1)
+        tmp22 = numpy.greater_equal(zero_level, 3)
+        tmp28 = dhr + qk_nope_head_dim
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = -bytes_compute
+        tmp34 = dh + dhr
+        tmp35 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q*tmp8 + dc_q + h*tmp1 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv4 = -tmp35
+        inv5 = -tmp35
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = -tmp14
+        inv10 = a*tmp28 + n_kv*tmp28 + tmp2
+        inv11 = a*tmp34 + n_kv*tmp34 + tmp2
+        inv12 = -tmp13
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_t", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+        tmp1 = a*dh
+        tmp2 = dh*n_kv
+        tmp3 = hff_exp*n_ffMM
+        tmp4 = n_shared_exp*tmp3
+        tmp5 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp6 = numpy.where(tmp5, qk_nope_head_dim, dh)
+        tmp7 = dhr + tmp6
+        tmp8 = a*tmp7
+        tmp9 = bytes_compute*(n_kv*tmp7 + tmp1 + tmp2 + tmp4 + tmp8)
+        tmp11 = 4*a*flash_attention
+        tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp13 = tmp11 + tmp12
+        tmp14 = tmp13 + tmp9
+        inv0 = -tie_emb_out
+        tmp19 = numpy.greater_equal(zero_level, 2)
+        tmp21 = numpy.greater_equal(zero_level, 1)
+        tmp22 = numpy.greater_equal(zero_level, 3)
+        tmp28 = dhr + qk_nope_head_dim
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = -bytes_compute
+        tmp34 = dh + dhr
+        tmp35 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + dc_q*h + dc_q*tmp8 + dc_q + h*tmp1 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv4 = -tmp35
+        inv5 = -tmp35
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = -tmp14
+        inv10 = a*tmp28 + n_kv*tmp28 + tmp2
+        inv11 = a*tmp34 + n_kv*tmp34 + tmp2
+        inv12 = -tmp13
+    return (tmp1, tmp3, tmp4, tmp9, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12)
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_t_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, m4, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp4, tmp9, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12):
+    """memory_mla_q_latent_moe_stage_total_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp5_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp19_mask = numpy.greater_equal(zero_level, 2) -> m1
+    numpy.greater_equal(zero_level, 2.0, out=m1)
+    # tmp21_mask = numpy.greater_equal(zero_level, 1) -> m2
+    numpy.greater_equal(zero_level, 1.0, out=m2)
+    # tmp22_mask = numpy.greater_equal(zero_level, 3) -> m3
+    numpy.greater_equal(zero_level, 3.0, out=m3)
+    # tmp0 = 1/(t*t) -> r0
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp10 = n_body + n_extra + n_extra_sel -> r1
+    numpy.add(n_body, n_extra, out=r1)
+    numpy.add(r1, n_extra_sel, out=r1)
+    # tmp15 = b*s/cp -> r2
+    numpy.multiply(b, s, out=r2)
+    numpy.divide(r2, cp, out=r2)
+    # tmp16 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
+    numpy.copyto(r3, 0.0)
+    numpy.less_equal(p, 1.0, out=m4)
+    numpy.copyto(r3, 1.0, where=m4)
+    numpy.multiply(r3, inv0, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, h, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, v, out=r3)
+    # tmp17 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
+    #     1)/(numpy.maximum(shard_p_os_non_exp_partial, t)*numpy.maximum(shard_p_os_non_exp_partial,
+    #     t)) -> r4
+    numpy.copyto(r4, 1.0)
+    numpy.greater(shard_p_os_non_exp_partial, t, out=m4)
+    numpy.copyto(r4, 0.0, where=m4)
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
+    numpy.multiply(r5, r5, out=r6)
+    numpy.divide(r4, r6, out=r4)
+    # tmp18 = -tmp16*tmp17 -> r5
+    numpy.multiply(r3, r4, out=r5)
+    numpy.negative(r5, out=r5)
+    # tmp20 = -tmp0*tmp16 -> r6
+    numpy.multiply(r0, r3, out=r6)
+    numpy.negative(r6, out=r6)
+    # tmp23 = tmp15*numpy.minimum(1, n_full_rec) -> r3
+    numpy.minimum(1.0, n_full_rec, out=r3)
+    numpy.multiply(r3, r2, out=r3)
+    # tmp25 = tmp11/t + tmp12/t -> r7
+    numpy.divide(tmp11, t, out=r7)
+    numpy.divide(tmp12, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp26 = tmp15*numpy.minimum(1, n_sel_rec) -> r8
+    numpy.minimum(1.0, n_sel_rec, out=r8)
+    numpy.multiply(r8, r2, out=r8)
+    # tmp27 = tmp25*tmp26 -> r9
+    numpy.multiply(r7, r8, out=r9)
+    # tmp30 = h/sp -> r10
+    numpy.divide(h, sp, out=r10)
+    # tmp31 = 2*tmp30 -> r11
+    numpy.multiply(r10, 2.0, out=r11)
+    # tmp32 = inv1*(tmp31 + tmp3/t_exp) + inv2 + n_exp/sp + 4*tmp30 + tmp1/t + tmp4/t -> r12
+    numpy.multiply(r10, 4.0, out=r12)
+    numpy.divide(tmp1, t, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.divide(tmp4, t, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.divide(n_exp, sp, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.divide(tmp3, t_exp, out=r13)
+    numpy.add(r13, r11, out=r13)
+    numpy.multiply(r13, inv1, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.add(r12, inv2, out=r12)
+    # tmp33 = dropout*tmp31 + inv3*tmp30 + tmp25 -> r13
+    numpy.multiply(r11, dropout, out=r13)
+    numpy.multiply(inv3, r10, out=r14)
+    numpy.add(r13, r14, out=r13)
+    numpy.add(r13, r7, out=r13)
+    # tmp36 = inv4*tmp17 -> r7
+    numpy.multiply(inv4, r4, out=r7)
+    # tmp37 = inv5*tmp0 -> r4
+    numpy.multiply(inv5, r0, out=r4)
+    # out = n_output*(bytes_grad*numpy.where(tmp19_mask, tmp18, tmp20) +
+    #     bytes_optimizer*numpy.where(tmp21_mask, tmp18, tmp20) + bytes_p*numpy.where(tmp22_mask,
+    #     tmp18, tmp20)) - tmp0*tmp15*(inv6*n_output + n_sel_rec*tmp9 + tmp14*(-n_full_rec -
+    #     n_sel_rec + tmp10))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
+    #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + tmp10*(bytes_grad*numpy.where(tmp19_mask, tmp36,
+    #     tmp37) + bytes_optimizer*numpy.where(tmp21_mask, tmp36, tmp37) +
+    #     bytes_p*numpy.where(tmp22_mask, tmp36, tmp37)) + numpy.where(numpy.where(tmp5_mask,
+    #     numpy.less(tmp27, tmp23*(bytes_compute*(inv10/t + tmp32) + tmp33)), numpy.less(tmp27,
+    #     tmp23*(bytes_compute*(inv11/t + tmp32) + tmp33))), inv9*tmp0*tmp23, inv12*tmp0*tmp26)
+    numpy.copyto(out, r4)
+    numpy.copyto(out, r7, where=m1)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.copyto(r10, r4)
+    numpy.copyto(r10, r7, where=m2)
+    numpy.multiply(r10, bytes_optimizer, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.copyto(r10, r4)
+    numpy.copyto(r10, r7, where=m3)
+    numpy.multiply(r10, bytes_p, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.copyto(r10, r6)
+    numpy.copyto(r10, r5, where=m1)
+    numpy.multiply(r10, bytes_grad, out=r10)
+    numpy.copyto(r11, r6)
+    numpy.copyto(r11, r5, where=m2)
+    numpy.multiply(r11, bytes_optimizer, out=r11)
+    numpy.add(r10, r11, out=r10)
+    numpy.copyto(r11, r6)
+    numpy.copyto(r11, r5, where=m3)
+    numpy.multiply(r11, bytes_p, out=r11)
+    numpy.add(r10, r11, out=r10)
+    numpy.multiply(r10, n_output, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.multiply(inv12, r0, out=r10)
+    numpy.multiply(r10, r8, out=r10)
+    numpy.copyto(m4, numpy.where(m0, numpy.less(r9, r3*(bytes_compute*(inv10/t + r12) + r13)), numpy.less(r9, r3*(bytes_compute*(inv11/t + r12) + r13))))
+    numpy.multiply(inv9, r0, out=r11)
+    numpy.multiply(r11, r3, out=r11)
+    numpy.copyto(r10, r11, where=m4)
+    numpy.add(out, r10, out=out)
+    numpy.subtract(r1, n_full_rec, out=r10)
+    numpy.subtract(r10, n_sel_rec, out=r10)
+    numpy.multiply(r10, tmp14, out=r10)
+    numpy.multiply(tmp9, n_sel_rec, out=r11)
+    numpy.add(r10, r11, out=r10)
+    numpy.multiply(inv6, n_output, out=r11)
+    numpy.add(r10, r11, out=r10)
+    numpy.less_equal(vp, 1.0, out=m4)
+    if not m4.all():
+        numpy.multiply(p, vp, out=r11)
+        numpy.add(r11, inv8, out=r11)
+        numpy.add(r11, p, out=r11)
+        numpy.divide(r11, vp, out=r11)
+        numpy.minimum(r11, m, out=r11)
+    numpy.add(inv7, p, out=r14)
+    numpy.minimum(r14, m, out=r14)
+    numpy.copyto(r11, r14, where=m4)
+    numpy.multiply(r10, r11, out=r10)
+    numpy.multiply(r10, r0, out=r10)
+    numpy.multiply(r10, r2, out=r10)
+    numpy.subtract(out, r10, out=out)
+
+
+memory_mla_q_latent_moe_stage_total_bytes__d_t.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_moe_stage_total_bytes__d_t_block,
+    reals=15,
+    masks=5,
+    arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
+    passed=("tmp1", "tmp3", "tmp4", "tmp9", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
+    invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_t_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
@@ -7298,44 +7782,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, byte
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = dh*n_kv
-            tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
-            tmp10 = hff_exp*n_ffMM
-            inv0 = n_shared_exp*tmp10
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = a*tmp8 + n_kv*tmp8 + tmp6
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp22 = dhr + qk_nope_head_dim
-            tmp25 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp22 + n_kv*tmp22 + tmp6
-            inv10 = a*tmp25 + n_kv*tmp25 + tmp6
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
-            tmp6 = dh*n_kv
-            tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
-            tmp10 = hff_exp*n_ffMM
-            inv0 = n_shared_exp*tmp10
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = a*tmp8 + n_kv*tmp8 + tmp6
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp22 = dhr + qk_nope_head_dim
-            tmp25 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp22 + n_kv*tmp22 + tmp6
-            inv10 = a*tmp25 + n_kv*tmp25 + tmp6
+        (tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10) = _memory_mla_q_latent_moe_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_latent_moe_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
@@ -7343,111 +7790,170 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, byte
             reals=17,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
-            # tmp7_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = bytes_compute*tmp1 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp4 = 2*tmp1 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # tmp5 = dropout*tmp4 -> r3
-            numpy.multiply(r2, dropout, out=r3)
-            # tmp9 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp11 = dh*tmp9 + inv0/t + inv1*(tmp4 + tmp10/t_exp) + inv2 + n_exp/sp + 4*tmp1 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.multiply(r4, dh, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(n_exp, sp, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(inv0, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(tmp10, t_exp, out=r6)
-            numpy.add(r6, r2, out=r6)
-            numpy.multiply(r6, inv1, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, inv2, out=r5)
-            # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp5 -> r6
-            numpy.divide(inv3, t, out=r6)
-            numpy.add(r6, r5, out=r6)
-            numpy.multiply(r6, bytes_compute, out=r6)
-            numpy.add(r6, r3, out=r6)
-            # tmp13 = inv4*tmp9 + inv5*tmp9 -> r7
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.multiply(inv5, r4, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp14 = tmp12 + tmp13 -> r4
-            numpy.add(r6, r7, out=r4)
-            # tmp15 = b*s -> r8
-            numpy.multiply(b, s, out=r8)
-            # tmp16 = tmp15/(cp*cp) -> r9
-            numpy.multiply(cp, cp, out=r9)
-            numpy.divide(r8, r9, out=r9)
-            # tmp17 = -tmp2 -> r10
-            numpy.negative(r1, out=r10)
-            # tmp18 = numpy.minimum(1, n_full_rec) -> r11
-            numpy.minimum(1.0, n_full_rec, out=r11)
-            # tmp19 = numpy.minimum(1, n_sel_rec) -> r12
-            numpy.minimum(1.0, n_sel_rec, out=r12)
-            # tmp20 = tmp15/cp -> r13
-            numpy.divide(r8, cp, out=r13)
-            # tmp21 = tmp13*tmp19*tmp20 -> r8
-            numpy.multiply(r7, r12, out=r8)
-            numpy.multiply(r8, r13, out=r8)
-            # tmp23 = tmp13 + tmp17 + tmp5 -> r14
-            numpy.add(r7, r10, out=r14)
-            numpy.add(r14, r3, out=r14)
-            # tmp24 = tmp18*tmp20 -> r3
-            numpy.multiply(r11, r13, out=r3)
-            # out = -tmp16*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 +
-            #     n_output*(bytes_compute*tmp4 + inv6/t) + n_sel_rec*tmp12 + tmp14*(n_body + n_extra
-            #     + n_extra_sel - n_full_rec - n_sel_rec))*numpy.where(numpy.less_equal(vp, 1),
-            #     numpy.minimum(m, inv7 + p), numpy.minimum(m, (inv8 + p*vp + p)/vp)) +
-            #     numpy.where(numpy.where(tmp7_mask, numpy.less(tmp21, tmp24*(bytes_compute*(inv9/t
-            #     + tmp11) + tmp23)), numpy.less(tmp21, tmp24*(bytes_compute*(inv10/t + tmp11) +
-            #     tmp23))), tmp16*tmp18*(-tmp14 - tmp17), -tmp13*tmp16*tmp19)
-            numpy.multiply(r7, r9, out=out)
-            numpy.multiply(out, r12, out=out)
-            numpy.negative(out, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r8, r3*(bytes_compute*(inv9/t + r5) + r14)), numpy.less(r8, r3*(bytes_compute*(inv10/t + r5) + r14))))
-            numpy.negative(r4, out=r13)
-            numpy.subtract(r13, r10, out=r13)
-            numpy.multiply(r13, r9, out=r13)
-            numpy.multiply(r13, r11, out=r13)
-            numpy.copyto(out, r13, where=m1)
-            numpy.multiply(r6, n_sel_rec, out=r13)
-            numpy.add(n_body, n_extra, out=r15)
-            numpy.add(r15, n_extra_sel, out=r15)
-            numpy.subtract(r15, n_full_rec, out=r15)
-            numpy.subtract(r15, n_sel_rec, out=r15)
-            numpy.multiply(r15, r4, out=r15)
-            numpy.add(r13, r15, out=r13)
-            numpy.multiply(r1, n_full_rec, out=r15)
-            numpy.add(r13, r15, out=r13)
-            numpy.multiply(r2, bytes_compute, out=r15)
-            numpy.divide(inv6, t, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r15, n_output, out=r15)
-            numpy.add(r13, r15, out=r13)
-            numpy.multiply(r0, dropout, out=r15)
-            numpy.multiply(r15, n_embedding, out=r15)
-            numpy.add(r13, r15, out=r13)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r15)
-                numpy.add(r15, inv8, out=r15)
-                numpy.add(r15, p, out=r15)
-                numpy.divide(r15, vp, out=r15)
-                numpy.minimum(r15, m, out=r15)
-            numpy.add(inv7, p, out=r16)
-            numpy.minimum(r16, m, out=r16)
-            numpy.copyto(r15, r16, where=m1)
-            numpy.multiply(r13, r15, out=r13)
-            numpy.multiply(r13, r9, out=r13)
-            numpy.subtract(out, r13, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_moe_stage_total_bytes__d_cp_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_latent_moe_stage_total_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = dh*n_kv
+        tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
+        tmp10 = hff_exp*n_ffMM
+        inv0 = n_shared_exp*tmp10
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = a*tmp8 + n_kv*tmp8 + tmp6
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp22 = dhr + qk_nope_head_dim
+        tmp25 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp22 + n_kv*tmp22 + tmp6
+        inv10 = a*tmp25 + n_kv*tmp25 + tmp6
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
+        tmp6 = dh*n_kv
+        tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
+        tmp10 = hff_exp*n_ffMM
+        inv0 = n_shared_exp*tmp10
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = a*tmp8 + n_kv*tmp8 + tmp6
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp22 = dhr + qk_nope_head_dim
+        tmp25 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp22 + n_kv*tmp22 + tmp6
+        inv10 = a*tmp25 + n_kv*tmp25 + tmp6
+    return (tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10)
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10):
+    """memory_mla_q_latent_moe_stage_total_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp7_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = bytes_compute*tmp1 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp4 = 2*tmp1 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # tmp5 = dropout*tmp4 -> r3
+    numpy.multiply(r2, dropout, out=r3)
+    # tmp9 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp11 = dh*tmp9 + inv0/t + inv1*(tmp4 + tmp10/t_exp) + inv2 + n_exp/sp + 4*tmp1 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.multiply(r4, dh, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(n_exp, sp, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(inv0, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(tmp10, t_exp, out=r6)
+    numpy.add(r6, r2, out=r6)
+    numpy.multiply(r6, inv1, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, inv2, out=r5)
+    # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp5 -> r6
+    numpy.divide(inv3, t, out=r6)
+    numpy.add(r6, r5, out=r6)
+    numpy.multiply(r6, bytes_compute, out=r6)
+    numpy.add(r6, r3, out=r6)
+    # tmp13 = inv4*tmp9 + inv5*tmp9 -> r7
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.multiply(inv5, r4, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp14 = tmp12 + tmp13 -> r4
+    numpy.add(r6, r7, out=r4)
+    # tmp15 = b*s -> r8
+    numpy.multiply(b, s, out=r8)
+    # tmp16 = tmp15/(cp*cp) -> r9
+    numpy.multiply(cp, cp, out=r9)
+    numpy.divide(r8, r9, out=r9)
+    # tmp17 = -tmp2 -> r10
+    numpy.negative(r1, out=r10)
+    # tmp18 = numpy.minimum(1, n_full_rec) -> r11
+    numpy.minimum(1.0, n_full_rec, out=r11)
+    # tmp19 = numpy.minimum(1, n_sel_rec) -> r12
+    numpy.minimum(1.0, n_sel_rec, out=r12)
+    # tmp20 = tmp15/cp -> r13
+    numpy.divide(r8, cp, out=r13)
+    # tmp21 = tmp13*tmp19*tmp20 -> r8
+    numpy.multiply(r7, r12, out=r8)
+    numpy.multiply(r8, r13, out=r8)
+    # tmp23 = tmp13 + tmp17 + tmp5 -> r14
+    numpy.add(r7, r10, out=r14)
+    numpy.add(r14, r3, out=r14)
+    # tmp24 = tmp18*tmp20 -> r3
+    numpy.multiply(r11, r13, out=r3)
+    # out = -tmp16*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4 +
+    #     inv6/t) + n_sel_rec*tmp12 + tmp14*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
+    #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp7_mask,
+    #     numpy.less(tmp21, tmp24*(bytes_compute*(inv9/t + tmp11) + tmp23)), numpy.less(tmp21,
+    #     tmp24*(bytes_compute*(inv10/t + tmp11) + tmp23))), tmp16*tmp18*(-tmp14 - tmp17),
+    #     -tmp13*tmp16*tmp19)
+    numpy.multiply(r7, r9, out=out)
+    numpy.multiply(out, r12, out=out)
+    numpy.negative(out, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r8, r3*(bytes_compute*(inv9/t + r5) + r14)), numpy.less(r8, r3*(bytes_compute*(inv10/t + r5) + r14))))
+    numpy.negative(r4, out=r13)
+    numpy.subtract(r13, r10, out=r13)
+    numpy.multiply(r13, r9, out=r13)
+    numpy.multiply(r13, r11, out=r13)
+    numpy.copyto(out, r13, where=m1)
+    numpy.multiply(r6, n_sel_rec, out=r13)
+    numpy.add(n_body, n_extra, out=r15)
+    numpy.add(r15, n_extra_sel, out=r15)
+    numpy.subtract(r15, n_full_rec, out=r15)
+    numpy.subtract(r15, n_sel_rec, out=r15)
+    numpy.multiply(r15, r4, out=r15)
+    numpy.add(r13, r15, out=r13)
+    numpy.multiply(r1, n_full_rec, out=r15)
+    numpy.add(r13, r15, out=r13)
+    numpy.multiply(r2, bytes_compute, out=r15)
+    numpy.divide(inv6, t, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r15, n_output, out=r15)
+    numpy.add(r13, r15, out=r13)
+    numpy.multiply(r0, dropout, out=r15)
+    numpy.multiply(r15, n_embedding, out=r15)
+    numpy.add(r13, r15, out=r13)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r15)
+        numpy.add(r15, inv8, out=r15)
+        numpy.add(r15, p, out=r15)
+        numpy.divide(r15, vp, out=r15)
+        numpy.minimum(r15, m, out=r15)
+    numpy.add(inv7, p, out=r16)
+    numpy.minimum(r16, m, out=r16)
+    numpy.copyto(r15, r16, where=m1)
+    numpy.multiply(r13, r15, out=r13)
+    numpy.multiply(r13, r9, out=r13)
+    numpy.subtract(out, r13, out=out)
+
+
+memory_mla_q_latent_moe_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_moe_stage_total_bytes__d_cp_block,
+    reals=17,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
+    invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_cp_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level):
@@ -7521,20 +8027,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimiz
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = n_ffMM - 1
-            inv1 = h*n_ffMM
-            inv2 = numpy.greater_equal(zero_level, 2)
-            inv3 = numpy.greater_equal(zero_level, 1)
-            inv4 = numpy.greater_equal(zero_level, 3)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, n_ffMM, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_ep", ("h", "n_ffMM", "zero_level"), (h, n_ffMM, zero_level))
-            inv0 = n_ffMM - 1
-            inv1 = h*n_ffMM
-            inv2 = numpy.greater_equal(zero_level, 2)
-            inv3 = numpy.greater_equal(zero_level, 1)
-            inv4 = numpy.greater_equal(zero_level, 3)
+        (inv0, inv1) = _memory_mla_q_latent_moe_stage_total_bytes__d_ep_invariants(h, n_ffMM, zero_level)
         call = _runtime.Call(
             "memory_mla_q_latent_moe_stage_total_bytes__d_ep",
             ("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level", "inv0", "inv1"),
@@ -7542,57 +8035,92 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimiz
             reals=5,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level, inv0, inv1 in call.blocks():
-            # inv2_mask = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # inv3_mask = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # inv4_mask = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp0 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp1 = t_exp*tmp0 -> r1
-            numpy.multiply(r0, t_exp, out=r1)
-            # tmp2 = hff_exp*tmp0 -> r2
-            numpy.multiply(r0, hff_exp, out=r2)
-            # tmp3 = n_exp*(inv1*tmp2 + mlp_bias*(h + inv0*tmp2))/(ep*ep) -> r3
-            numpy.multiply(inv0, r2, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.multiply(inv1, r2, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.multiply(ep, ep, out=r4)
-            numpy.divide(r3, r4, out=r3)
-            # tmp4 = -tmp3/numpy.maximum(1, numpy.maximum(tmp1, shard_p_os_exp*tmp0)) -> r2
-            numpy.multiply(r0, shard_p_os_exp, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            numpy.maximum(r2, r1, out=r2)
-            numpy.divide(r3, r2, out=r2)
-            numpy.negative(r2, out=r2)
-            # tmp5 = -tmp3/numpy.maximum(1, tmp1) -> r0
-            numpy.maximum(1.0, r1, out=r0)
-            numpy.divide(r3, r0, out=r0)
-            numpy.negative(r0, out=r0)
-            # out = (n_body + n_extra + n_extra_sel)*(bytes_grad*numpy.where(inv2_mask, tmp4, tmp5)
-            #     + bytes_optimizer*numpy.where(inv3_mask, tmp4, tmp5) +
-            #     bytes_p*numpy.where(inv4_mask, tmp4, tmp5))
-            numpy.add(n_body, n_extra, out=out)
-            numpy.add(out, n_extra_sel, out=out)
-            numpy.copyto(r1, r0)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.multiply(r1, bytes_grad, out=r1)
-            numpy.copyto(r3, r0)
-            numpy.copyto(r3, r2, where=m1)
-            numpy.multiply(r3, bytes_optimizer, out=r3)
-            numpy.add(r1, r3, out=r1)
-            numpy.copyto(r3, r0)
-            numpy.copyto(r3, r2, where=m2)
-            numpy.multiply(r3, bytes_p, out=r3)
-            numpy.add(r1, r3, out=r1)
-            numpy.multiply(out, r1, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_moe_stage_total_bytes__d_ep_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_ep_invariants(h, n_ffMM, zero_level):
+    """What memory_mla_q_latent_moe_stage_total_bytes__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+        inv2 = numpy.greater_equal(zero_level, 2)
+        inv3 = numpy.greater_equal(zero_level, 1)
+        inv4 = numpy.greater_equal(zero_level, 3)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, n_ffMM, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_ep", ("h", "n_ffMM", "zero_level"), (h, n_ffMM, zero_level))
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+        inv2 = numpy.greater_equal(zero_level, 2)
+        inv3 = numpy.greater_equal(zero_level, 1)
+        inv4 = numpy.greater_equal(zero_level, 3)
+    return (inv0, inv1)
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_ep_block(out, r0, r1, r2, r3, r4, m0, m1, m2, bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level, inv0, inv1):
+    """memory_mla_q_latent_moe_stage_total_bytes__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv2_mask = numpy.greater_equal(zero_level, 2) -> m0
+    numpy.greater_equal(zero_level, 2.0, out=m0)
+    # inv3_mask = numpy.greater_equal(zero_level, 1) -> m1
+    numpy.greater_equal(zero_level, 1.0, out=m1)
+    # inv4_mask = numpy.greater_equal(zero_level, 3) -> m2
+    numpy.greater_equal(zero_level, 3.0, out=m2)
+    # tmp0 = 1/numpy.maximum(1, etp) -> r0
+    numpy.maximum(1.0, etp, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = t_exp*tmp0 -> r1
+    numpy.multiply(r0, t_exp, out=r1)
+    # tmp2 = hff_exp*tmp0 -> r2
+    numpy.multiply(r0, hff_exp, out=r2)
+    # tmp3 = n_exp*(inv1*tmp2 + mlp_bias*(h + inv0*tmp2))/(ep*ep) -> r3
+    numpy.multiply(inv0, r2, out=r3)
+    numpy.add(r3, h, out=r3)
+    numpy.multiply(r3, mlp_bias, out=r3)
+    numpy.multiply(inv1, r2, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(r3, n_exp, out=r3)
+    numpy.multiply(ep, ep, out=r4)
+    numpy.divide(r3, r4, out=r3)
+    # tmp4 = -tmp3/numpy.maximum(1, numpy.maximum(tmp1, shard_p_os_exp*tmp0)) -> r2
+    numpy.multiply(r0, shard_p_os_exp, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    numpy.maximum(r2, r1, out=r2)
+    numpy.divide(r3, r2, out=r2)
+    numpy.negative(r2, out=r2)
+    # tmp5 = -tmp3/numpy.maximum(1, tmp1) -> r0
+    numpy.maximum(1.0, r1, out=r0)
+    numpy.divide(r3, r0, out=r0)
+    numpy.negative(r0, out=r0)
+    # out = (n_body + n_extra + n_extra_sel)*(bytes_grad*numpy.where(inv2_mask, tmp4, tmp5) +
+    #     bytes_optimizer*numpy.where(inv3_mask, tmp4, tmp5) + bytes_p*numpy.where(inv4_mask, tmp4,
+    #     tmp5))
+    numpy.add(n_body, n_extra, out=out)
+    numpy.add(out, n_extra_sel, out=out)
+    numpy.copyto(r1, r0)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.multiply(r1, bytes_grad, out=r1)
+    numpy.copyto(r3, r0)
+    numpy.copyto(r3, r2, where=m1)
+    numpy.multiply(r3, bytes_optimizer, out=r3)
+    numpy.add(r1, r3, out=r1)
+    numpy.copyto(r3, r0)
+    numpy.copyto(r3, r2, where=m2)
+    numpy.multiply(r3, bytes_p, out=r3)
+    numpy.add(r1, r3, out=r1)
+    numpy.multiply(out, r1, out=out)
+
+
+memory_mla_q_latent_moe_stage_total_bytes__d_ep.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_moe_stage_total_bytes__d_ep_block,
+    reals=5,
+    masks=3,
+    arguments=("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level"),
+    passed=("inv0", "inv1"),
+    invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_ep_invariants,
+    widened=("h", "n_ffMM", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
@@ -7687,32 +8215,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = hff_exp*n_ffMM
-            tmp7 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp7 + dh*n_kv + n_kv*tmp7
-            inv1 = n_shared_exp*tmp6
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + 2*dc_q + dhr
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
-            tmp6 = hff_exp*n_ffMM
-            tmp7 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp7 + dh*n_kv + n_kv*tmp7
-            inv1 = n_shared_exp*tmp6
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + 2*dc_q + dhr
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
+        (tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8) = _memory_mla_q_latent_moe_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_latent_moe_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
@@ -7720,79 +8223,126 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp2 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp4 = 2*tmp2 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp5 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # tmp8 = bytes_compute*(dh*tmp5 + inv0/t + inv1/t + inv2*(tmp4 + tmp6/t_exp) + inv3 +
-            #     n_exp/sp + 4*tmp2) + dropout*tmp4 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, dh, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(n_exp, sp, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv0, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv1, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(tmp6, t_exp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.multiply(r5, inv2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, inv3, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # out = b*s*(bytes_compute*n_full_rec*tmp2 + dropout*n_embedding*tmp2 +
-            #     n_output*(bytes_compute*tmp4 + inv4/t) + n_sel_rec*tmp8 + (inv5*tmp5 + inv6*tmp5 +
-            #     tmp8)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 +
-            #     p), 0, 1), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv4, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv5, r2, out=r4)
-            numpy.multiply(inv6, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.add(1.0, vp, out=r4)
-                numpy.divide(r4, vp, out=r4)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv8, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 0.0, where=m1)
-            numpy.copyto(r5, 1.0)
-            numpy.add(inv7, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 0.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_moe_stage_total_bytes__d_p_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_latent_moe_stage_total_bytes__d_p computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = hff_exp*n_ffMM
+        tmp7 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp7 + dh*n_kv + n_kv*tmp7
+        inv1 = n_shared_exp*tmp6
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + 2*dc_q + dhr
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
+        tmp6 = hff_exp*n_ffMM
+        tmp7 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp7 + dh*n_kv + n_kv*tmp7
+        inv1 = n_shared_exp*tmp6
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + 2*dc_q + dhr
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    return (tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8)
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_p_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8):
+    """memory_mla_q_latent_moe_stage_total_bytes__d_p on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp2 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp4 = 2*tmp2 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp5 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # tmp8 = bytes_compute*(dh*tmp5 + inv0/t + inv1/t + inv2*(tmp4 + tmp6/t_exp) + inv3 + n_exp/sp +
+    #     4*tmp2) + dropout*tmp4 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, dh, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(n_exp, sp, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv0, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv1, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(tmp6, t_exp, out=r5)
+    numpy.add(r5, r1, out=r5)
+    numpy.multiply(r5, inv2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, inv3, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # out = b*s*(bytes_compute*n_full_rec*tmp2 + dropout*n_embedding*tmp2 +
+    #     n_output*(bytes_compute*tmp4 + inv4/t) + n_sel_rec*tmp8 + (inv5*tmp5 + inv6*tmp5 +
+    #     tmp8)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 + p), 0,
+    #     1), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv4, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv5, r2, out=r4)
+    numpy.multiply(inv6, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.add(1.0, vp, out=r4)
+        numpy.divide(r4, vp, out=r4)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv8, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 0.0, where=m1)
+    numpy.copyto(r5, 1.0)
+    numpy.add(inv7, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 0.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_mla_q_latent_moe_stage_total_bytes__d_p.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_moe_stage_total_bytes__d_p_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp6", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+    invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_p_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
@@ -7887,32 +8437,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = hff_exp*n_ffMM
-            tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp6 + dh*n_kv + n_kv*tmp6
-            inv1 = n_shared_exp*tmp5
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + 2*dc_q + dhr
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
-            tmp5 = hff_exp*n_ffMM
-            tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp6 + dh*n_kv + n_kv*tmp6
-            inv1 = n_shared_exp*tmp5
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + 2*dc_q + dhr
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
+        (tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8) = _memory_mla_q_latent_moe_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_latent_moe_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
@@ -7920,78 +8445,125 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp3 = 2*tmp1 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp4 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # tmp7 = bytes_compute*(dh*tmp4 + inv0/t + inv1/t + inv2*(tmp3 + tmp5/t_exp) + inv3 +
-            #     n_exp/sp + 4*tmp1) + dropout*tmp3 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, dh, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(n_exp, sp, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv0, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv1, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(tmp5, t_exp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.multiply(r5, inv2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, inv3, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
-            #     n_output*(bytes_compute*tmp3 + inv4/t) + n_sel_rec*tmp7 + (inv5*tmp4 + inv6*tmp4 +
-            #     tmp7)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 +
-            #     p), 1, 0), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 1, 0))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv4, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv5, r2, out=r4)
-            numpy.multiply(inv6, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r4, 0.0)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv8, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 1.0, where=m1)
-            numpy.copyto(r5, 0.0)
-            numpy.add(inv7, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 1.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_moe_stage_total_bytes__d_m_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_latent_moe_stage_total_bytes__d_m computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = hff_exp*n_ffMM
+        tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp6 + dh*n_kv + n_kv*tmp6
+        inv1 = n_shared_exp*tmp5
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + 2*dc_q + dhr
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
+        tmp5 = hff_exp*n_ffMM
+        tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp6 + dh*n_kv + n_kv*tmp6
+        inv1 = n_shared_exp*tmp5
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + 2*dc_q + dhr
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    return (tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8)
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_m_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8):
+    """memory_mla_q_latent_moe_stage_total_bytes__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp3 = 2*tmp1 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp4 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # tmp7 = bytes_compute*(dh*tmp4 + inv0/t + inv1/t + inv2*(tmp3 + tmp5/t_exp) + inv3 + n_exp/sp +
+    #     4*tmp1) + dropout*tmp3 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, dh, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(n_exp, sp, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv0, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv1, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(tmp5, t_exp, out=r5)
+    numpy.add(r5, r1, out=r5)
+    numpy.multiply(r5, inv2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, inv3, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
+    #     n_output*(bytes_compute*tmp3 + inv4/t) + n_sel_rec*tmp7 + (inv5*tmp4 + inv6*tmp4 +
+    #     tmp7)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 + p), 1,
+    #     0), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 1, 0))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv4, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv5, r2, out=r4)
+    numpy.multiply(inv6, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r4, 0.0)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv8, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 1.0, where=m1)
+    numpy.copyto(r5, 0.0)
+    numpy.add(inv7, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 1.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_mla_q_latent_moe_stage_total_bytes__d_m.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_moe_stage_total_bytes__d_m_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+    invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_m_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
@@ -8140,44 +8712,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = dh*n_kv
-            tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
-            tmp10 = hff_exp*n_ffMM
-            inv0 = n_shared_exp*tmp10
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = a*tmp8 + n_kv*tmp8 + tmp6
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp20 = dhr + qk_nope_head_dim
-            tmp23 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp20 + n_kv*tmp20 + tmp6
-            inv10 = a*tmp23 + n_kv*tmp23 + tmp6
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
-            tmp6 = dh*n_kv
-            tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
-            tmp10 = hff_exp*n_ffMM
-            inv0 = n_shared_exp*tmp10
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + 2*dc_q + dhr
-            inv3 = a*tmp8 + n_kv*tmp8 + tmp6
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp20 = dhr + qk_nope_head_dim
-            tmp23 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp20 + n_kv*tmp20 + tmp6
-            inv10 = a*tmp23 + n_kv*tmp23 + tmp6
+        (tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10) = _memory_mla_q_latent_moe_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_latent_moe_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
@@ -8185,104 +8720,162 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes
             reals=15,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
-            # tmp7_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = bytes_compute*tmp1 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp4 = 2*tmp1 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # tmp5 = dropout*tmp4 -> r3
-            numpy.multiply(r2, dropout, out=r3)
-            # tmp9 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp11 = dh*tmp9 + inv0/t + inv1*(tmp4 + tmp10/t_exp) + inv2 + n_exp/sp + 4*tmp1 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.multiply(r4, dh, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(n_exp, sp, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(inv0, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(tmp10, t_exp, out=r6)
-            numpy.add(r6, r2, out=r6)
-            numpy.multiply(r6, inv1, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, inv2, out=r5)
-            # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp5 -> r6
-            numpy.divide(inv3, t, out=r6)
-            numpy.add(r6, r5, out=r6)
-            numpy.multiply(r6, bytes_compute, out=r6)
-            numpy.add(r6, r3, out=r6)
-            # tmp13 = inv4*tmp9 + inv5*tmp9 -> r7
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.multiply(inv5, r4, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp14 = tmp12 + tmp13 -> r4
-            numpy.add(r6, r7, out=r4)
-            # tmp15 = s/cp -> r8
-            numpy.divide(s, cp, out=r8)
-            # tmp16 = -tmp2 -> r9
-            numpy.negative(r1, out=r9)
-            # tmp17 = tmp15*numpy.minimum(1, n_full_rec) -> r10
-            numpy.minimum(1.0, n_full_rec, out=r10)
-            numpy.multiply(r10, r8, out=r10)
-            # tmp18 = tmp13*tmp15*numpy.minimum(1, n_sel_rec) -> r11
-            numpy.minimum(1.0, n_sel_rec, out=r11)
-            numpy.multiply(r11, r7, out=r11)
-            numpy.multiply(r11, r8, out=r11)
-            # tmp19 = b*tmp18 -> r12
-            numpy.multiply(r11, b, out=r12)
-            # tmp21 = tmp13 + tmp16 + tmp5 -> r13
-            numpy.add(r7, r9, out=r13)
-            numpy.add(r13, r3, out=r13)
-            # tmp22 = b*tmp17 -> r3
-            numpy.multiply(r10, b, out=r3)
-            # out = tmp15*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4
-            #     + inv6/t) + n_sel_rec*tmp12 + tmp14*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
-            #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp7_mask,
-            #     numpy.less(tmp19, tmp22*(bytes_compute*(inv9/t + tmp11) + tmp21)),
-            #     numpy.less(tmp19, tmp22*(bytes_compute*(inv10/t + tmp11) + tmp21))), tmp17*(tmp14
-            #     + tmp16), tmp18)
-            numpy.multiply(r6, n_sel_rec, out=out)
-            numpy.add(n_body, n_extra, out=r7)
-            numpy.add(r7, n_extra_sel, out=r7)
-            numpy.subtract(r7, n_full_rec, out=r7)
-            numpy.subtract(r7, n_sel_rec, out=r7)
-            numpy.multiply(r7, r4, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.multiply(r1, n_full_rec, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.multiply(r2, bytes_compute, out=r7)
-            numpy.divide(inv6, t, out=r14)
-            numpy.add(r7, r14, out=r7)
-            numpy.multiply(r7, n_output, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.multiply(r0, dropout, out=r7)
-            numpy.multiply(r7, n_embedding, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r7)
-                numpy.add(r7, inv8, out=r7)
-                numpy.add(r7, p, out=r7)
-                numpy.divide(r7, vp, out=r7)
-                numpy.minimum(r7, m, out=r7)
-            numpy.add(inv7, p, out=r14)
-            numpy.minimum(r14, m, out=r14)
-            numpy.copyto(r7, r14, where=m1)
-            numpy.multiply(out, r7, out=out)
-            numpy.multiply(out, r8, out=out)
-            numpy.copyto(r7, r11)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r12, r3*(bytes_compute*(inv9/t + r5) + r13)), numpy.less(r12, r3*(bytes_compute*(inv10/t + r5) + r13))))
-            numpy.add(r4, r9, out=r14)
-            numpy.multiply(r14, r10, out=r14)
-            numpy.copyto(r7, r14, where=m1)
-            numpy.add(out, r7, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_moe_stage_total_bytes__d_b_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_latent_moe_stage_total_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = dh*n_kv
+        tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
+        tmp10 = hff_exp*n_ffMM
+        inv0 = n_shared_exp*tmp10
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = a*tmp8 + n_kv*tmp8 + tmp6
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp20 = dhr + qk_nope_head_dim
+        tmp23 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp20 + n_kv*tmp20 + tmp6
+        inv10 = a*tmp23 + n_kv*tmp23 + tmp6
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
+        tmp6 = dh*n_kv
+        tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
+        tmp10 = hff_exp*n_ffMM
+        inv0 = n_shared_exp*tmp10
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + 2*dc_q + dhr
+        inv3 = a*tmp8 + n_kv*tmp8 + tmp6
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp20 = dhr + qk_nope_head_dim
+        tmp23 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp20 + n_kv*tmp20 + tmp6
+        inv10 = a*tmp23 + n_kv*tmp23 + tmp6
+    return (tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10)
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_b_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10):
+    """memory_mla_q_latent_moe_stage_total_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp7_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = bytes_compute*tmp1 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp4 = 2*tmp1 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # tmp5 = dropout*tmp4 -> r3
+    numpy.multiply(r2, dropout, out=r3)
+    # tmp9 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp11 = dh*tmp9 + inv0/t + inv1*(tmp4 + tmp10/t_exp) + inv2 + n_exp/sp + 4*tmp1 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.multiply(r4, dh, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(n_exp, sp, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(inv0, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(tmp10, t_exp, out=r6)
+    numpy.add(r6, r2, out=r6)
+    numpy.multiply(r6, inv1, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, inv2, out=r5)
+    # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp5 -> r6
+    numpy.divide(inv3, t, out=r6)
+    numpy.add(r6, r5, out=r6)
+    numpy.multiply(r6, bytes_compute, out=r6)
+    numpy.add(r6, r3, out=r6)
+    # tmp13 = inv4*tmp9 + inv5*tmp9 -> r7
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.multiply(inv5, r4, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp14 = tmp12 + tmp13 -> r4
+    numpy.add(r6, r7, out=r4)
+    # tmp15 = s/cp -> r8
+    numpy.divide(s, cp, out=r8)
+    # tmp16 = -tmp2 -> r9
+    numpy.negative(r1, out=r9)
+    # tmp17 = tmp15*numpy.minimum(1, n_full_rec) -> r10
+    numpy.minimum(1.0, n_full_rec, out=r10)
+    numpy.multiply(r10, r8, out=r10)
+    # tmp18 = tmp13*tmp15*numpy.minimum(1, n_sel_rec) -> r11
+    numpy.minimum(1.0, n_sel_rec, out=r11)
+    numpy.multiply(r11, r7, out=r11)
+    numpy.multiply(r11, r8, out=r11)
+    # tmp19 = b*tmp18 -> r12
+    numpy.multiply(r11, b, out=r12)
+    # tmp21 = tmp13 + tmp16 + tmp5 -> r13
+    numpy.add(r7, r9, out=r13)
+    numpy.add(r13, r3, out=r13)
+    # tmp22 = b*tmp17 -> r3
+    numpy.multiply(r10, b, out=r3)
+    # out = tmp15*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4 +
+    #     inv6/t) + n_sel_rec*tmp12 + tmp14*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
+    #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp7_mask,
+    #     numpy.less(tmp19, tmp22*(bytes_compute*(inv9/t + tmp11) + tmp21)), numpy.less(tmp19,
+    #     tmp22*(bytes_compute*(inv10/t + tmp11) + tmp21))), tmp17*(tmp14 + tmp16), tmp18)
+    numpy.multiply(r6, n_sel_rec, out=out)
+    numpy.add(n_body, n_extra, out=r7)
+    numpy.add(r7, n_extra_sel, out=r7)
+    numpy.subtract(r7, n_full_rec, out=r7)
+    numpy.subtract(r7, n_sel_rec, out=r7)
+    numpy.multiply(r7, r4, out=r7)
+    numpy.add(out, r7, out=out)
+    numpy.multiply(r1, n_full_rec, out=r7)
+    numpy.add(out, r7, out=out)
+    numpy.multiply(r2, bytes_compute, out=r7)
+    numpy.divide(inv6, t, out=r14)
+    numpy.add(r7, r14, out=r7)
+    numpy.multiply(r7, n_output, out=r7)
+    numpy.add(out, r7, out=out)
+    numpy.multiply(r0, dropout, out=r7)
+    numpy.multiply(r7, n_embedding, out=r7)
+    numpy.add(out, r7, out=out)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r7)
+        numpy.add(r7, inv8, out=r7)
+        numpy.add(r7, p, out=r7)
+        numpy.divide(r7, vp, out=r7)
+        numpy.minimum(r7, m, out=r7)
+    numpy.add(inv7, p, out=r14)
+    numpy.minimum(r14, m, out=r14)
+    numpy.copyto(r7, r14, where=m1)
+    numpy.multiply(out, r7, out=out)
+    numpy.multiply(out, r8, out=out)
+    numpy.copyto(r7, r11)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r12, r3*(bytes_compute*(inv9/t + r5) + r13)), numpy.less(r12, r3*(bytes_compute*(inv10/t + r5) + r13))))
+    numpy.add(r4, r9, out=r14)
+    numpy.multiply(r14, r10, out=r14)
+    numpy.copyto(r7, r14, where=m1)
+    numpy.add(out, r7, out=out)
+
+
+memory_mla_q_latent_moe_stage_total_bytes__d_b.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_moe_stage_total_bytes__d_b_block,
+    reals=15,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
+    invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_b_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
@@ -8437,44 +9030,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp9 = dh*n_kv
-            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp11 = dhr + numpy.where(tmp10, qk_nope_head_dim, dh)
-            tmp12 = hff_exp*n_ffMM
-            inv1 = n_shared_exp*tmp12
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + 2*dc_q + dhr
-            inv4 = a*tmp11 + n_kv*tmp11 + tmp9
-            inv5 = 4*flash_attention
-            tmp23 = dhr + qk_nope_head_dim
-            tmp26 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp23 + n_kv*tmp23 + tmp9
-            inv10 = a*tmp26 + n_kv*tmp26 + tmp9
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp9 = dh*n_kv
-            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp11 = dhr + numpy.where(tmp10, qk_nope_head_dim, dh)
-            tmp12 = hff_exp*n_ffMM
-            inv1 = n_shared_exp*tmp12
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + 2*dc_q + dhr
-            inv4 = a*tmp11 + n_kv*tmp11 + tmp9
-            inv5 = 4*flash_attention
-            tmp23 = dhr + qk_nope_head_dim
-            tmp26 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp23 + n_kv*tmp23 + tmp9
-            inv10 = a*tmp26 + n_kv*tmp26 + tmp9
+        (inv0, tmp12, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10) = _memory_mla_q_latent_moe_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_latent_moe_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "inv0", "tmp12", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
@@ -8482,112 +9038,171 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes
             reals=18,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, inv0, tmp12, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
-            # tmp10_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = bytes_compute*tmp1 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp4 = 2*tmp1 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # tmp5 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.subtract(r3, n_full_rec, out=r3)
-            numpy.subtract(r3, n_sel_rec, out=r3)
-            # tmp6 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp7 = inv0*tmp6 -> r5
-            numpy.multiply(inv0, r4, out=r5)
-            # tmp8 = dropout*tmp4 -> r6
-            numpy.multiply(r2, dropout, out=r6)
-            # tmp13 = dh*tmp6 + inv1/t + inv2*(tmp4 + tmp12/t_exp) + inv3 + n_exp/sp + 4*tmp1 -> r7
-            numpy.multiply(r0, 4.0, out=r7)
-            numpy.multiply(r4, dh, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(n_exp, sp, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(inv1, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(tmp12, t_exp, out=r8)
-            numpy.add(r8, r2, out=r8)
-            numpy.multiply(r8, inv2, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.add(r7, inv3, out=r7)
-            # tmp14 = bytes_compute*(inv4/t + tmp13) + tmp8 -> r8
-            numpy.divide(inv4, t, out=r8)
-            numpy.add(r8, r7, out=r8)
-            numpy.multiply(r8, bytes_compute, out=r8)
-            numpy.add(r8, r6, out=r8)
-            # tmp15 = inv5*tmp6 -> r9
-            numpy.multiply(inv5, r4, out=r9)
-            # tmp16 = tmp15 + tmp7 -> r4
-            numpy.add(r9, r5, out=r4)
-            # tmp17 = b/cp -> r10
-            numpy.divide(b, cp, out=r10)
-            # tmp18 = -tmp2 -> r11
-            numpy.negative(r1, out=r11)
-            # tmp19 = tmp15 + 2*tmp7 -> r12
-            numpy.multiply(r5, 2.0, out=r12)
-            numpy.add(r12, r9, out=r12)
-            # tmp20 = tmp17*numpy.minimum(1, n_full_rec) -> r9
-            numpy.minimum(1.0, n_full_rec, out=r9)
-            numpy.multiply(r9, r10, out=r9)
-            # tmp21 = tmp17*numpy.minimum(1, n_sel_rec) -> r13
-            numpy.minimum(1.0, n_sel_rec, out=r13)
-            numpy.multiply(r13, r10, out=r13)
-            # tmp22 = s*tmp16*tmp21 -> r14
-            numpy.multiply(r4, r13, out=r14)
-            numpy.multiply(r14, s, out=r14)
-            # tmp24 = tmp16 + tmp18 + tmp8 -> r15
-            numpy.add(r4, r11, out=r15)
-            numpy.add(r15, r6, out=r15)
-            # tmp25 = s*tmp20 -> r6
-            numpy.multiply(r9, s, out=r6)
-            # out = tmp17*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4
-            #     + inv6/t) + n_sel_rec*tmp14 + tmp5*tmp7 + tmp5*(tmp14 +
-            #     tmp16))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
-            #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp10_mask,
-            #     numpy.less(tmp22, tmp25*(bytes_compute*(inv9/t + tmp13) + tmp24)),
-            #     numpy.less(tmp22, tmp25*(bytes_compute*(inv10/t + tmp13) + tmp24))), tmp20*(tmp14
-            #     + tmp18 + tmp19), tmp19*tmp21)
-            numpy.multiply(r8, n_sel_rec, out=out)
-            numpy.multiply(r1, n_full_rec, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r3, r5, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.add(r8, r4, out=r16)
-            numpy.multiply(r16, r3, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r2, bytes_compute, out=r16)
-            numpy.divide(inv6, t, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r16, n_output, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r0, dropout, out=r16)
-            numpy.multiply(r16, n_embedding, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r16)
-                numpy.add(r16, inv8, out=r16)
-                numpy.add(r16, p, out=r16)
-                numpy.divide(r16, vp, out=r16)
-                numpy.minimum(r16, m, out=r16)
-            numpy.add(inv7, p, out=r17)
-            numpy.minimum(r17, m, out=r17)
-            numpy.copyto(r16, r17, where=m1)
-            numpy.multiply(out, r16, out=out)
-            numpy.multiply(out, r10, out=out)
-            numpy.multiply(r12, r13, out=r16)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r14, r6*(bytes_compute*(inv9/t + r7) + r15)), numpy.less(r14, r6*(bytes_compute*(inv10/t + r7) + r15))))
-            numpy.add(r8, r11, out=r17)
-            numpy.add(r17, r12, out=r17)
-            numpy.multiply(r17, r9, out=r17)
-            numpy.copyto(r16, r17, where=m1)
-            numpy.add(out, r16, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_moe_stage_total_bytes__d_s_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_latent_moe_stage_total_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp9 = dh*n_kv
+        tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp11 = dhr + numpy.where(tmp10, qk_nope_head_dim, dh)
+        tmp12 = hff_exp*n_ffMM
+        inv1 = n_shared_exp*tmp12
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + 2*dc_q + dhr
+        inv4 = a*tmp11 + n_kv*tmp11 + tmp9
+        inv5 = 4*flash_attention
+        tmp23 = dhr + qk_nope_head_dim
+        tmp26 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp23 + n_kv*tmp23 + tmp9
+        inv10 = a*tmp26 + n_kv*tmp26 + tmp9
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp9 = dh*n_kv
+        tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp11 = dhr + numpy.where(tmp10, qk_nope_head_dim, dh)
+        tmp12 = hff_exp*n_ffMM
+        inv1 = n_shared_exp*tmp12
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + 2*dc_q + dhr
+        inv4 = a*tmp11 + n_kv*tmp11 + tmp9
+        inv5 = 4*flash_attention
+        tmp23 = dhr + qk_nope_head_dim
+        tmp26 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp23 + n_kv*tmp23 + tmp9
+        inv10 = a*tmp26 + n_kv*tmp26 + tmp9
+    return (inv0, tmp12, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10)
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, inv0, tmp12, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10):
+    """memory_mla_q_latent_moe_stage_total_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp10_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = bytes_compute*tmp1 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp4 = 2*tmp1 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # tmp5 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
+    numpy.add(n_body, n_extra, out=r3)
+    numpy.add(r3, n_extra_sel, out=r3)
+    numpy.subtract(r3, n_full_rec, out=r3)
+    numpy.subtract(r3, n_sel_rec, out=r3)
+    # tmp6 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp7 = inv0*tmp6 -> r5
+    numpy.multiply(inv0, r4, out=r5)
+    # tmp8 = dropout*tmp4 -> r6
+    numpy.multiply(r2, dropout, out=r6)
+    # tmp13 = dh*tmp6 + inv1/t + inv2*(tmp4 + tmp12/t_exp) + inv3 + n_exp/sp + 4*tmp1 -> r7
+    numpy.multiply(r0, 4.0, out=r7)
+    numpy.multiply(r4, dh, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(n_exp, sp, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(inv1, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(tmp12, t_exp, out=r8)
+    numpy.add(r8, r2, out=r8)
+    numpy.multiply(r8, inv2, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.add(r7, inv3, out=r7)
+    # tmp14 = bytes_compute*(inv4/t + tmp13) + tmp8 -> r8
+    numpy.divide(inv4, t, out=r8)
+    numpy.add(r8, r7, out=r8)
+    numpy.multiply(r8, bytes_compute, out=r8)
+    numpy.add(r8, r6, out=r8)
+    # tmp15 = inv5*tmp6 -> r9
+    numpy.multiply(inv5, r4, out=r9)
+    # tmp16 = tmp15 + tmp7 -> r4
+    numpy.add(r9, r5, out=r4)
+    # tmp17 = b/cp -> r10
+    numpy.divide(b, cp, out=r10)
+    # tmp18 = -tmp2 -> r11
+    numpy.negative(r1, out=r11)
+    # tmp19 = tmp15 + 2*tmp7 -> r12
+    numpy.multiply(r5, 2.0, out=r12)
+    numpy.add(r12, r9, out=r12)
+    # tmp20 = tmp17*numpy.minimum(1, n_full_rec) -> r9
+    numpy.minimum(1.0, n_full_rec, out=r9)
+    numpy.multiply(r9, r10, out=r9)
+    # tmp21 = tmp17*numpy.minimum(1, n_sel_rec) -> r13
+    numpy.minimum(1.0, n_sel_rec, out=r13)
+    numpy.multiply(r13, r10, out=r13)
+    # tmp22 = s*tmp16*tmp21 -> r14
+    numpy.multiply(r4, r13, out=r14)
+    numpy.multiply(r14, s, out=r14)
+    # tmp24 = tmp16 + tmp18 + tmp8 -> r15
+    numpy.add(r4, r11, out=r15)
+    numpy.add(r15, r6, out=r15)
+    # tmp25 = s*tmp20 -> r6
+    numpy.multiply(r9, s, out=r6)
+    # out = tmp17*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4 +
+    #     inv6/t) + n_sel_rec*tmp14 + tmp5*tmp7 + tmp5*(tmp14 +
+    #     tmp16))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p), numpy.minimum(m,
+    #     (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp10_mask, numpy.less(tmp22,
+    #     tmp25*(bytes_compute*(inv9/t + tmp13) + tmp24)), numpy.less(tmp22,
+    #     tmp25*(bytes_compute*(inv10/t + tmp13) + tmp24))), tmp20*(tmp14 + tmp18 + tmp19),
+    #     tmp19*tmp21)
+    numpy.multiply(r8, n_sel_rec, out=out)
+    numpy.multiply(r1, n_full_rec, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r3, r5, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.add(r8, r4, out=r16)
+    numpy.multiply(r16, r3, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r2, bytes_compute, out=r16)
+    numpy.divide(inv6, t, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r16, n_output, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r0, dropout, out=r16)
+    numpy.multiply(r16, n_embedding, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r16)
+        numpy.add(r16, inv8, out=r16)
+        numpy.add(r16, p, out=r16)
+        numpy.divide(r16, vp, out=r16)
+        numpy.minimum(r16, m, out=r16)
+    numpy.add(inv7, p, out=r17)
+    numpy.minimum(r17, m, out=r17)
+    numpy.copyto(r16, r17, where=m1)
+    numpy.multiply(out, r16, out=out)
+    numpy.multiply(out, r10, out=out)
+    numpy.multiply(r12, r13, out=r16)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r14, r6*(bytes_compute*(inv9/t + r7) + r15)), numpy.less(r14, r6*(bytes_compute*(inv10/t + r7) + r15))))
+    numpy.add(r8, r11, out=r17)
+    numpy.add(r17, r12, out=r17)
+    numpy.multiply(r17, r9, out=r17)
+    numpy.copyto(r16, r17, where=m1)
+    numpy.add(out, r16, out=out)
+
+
+memory_mla_q_latent_moe_stage_total_bytes__d_s.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_moe_stage_total_bytes__d_s_block,
+    reals=18,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("inv0", "tmp12", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
+    invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_s_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_latent_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level):
@@ -8922,52 +9537,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp8 = a*dh
-            tmp9 = hff_exp*n_ffMM
-            tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp12 = dhr + tmp11
-            tmp13 = a*tmp12
-            inv0 = dh*n_kv + n_kv*tmp12 + tmp13
-            inv1 = n_shared_exp*tmp9
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + 2*dc_q + dhr
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            tmp25 = h*tmp9
-            tmp26 = hff_exp*(n_ffMM - 1)
-            tmp27 = n_shared_exp*(mlp_bias*(h + tmp26) + tmp25) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp29 = numpy.greater_equal(zero_level, 2)
-            tmp31 = numpy.greater_equal(zero_level, 1)
-            tmp32 = numpy.greater_equal(zero_level, 3)
-            tmp38 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dc_q*h + dc_q*tmp13 + dc_q + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv8 = bytes_logits*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_p_split", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level))
-            tmp8 = a*dh
-            tmp9 = hff_exp*n_ffMM
-            tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp12 = dhr + tmp11
-            tmp13 = a*tmp12
-            inv0 = dh*n_kv + n_kv*tmp12 + tmp13
-            inv1 = n_shared_exp*tmp9
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + 2*dc_q + dhr
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            tmp25 = h*tmp9
-            tmp26 = hff_exp*(n_ffMM - 1)
-            tmp27 = n_shared_exp*(mlp_bias*(h + tmp26) + tmp25) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp29 = numpy.greater_equal(zero_level, 2)
-            tmp31 = numpy.greater_equal(zero_level, 1)
-            tmp32 = numpy.greater_equal(zero_level, 3)
-            tmp38 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dc_q*h + dc_q*tmp13 + dc_q + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv8 = bytes_logits*v
+        (tmp8, tmp9, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp25, tmp26, tmp27, tmp38, inv8) = _memory_mla_q_latent_moe_stage_total_bytes__d_p_split_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level)
         call = _runtime.Call(
             "memory_mla_q_latent_moe_stage_total_bytes__d_p_split",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level", "tmp8", "tmp9", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp25", "tmp26", "tmp27", "tmp38", "inv8"),
@@ -8975,199 +9545,263 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute,
             reals=19,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level, tmp8, tmp9, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp25, tmp26, tmp27, tmp38, inv8 in call.blocks():
-            # tmp29_mask = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp31_mask = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp32_mask = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = b*s/cp -> r1
-            numpy.multiply(b, s, out=r1)
-            numpy.divide(r1, cp, out=r1)
-            # tmp3 = tmp1*tmp2 -> r2
-            numpy.multiply(r0, r1, out=r2)
-            # tmp4 = bytes_compute*tmp3 -> r3
-            numpy.multiply(r2, bytes_compute, out=r3)
-            # tmp6 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp7 = 2*tmp1 -> r5
-            numpy.multiply(r0, 2.0, out=r5)
-            # tmp14 = bytes_compute*(inv0/t + inv1/t + inv2*(tmp7 + tmp9/t_exp) + inv3 + n_exp/sp +
-            #     4*tmp1 + tmp8/t) + dropout*tmp7 -> r6
-            numpy.multiply(r5, dropout, out=r6)
-            numpy.multiply(r0, 4.0, out=r7)
-            numpy.divide(tmp8, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(n_exp, sp, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(inv0, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(inv1, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(tmp9, t_exp, out=r8)
-            numpy.add(r8, r5, out=r8)
-            numpy.multiply(r8, inv2, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.add(r7, inv3, out=r7)
-            numpy.multiply(r7, bytes_compute, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp15 = tmp2*(inv4*tmp6 + inv5*tmp6 + tmp14) -> r0
-            numpy.multiply(inv4, r4, out=r0)
-            numpy.multiply(inv5, r4, out=r7)
-            numpy.add(r0, r7, out=r0)
-            numpy.add(r0, r6, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            # tmp16 = -tmp15 -> r4
-            numpy.negative(r0, out=r4)
-            # tmp18 = inv6 + p -> r7
-            numpy.add(inv6, p, out=r7)
-            # tmp19 = numpy.less_equal(vp, 1) -> m3
-            numpy.less_equal(vp, 1.0, out=m3)
-            # tmp21 = (inv7 + p*vp + p)/vp -> r8
-            numpy.multiply(p, vp, out=r8)
-            numpy.add(r8, inv7, out=r8)
-            numpy.add(r8, p, out=r8)
-            numpy.divide(r8, vp, out=r8)
-            # tmp22 = numpy.where(tmp19, numpy.minimum(m, tmp18), numpy.minimum(m, tmp21)) -> r9
-            numpy.minimum(m, r8, out=r9)
-            numpy.minimum(m, r7, out=r10)
-            numpy.copyto(r9, r10, where=m3)
-            # tmp23 = tmp22/p -> r10
-            numpy.divide(r9, p, out=r10)
-            # tmp24 = tmp14*tmp2 -> r11
-            numpy.multiply(r6, r1, out=r11)
-            # tmp28 = tmp27/numpy.maximum(shard_p_os_exp_partial, t_exp) -> r6
-            numpy.maximum(shard_p_os_exp_partial, t_exp, out=r6)
-            numpy.divide(tmp27, r6, out=r6)
-            # tmp30 = tmp27/t_exp -> r12
-            numpy.divide(tmp27, t_exp, out=r12)
-            # tmp34 = t_exp/numpy.maximum(1, etp) -> r13
-            numpy.maximum(1.0, etp, out=r13)
-            numpy.divide(t_exp, r13, out=r13)
-            # tmp35 = n_exp*(mlp_bias*(h + tmp26/numpy.maximum(1, etp)) + tmp25/numpy.maximum(1,
-            #     etp))/ep -> r14
-            numpy.maximum(1.0, etp, out=r14)
-            numpy.divide(tmp25, r14, out=r14)
-            numpy.maximum(1.0, etp, out=r15)
-            numpy.divide(tmp26, r15, out=r15)
-            numpy.add(r15, h, out=r15)
-            numpy.multiply(r15, mlp_bias, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r14, n_exp, out=r14)
-            numpy.divide(r14, ep, out=r14)
-            # tmp36 = tmp35/numpy.maximum(1, numpy.maximum(tmp34, shard_p_os_exp/numpy.maximum(1,
-            #     etp))) -> r15
-            numpy.maximum(1.0, etp, out=r15)
-            numpy.divide(shard_p_os_exp, r15, out=r15)
-            numpy.maximum(r15, 1.0, out=r15)
-            numpy.maximum(r15, r13, out=r15)
-            numpy.divide(r14, r15, out=r15)
-            # tmp37 = tmp35/numpy.maximum(1, tmp34) -> r16
-            numpy.maximum(1.0, r13, out=r16)
-            numpy.divide(r14, r16, out=r16)
-            # tmp39 = tmp38/numpy.maximum(shard_p_os_non_exp_partial, t) -> r13
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r13)
-            numpy.divide(tmp38, r13, out=r13)
-            # tmp40 = tmp38/t -> r14
-            numpy.divide(tmp38, t, out=r14)
-            # tmp41 = (bytes_grad*numpy.where(tmp29_mask, tmp28, tmp30) +
-            #     bytes_grad*numpy.where(tmp29_mask, tmp36, tmp37) +
-            #     bytes_grad*numpy.where(tmp29_mask, tmp39, tmp40) +
-            #     bytes_optimizer*numpy.where(tmp31_mask, tmp28, tmp30) +
-            #     bytes_optimizer*numpy.where(tmp31_mask, tmp36, tmp37) +
-            #     bytes_optimizer*numpy.where(tmp31_mask, tmp39, tmp40) +
-            #     bytes_p*numpy.where(tmp32_mask, tmp28, tmp30) + bytes_p*numpy.where(tmp32_mask,
-            #     tmp36, tmp37) + bytes_p*numpy.where(tmp32_mask, tmp39, tmp40) + tmp15*tmp22)/p ->
-            #     r17
-            numpy.multiply(r0, r9, out=r17)
-            numpy.copyto(r18, r12)
-            numpy.copyto(r18, r6, where=m0)
-            numpy.multiply(r18, bytes_grad, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r16)
-            numpy.copyto(r18, r15, where=m0)
-            numpy.multiply(r18, bytes_grad, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r14)
-            numpy.copyto(r18, r13, where=m0)
-            numpy.multiply(r18, bytes_grad, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r12)
-            numpy.copyto(r18, r6, where=m1)
-            numpy.multiply(r18, bytes_optimizer, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r16)
-            numpy.copyto(r18, r15, where=m1)
-            numpy.multiply(r18, bytes_optimizer, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r14)
-            numpy.copyto(r18, r13, where=m1)
-            numpy.multiply(r18, bytes_optimizer, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r12)
-            numpy.copyto(r18, r6, where=m2)
-            numpy.multiply(r18, bytes_p, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r16)
-            numpy.copyto(r18, r15, where=m2)
-            numpy.multiply(r18, bytes_p, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r14)
-            numpy.copyto(r18, r13, where=m2)
-            numpy.multiply(r18, bytes_p, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.divide(r17, p, out=r17)
-            # out = -n_body*tmp41 - n_extra*tmp41 - n_extra_sel*tmp41 - n_full_rec*tmp23*(tmp16 +
-            #     tmp4) - n_sel_rec*tmp23*(tmp16 + tmp24) + (dropout*n_embedding*tmp3 +
-            #     n_full_rec*tmp4 + n_output*tmp2*(bytes_compute*tmp7 + inv8/t) + n_sel_rec*tmp24 +
-            #     tmp15*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(tmp19, numpy.where(numpy.less(m, tmp18), 0, 1),
-            #     numpy.where(numpy.less(m, tmp21), 0, (vp + 1)/vp))
-            numpy.add(n_body, n_extra, out=out)
-            numpy.add(out, n_extra_sel, out=out)
-            numpy.subtract(out, n_full_rec, out=out)
-            numpy.subtract(out, n_sel_rec, out=out)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(r11, n_sel_rec, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r3, n_full_rec, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r5, bytes_compute, out=r6)
-            numpy.divide(inv8, t, out=r9)
-            numpy.add(r6, r9, out=r6)
-            numpy.multiply(r6, r1, out=r6)
-            numpy.multiply(r6, n_output, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r2, dropout, out=r6)
-            numpy.multiply(r6, n_embedding, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.add(1.0, vp, out=r6)
-            numpy.divide(r6, vp, out=r6)
-            numpy.less(m, r8, out=m0)
-            numpy.copyto(r6, 0.0, where=m0)
-            numpy.copyto(r9, 1.0)
-            numpy.less(m, r7, out=m0)
-            numpy.copyto(r9, 0.0, where=m0)
-            numpy.copyto(r6, r9, where=m3)
-            numpy.multiply(out, r6, out=out)
-            numpy.multiply(r17, n_body, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.multiply(r17, n_extra, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.multiply(r17, n_extra_sel, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.add(r4, r3, out=r6)
-            numpy.multiply(r6, r10, out=r6)
-            numpy.multiply(r6, n_full_rec, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.add(r4, r11, out=r6)
-            numpy.multiply(r6, r10, out=r6)
-            numpy.multiply(r6, n_sel_rec, out=r6)
-            numpy.subtract(out, r6, out=out)
+        for block in call.blocks():
+            _memory_mla_q_latent_moe_stage_total_bytes__d_p_split_block(*block)
     return call.out
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_p_split_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level):
+    """What memory_mla_q_latent_moe_stage_total_bytes__d_p_split computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp8 = a*dh
+        tmp9 = hff_exp*n_ffMM
+        tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp12 = dhr + tmp11
+        tmp13 = a*tmp12
+        inv0 = dh*n_kv + n_kv*tmp12 + tmp13
+        inv1 = n_shared_exp*tmp9
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + 2*dc_q + dhr
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        tmp25 = h*tmp9
+        tmp26 = hff_exp*(n_ffMM - 1)
+        tmp27 = n_shared_exp*(mlp_bias*(h + tmp26) + tmp25) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp29 = numpy.greater_equal(zero_level, 2)
+        tmp31 = numpy.greater_equal(zero_level, 1)
+        tmp32 = numpy.greater_equal(zero_level, 3)
+        tmp38 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dc_q*h + dc_q*tmp13 + dc_q + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv8 = bytes_logits*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level) = _runtime.reals("memory_mla_q_latent_moe_stage_total_bytes__d_p_split", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level))
+        tmp8 = a*dh
+        tmp9 = hff_exp*n_ffMM
+        tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp12 = dhr + tmp11
+        tmp13 = a*tmp12
+        inv0 = dh*n_kv + n_kv*tmp12 + tmp13
+        inv1 = n_shared_exp*tmp9
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + 2*dc_q + dhr
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        tmp25 = h*tmp9
+        tmp26 = hff_exp*(n_ffMM - 1)
+        tmp27 = n_shared_exp*(mlp_bias*(h + tmp26) + tmp25) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp29 = numpy.greater_equal(zero_level, 2)
+        tmp31 = numpy.greater_equal(zero_level, 1)
+        tmp32 = numpy.greater_equal(zero_level, 3)
+        tmp38 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + dc_q*h + dc_q*tmp13 + dc_q + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv8 = bytes_logits*v
+    return (tmp8, tmp9, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp25, tmp26, tmp27, tmp38, inv8)
+
+
+def _memory_mla_q_latent_moe_stage_total_bytes__d_p_split_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level, tmp8, tmp9, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp25, tmp26, tmp27, tmp38, inv8):
+    """memory_mla_q_latent_moe_stage_total_bytes__d_p_split on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp29_mask = numpy.greater_equal(zero_level, 2) -> m0
+    numpy.greater_equal(zero_level, 2.0, out=m0)
+    # tmp31_mask = numpy.greater_equal(zero_level, 1) -> m1
+    numpy.greater_equal(zero_level, 1.0, out=m1)
+    # tmp32_mask = numpy.greater_equal(zero_level, 3) -> m2
+    numpy.greater_equal(zero_level, 3.0, out=m2)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = b*s/cp -> r1
+    numpy.multiply(b, s, out=r1)
+    numpy.divide(r1, cp, out=r1)
+    # tmp3 = tmp1*tmp2 -> r2
+    numpy.multiply(r0, r1, out=r2)
+    # tmp4 = bytes_compute*tmp3 -> r3
+    numpy.multiply(r2, bytes_compute, out=r3)
+    # tmp6 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp7 = 2*tmp1 -> r5
+    numpy.multiply(r0, 2.0, out=r5)
+    # tmp14 = bytes_compute*(inv0/t + inv1/t + inv2*(tmp7 + tmp9/t_exp) + inv3 + n_exp/sp + 4*tmp1 +
+    #     tmp8/t) + dropout*tmp7 -> r6
+    numpy.multiply(r5, dropout, out=r6)
+    numpy.multiply(r0, 4.0, out=r7)
+    numpy.divide(tmp8, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(n_exp, sp, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(inv0, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(inv1, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(tmp9, t_exp, out=r8)
+    numpy.add(r8, r5, out=r8)
+    numpy.multiply(r8, inv2, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.add(r7, inv3, out=r7)
+    numpy.multiply(r7, bytes_compute, out=r7)
+    numpy.add(r6, r7, out=r6)
+    # tmp15 = tmp2*(inv4*tmp6 + inv5*tmp6 + tmp14) -> r0
+    numpy.multiply(inv4, r4, out=r0)
+    numpy.multiply(inv5, r4, out=r7)
+    numpy.add(r0, r7, out=r0)
+    numpy.add(r0, r6, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    # tmp16 = -tmp15 -> r4
+    numpy.negative(r0, out=r4)
+    # tmp18 = inv6 + p -> r7
+    numpy.add(inv6, p, out=r7)
+    # tmp19 = numpy.less_equal(vp, 1) -> m3
+    numpy.less_equal(vp, 1.0, out=m3)
+    # tmp21 = (inv7 + p*vp + p)/vp -> r8
+    numpy.multiply(p, vp, out=r8)
+    numpy.add(r8, inv7, out=r8)
+    numpy.add(r8, p, out=r8)
+    numpy.divide(r8, vp, out=r8)
+    # tmp22 = numpy.where(tmp19, numpy.minimum(m, tmp18), numpy.minimum(m, tmp21)) -> r9
+    numpy.minimum(m, r8, out=r9)
+    numpy.minimum(m, r7, out=r10)
+    numpy.copyto(r9, r10, where=m3)
+    # tmp23 = tmp22/p -> r10
+    numpy.divide(r9, p, out=r10)
+    # tmp24 = tmp14*tmp2 -> r11
+    numpy.multiply(r6, r1, out=r11)
+    # tmp28 = tmp27/numpy.maximum(shard_p_os_exp_partial, t_exp) -> r6
+    numpy.maximum(shard_p_os_exp_partial, t_exp, out=r6)
+    numpy.divide(tmp27, r6, out=r6)
+    # tmp30 = tmp27/t_exp -> r12
+    numpy.divide(tmp27, t_exp, out=r12)
+    # tmp34 = t_exp/numpy.maximum(1, etp) -> r13
+    numpy.maximum(1.0, etp, out=r13)
+    numpy.divide(t_exp, r13, out=r13)
+    # tmp35 = n_exp*(mlp_bias*(h + tmp26/numpy.maximum(1, etp)) + tmp25/numpy.maximum(1, etp))/ep ->
+    #     r14
+    numpy.maximum(1.0, etp, out=r14)
+    numpy.divide(tmp25, r14, out=r14)
+    numpy.maximum(1.0, etp, out=r15)
+    numpy.divide(tmp26, r15, out=r15)
+    numpy.add(r15, h, out=r15)
+    numpy.multiply(r15, mlp_bias, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(r14, n_exp, out=r14)
+    numpy.divide(r14, ep, out=r14)
+    # tmp36 = tmp35/numpy.maximum(1, numpy.maximum(tmp34, shard_p_os_exp/numpy.maximum(1, etp))) ->
+    #     r15
+    numpy.maximum(1.0, etp, out=r15)
+    numpy.divide(shard_p_os_exp, r15, out=r15)
+    numpy.maximum(r15, 1.0, out=r15)
+    numpy.maximum(r15, r13, out=r15)
+    numpy.divide(r14, r15, out=r15)
+    # tmp37 = tmp35/numpy.maximum(1, tmp34) -> r16
+    numpy.maximum(1.0, r13, out=r16)
+    numpy.divide(r14, r16, out=r16)
+    # tmp39 = tmp38/numpy.maximum(shard_p_os_non_exp_partial, t) -> r13
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r13)
+    numpy.divide(tmp38, r13, out=r13)
+    # tmp40 = tmp38/t -> r14
+    numpy.divide(tmp38, t, out=r14)
+    # tmp41 = (bytes_grad*numpy.where(tmp29_mask, tmp28, tmp30) + bytes_grad*numpy.where(tmp29_mask,
+    #     tmp36, tmp37) + bytes_grad*numpy.where(tmp29_mask, tmp39, tmp40) +
+    #     bytes_optimizer*numpy.where(tmp31_mask, tmp28, tmp30) +
+    #     bytes_optimizer*numpy.where(tmp31_mask, tmp36, tmp37) +
+    #     bytes_optimizer*numpy.where(tmp31_mask, tmp39, tmp40) + bytes_p*numpy.where(tmp32_mask,
+    #     tmp28, tmp30) + bytes_p*numpy.where(tmp32_mask, tmp36, tmp37) +
+    #     bytes_p*numpy.where(tmp32_mask, tmp39, tmp40) + tmp15*tmp22)/p -> r17
+    numpy.multiply(r0, r9, out=r17)
+    numpy.copyto(r18, r12)
+    numpy.copyto(r18, r6, where=m0)
+    numpy.multiply(r18, bytes_grad, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r16)
+    numpy.copyto(r18, r15, where=m0)
+    numpy.multiply(r18, bytes_grad, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r14)
+    numpy.copyto(r18, r13, where=m0)
+    numpy.multiply(r18, bytes_grad, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r12)
+    numpy.copyto(r18, r6, where=m1)
+    numpy.multiply(r18, bytes_optimizer, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r16)
+    numpy.copyto(r18, r15, where=m1)
+    numpy.multiply(r18, bytes_optimizer, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r14)
+    numpy.copyto(r18, r13, where=m1)
+    numpy.multiply(r18, bytes_optimizer, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r12)
+    numpy.copyto(r18, r6, where=m2)
+    numpy.multiply(r18, bytes_p, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r16)
+    numpy.copyto(r18, r15, where=m2)
+    numpy.multiply(r18, bytes_p, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r14)
+    numpy.copyto(r18, r13, where=m2)
+    numpy.multiply(r18, bytes_p, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.divide(r17, p, out=r17)
+    # out = -n_body*tmp41 - n_extra*tmp41 - n_extra_sel*tmp41 - n_full_rec*tmp23*(tmp16 + tmp4) -
+    #     n_sel_rec*tmp23*(tmp16 + tmp24) + (dropout*n_embedding*tmp3 + n_full_rec*tmp4 +
+    #     n_output*tmp2*(bytes_compute*tmp7 + inv8/t) + n_sel_rec*tmp24 + tmp15*(n_body + n_extra +
+    #     n_extra_sel - n_full_rec - n_sel_rec))*numpy.where(tmp19, numpy.where(numpy.less(m,
+    #     tmp18), 0, 1), numpy.where(numpy.less(m, tmp21), 0, (vp + 1)/vp))
+    numpy.add(n_body, n_extra, out=out)
+    numpy.add(out, n_extra_sel, out=out)
+    numpy.subtract(out, n_full_rec, out=out)
+    numpy.subtract(out, n_sel_rec, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(r11, n_sel_rec, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r3, n_full_rec, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r5, bytes_compute, out=r6)
+    numpy.divide(inv8, t, out=r9)
+    numpy.add(r6, r9, out=r6)
+    numpy.multiply(r6, r1, out=r6)
+    numpy.multiply(r6, n_output, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r2, dropout, out=r6)
+    numpy.multiply(r6, n_embedding, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.add(1.0, vp, out=r6)
+    numpy.divide(r6, vp, out=r6)
+    numpy.less(m, r8, out=m0)
+    numpy.copyto(r6, 0.0, where=m0)
+    numpy.copyto(r9, 1.0)
+    numpy.less(m, r7, out=m0)
+    numpy.copyto(r9, 0.0, where=m0)
+    numpy.copyto(r6, r9, where=m3)
+    numpy.multiply(out, r6, out=out)
+    numpy.multiply(r17, n_body, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.multiply(r17, n_extra, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.multiply(r17, n_extra_sel, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.add(r4, r3, out=r6)
+    numpy.multiply(r6, r10, out=r6)
+    numpy.multiply(r6, n_full_rec, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.add(r4, r11, out=r6)
+    numpy.multiply(r6, r10, out=r6)
+    numpy.multiply(r6, n_sel_rec, out=r6)
+    numpy.subtract(out, r6, out=out)
+
+
+memory_mla_q_latent_moe_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
+    _memory_mla_q_latent_moe_stage_total_bytes__d_p_split_block,
+    reals=19,
+    masks=4,
+    arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level"),
+    passed=("tmp8", "tmp9", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp25", "tmp26", "tmp27", "tmp38", "inv8"),
+    invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_p_split_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "v", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
@@ -9366,72 +10000,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp1 = a*dh
-            tmp2 = dh*n_kv
-            tmp3 = hff*n_ffMM
-            tmp4 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp5 = numpy.where(tmp4, qk_nope_head_dim, dh)
-            tmp6 = dhr + tmp5
-            tmp7 = a*tmp6
-            tmp8 = bytes_compute*(n_kv*tmp6 + tmp1 + tmp2 + tmp3 + tmp7)
-            tmp10 = 4*a*flash_attention
-            tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp12 = tmp10 + tmp11
-            tmp13 = tmp12 + tmp8
-            inv0 = -tie_emb_out
-            tmp18 = numpy.greater_equal(zero_level, 2)
-            tmp20 = numpy.greater_equal(zero_level, 1)
-            tmp21 = numpy.greater_equal(zero_level, 3)
-            tmp27 = dhr + qk_nope_head_dim
-            inv1 = 2*dc_kv + dhr
-            inv2 = -bytes_compute
-            inv3 = 2*dropout
-            tmp31 = dh + dhr
-            tmp32 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + h*tmp1 + h*tmp7 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp3 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv4 = -tmp32
-            inv5 = -tmp32
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = -tmp13
-            inv10 = a*tmp27 + n_kv*tmp27 + tmp2
-            inv11 = a*tmp31 + n_kv*tmp31 + tmp2
-            inv12 = -tmp12
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_t", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
-            tmp1 = a*dh
-            tmp2 = dh*n_kv
-            tmp3 = hff*n_ffMM
-            tmp4 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp5 = numpy.where(tmp4, qk_nope_head_dim, dh)
-            tmp6 = dhr + tmp5
-            tmp7 = a*tmp6
-            tmp8 = bytes_compute*(n_kv*tmp6 + tmp1 + tmp2 + tmp3 + tmp7)
-            tmp10 = 4*a*flash_attention
-            tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp12 = tmp10 + tmp11
-            tmp13 = tmp12 + tmp8
-            inv0 = -tie_emb_out
-            tmp18 = numpy.greater_equal(zero_level, 2)
-            tmp20 = numpy.greater_equal(zero_level, 1)
-            tmp21 = numpy.greater_equal(zero_level, 3)
-            tmp27 = dhr + qk_nope_head_dim
-            inv1 = 2*dc_kv + dhr
-            inv2 = -bytes_compute
-            inv3 = 2*dropout
-            tmp31 = dh + dhr
-            tmp32 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + h*tmp1 + h*tmp7 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp3 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv4 = -tmp32
-            inv5 = -tmp32
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = -tmp13
-            inv10 = a*tmp27 + n_kv*tmp27 + tmp2
-            inv11 = a*tmp31 + n_kv*tmp31 + tmp2
-            inv12 = -tmp12
+        (tmp1, tmp3, tmp8, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12) = _memory_mla_q_direct_dense_stage_total_bytes__d_t_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level)
         call = _runtime.Call(
             "memory_mla_q_direct_dense_stage_total_bytes__d_t",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp3", "tmp8", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
@@ -9439,143 +10008,228 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, byt
             reals=15,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, m4, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp8, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
-            # tmp4_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp18_mask = numpy.greater_equal(zero_level, 2) -> m1
-            numpy.greater_equal(zero_level, 2.0, out=m1)
-            # tmp20_mask = numpy.greater_equal(zero_level, 1) -> m2
-            numpy.greater_equal(zero_level, 1.0, out=m2)
-            # tmp21_mask = numpy.greater_equal(zero_level, 3) -> m3
-            numpy.greater_equal(zero_level, 3.0, out=m3)
-            # tmp0 = 1/(t*t) -> r0
-            numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp9 = n_body + n_extra + n_extra_sel -> r1
-            numpy.add(n_body, n_extra, out=r1)
-            numpy.add(r1, n_extra_sel, out=r1)
-            # tmp14 = b*s/cp -> r2
-            numpy.multiply(b, s, out=r2)
-            numpy.divide(r2, cp, out=r2)
-            # tmp15 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
-            numpy.copyto(r3, 0.0)
-            numpy.less_equal(p, 1.0, out=m4)
-            numpy.copyto(r3, 1.0, where=m4)
-            numpy.multiply(r3, inv0, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, v, out=r3)
-            # tmp16 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
-            #     1)/(numpy.maximum(shard_p_os_non_exp_partial,
-            #     t)*numpy.maximum(shard_p_os_non_exp_partial, t)) -> r4
-            numpy.copyto(r4, 1.0)
-            numpy.greater(shard_p_os_non_exp_partial, t, out=m4)
-            numpy.copyto(r4, 0.0, where=m4)
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
-            numpy.multiply(r5, r5, out=r6)
-            numpy.divide(r4, r6, out=r4)
-            # tmp17 = -tmp15*tmp16 -> r5
-            numpy.multiply(r3, r4, out=r5)
-            numpy.negative(r5, out=r5)
-            # tmp19 = -tmp0*tmp15 -> r6
-            numpy.multiply(r0, r3, out=r6)
-            numpy.negative(r6, out=r6)
-            # tmp22 = tmp14*numpy.minimum(1, n_full_rec) -> r3
-            numpy.minimum(1.0, n_full_rec, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            # tmp24 = tmp10/t + tmp11/t -> r7
-            numpy.divide(tmp10, t, out=r7)
-            numpy.divide(tmp11, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp25 = tmp14*numpy.minimum(1, n_sel_rec) -> r8
-            numpy.minimum(1.0, n_sel_rec, out=r8)
-            numpy.multiply(r8, r2, out=r8)
-            # tmp26 = tmp24*tmp25 -> r9
-            numpy.multiply(r7, r8, out=r9)
-            # tmp28 = h/sp -> r10
-            numpy.divide(h, sp, out=r10)
-            # tmp29 = inv1 + 4*tmp28 + tmp1/t + tmp3/t -> r11
-            numpy.multiply(r10, 4.0, out=r11)
-            numpy.divide(tmp1, t, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.divide(tmp3, t, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.add(r11, inv1, out=r11)
-            # tmp30 = inv2*tmp28 + inv3*tmp28 + tmp24 -> r12
-            numpy.multiply(inv2, r10, out=r12)
-            numpy.multiply(inv3, r10, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.add(r12, r7, out=r12)
-            # tmp33 = inv4*tmp16 -> r7
-            numpy.multiply(inv4, r4, out=r7)
-            # tmp34 = inv5*tmp0 -> r4
-            numpy.multiply(inv5, r0, out=r4)
-            # out = n_output*(bytes_grad*numpy.where(tmp18_mask, tmp17, tmp19) +
-            #     bytes_optimizer*numpy.where(tmp20_mask, tmp17, tmp19) +
-            #     bytes_p*numpy.where(tmp21_mask, tmp17, tmp19)) - tmp0*tmp14*(inv6*n_output +
-            #     n_sel_rec*tmp8 + tmp13*(-n_full_rec - n_sel_rec +
-            #     tmp9))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
-            #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + tmp9*(bytes_grad*numpy.where(tmp18_mask,
-            #     tmp33, tmp34) + bytes_optimizer*numpy.where(tmp20_mask, tmp33, tmp34) +
-            #     bytes_p*numpy.where(tmp21_mask, tmp33, tmp34)) +
-            #     numpy.where(numpy.where(tmp4_mask, numpy.less(tmp26, tmp22*(bytes_compute*(inv10/t
-            #     + tmp29) + tmp30)), numpy.less(tmp26, tmp22*(bytes_compute*(inv11/t + tmp29) +
-            #     tmp30))), inv9*tmp0*tmp22, inv12*tmp0*tmp25)
-            numpy.copyto(out, r4)
-            numpy.copyto(out, r7, where=m1)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.copyto(r10, r4)
-            numpy.copyto(r10, r7, where=m2)
-            numpy.multiply(r10, bytes_optimizer, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.copyto(r10, r4)
-            numpy.copyto(r10, r7, where=m3)
-            numpy.multiply(r10, bytes_p, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.copyto(r10, r6)
-            numpy.copyto(r10, r5, where=m1)
-            numpy.multiply(r10, bytes_grad, out=r10)
-            numpy.copyto(r13, r6)
-            numpy.copyto(r13, r5, where=m2)
-            numpy.multiply(r13, bytes_optimizer, out=r13)
-            numpy.add(r10, r13, out=r10)
-            numpy.copyto(r13, r6)
-            numpy.copyto(r13, r5, where=m3)
-            numpy.multiply(r13, bytes_p, out=r13)
-            numpy.add(r10, r13, out=r10)
-            numpy.multiply(r10, n_output, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.multiply(inv12, r0, out=r10)
-            numpy.multiply(r10, r8, out=r10)
-            numpy.copyto(m4, numpy.where(m0, numpy.less(r9, r3*(bytes_compute*(inv10/t + r11) + r12)), numpy.less(r9, r3*(bytes_compute*(inv11/t + r11) + r12))))
-            numpy.multiply(inv9, r0, out=r13)
-            numpy.multiply(r13, r3, out=r13)
-            numpy.copyto(r10, r13, where=m4)
-            numpy.add(out, r10, out=out)
-            numpy.subtract(r1, n_full_rec, out=r10)
-            numpy.subtract(r10, n_sel_rec, out=r10)
-            numpy.multiply(r10, tmp13, out=r10)
-            numpy.multiply(tmp8, n_sel_rec, out=r13)
-            numpy.add(r10, r13, out=r10)
-            numpy.multiply(inv6, n_output, out=r13)
-            numpy.add(r10, r13, out=r10)
-            numpy.less_equal(vp, 1.0, out=m4)
-            if not m4.all():
-                numpy.multiply(p, vp, out=r13)
-                numpy.add(r13, inv8, out=r13)
-                numpy.add(r13, p, out=r13)
-                numpy.divide(r13, vp, out=r13)
-                numpy.minimum(r13, m, out=r13)
-            numpy.add(inv7, p, out=r14)
-            numpy.minimum(r14, m, out=r14)
-            numpy.copyto(r13, r14, where=m4)
-            numpy.multiply(r10, r13, out=r10)
-            numpy.multiply(r10, r0, out=r10)
-            numpy.multiply(r10, r2, out=r10)
-            numpy.subtract(out, r10, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_dense_stage_total_bytes__d_t_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_t_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level):
+    """What memory_mla_q_direct_dense_stage_total_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp1 = a*dh
+        tmp2 = dh*n_kv
+        tmp3 = hff*n_ffMM
+        tmp4 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp5 = numpy.where(tmp4, qk_nope_head_dim, dh)
+        tmp6 = dhr + tmp5
+        tmp7 = a*tmp6
+        tmp8 = bytes_compute*(n_kv*tmp6 + tmp1 + tmp2 + tmp3 + tmp7)
+        tmp10 = 4*a*flash_attention
+        tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp12 = tmp10 + tmp11
+        tmp13 = tmp12 + tmp8
+        inv0 = -tie_emb_out
+        tmp18 = numpy.greater_equal(zero_level, 2)
+        tmp20 = numpy.greater_equal(zero_level, 1)
+        tmp21 = numpy.greater_equal(zero_level, 3)
+        tmp27 = dhr + qk_nope_head_dim
+        inv1 = 2*dc_kv + dhr
+        inv2 = -bytes_compute
+        inv3 = 2*dropout
+        tmp31 = dh + dhr
+        tmp32 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + h*tmp1 + h*tmp7 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp3 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv4 = -tmp32
+        inv5 = -tmp32
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = -tmp13
+        inv10 = a*tmp27 + n_kv*tmp27 + tmp2
+        inv11 = a*tmp31 + n_kv*tmp31 + tmp2
+        inv12 = -tmp12
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_t", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+        tmp1 = a*dh
+        tmp2 = dh*n_kv
+        tmp3 = hff*n_ffMM
+        tmp4 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp5 = numpy.where(tmp4, qk_nope_head_dim, dh)
+        tmp6 = dhr + tmp5
+        tmp7 = a*tmp6
+        tmp8 = bytes_compute*(n_kv*tmp6 + tmp1 + tmp2 + tmp3 + tmp7)
+        tmp10 = 4*a*flash_attention
+        tmp11 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp12 = tmp10 + tmp11
+        tmp13 = tmp12 + tmp8
+        inv0 = -tie_emb_out
+        tmp18 = numpy.greater_equal(zero_level, 2)
+        tmp20 = numpy.greater_equal(zero_level, 1)
+        tmp21 = numpy.greater_equal(zero_level, 3)
+        tmp27 = dhr + qk_nope_head_dim
+        inv1 = 2*dc_kv + dhr
+        inv2 = -bytes_compute
+        inv3 = 2*dropout
+        tmp31 = dh + dhr
+        tmp32 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp5) + dc_kv + h*tmp1 + h*tmp7 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp3 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv4 = -tmp32
+        inv5 = -tmp32
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = -tmp13
+        inv10 = a*tmp27 + n_kv*tmp27 + tmp2
+        inv11 = a*tmp31 + n_kv*tmp31 + tmp2
+        inv12 = -tmp12
+    return (tmp1, tmp3, tmp8, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12)
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_t_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, m4, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp8, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12):
+    """memory_mla_q_direct_dense_stage_total_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp4_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp18_mask = numpy.greater_equal(zero_level, 2) -> m1
+    numpy.greater_equal(zero_level, 2.0, out=m1)
+    # tmp20_mask = numpy.greater_equal(zero_level, 1) -> m2
+    numpy.greater_equal(zero_level, 1.0, out=m2)
+    # tmp21_mask = numpy.greater_equal(zero_level, 3) -> m3
+    numpy.greater_equal(zero_level, 3.0, out=m3)
+    # tmp0 = 1/(t*t) -> r0
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp9 = n_body + n_extra + n_extra_sel -> r1
+    numpy.add(n_body, n_extra, out=r1)
+    numpy.add(r1, n_extra_sel, out=r1)
+    # tmp14 = b*s/cp -> r2
+    numpy.multiply(b, s, out=r2)
+    numpy.divide(r2, cp, out=r2)
+    # tmp15 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
+    numpy.copyto(r3, 0.0)
+    numpy.less_equal(p, 1.0, out=m4)
+    numpy.copyto(r3, 1.0, where=m4)
+    numpy.multiply(r3, inv0, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, h, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, v, out=r3)
+    # tmp16 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
+    #     1)/(numpy.maximum(shard_p_os_non_exp_partial, t)*numpy.maximum(shard_p_os_non_exp_partial,
+    #     t)) -> r4
+    numpy.copyto(r4, 1.0)
+    numpy.greater(shard_p_os_non_exp_partial, t, out=m4)
+    numpy.copyto(r4, 0.0, where=m4)
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
+    numpy.multiply(r5, r5, out=r6)
+    numpy.divide(r4, r6, out=r4)
+    # tmp17 = -tmp15*tmp16 -> r5
+    numpy.multiply(r3, r4, out=r5)
+    numpy.negative(r5, out=r5)
+    # tmp19 = -tmp0*tmp15 -> r6
+    numpy.multiply(r0, r3, out=r6)
+    numpy.negative(r6, out=r6)
+    # tmp22 = tmp14*numpy.minimum(1, n_full_rec) -> r3
+    numpy.minimum(1.0, n_full_rec, out=r3)
+    numpy.multiply(r3, r2, out=r3)
+    # tmp24 = tmp10/t + tmp11/t -> r7
+    numpy.divide(tmp10, t, out=r7)
+    numpy.divide(tmp11, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp25 = tmp14*numpy.minimum(1, n_sel_rec) -> r8
+    numpy.minimum(1.0, n_sel_rec, out=r8)
+    numpy.multiply(r8, r2, out=r8)
+    # tmp26 = tmp24*tmp25 -> r9
+    numpy.multiply(r7, r8, out=r9)
+    # tmp28 = h/sp -> r10
+    numpy.divide(h, sp, out=r10)
+    # tmp29 = inv1 + 4*tmp28 + tmp1/t + tmp3/t -> r11
+    numpy.multiply(r10, 4.0, out=r11)
+    numpy.divide(tmp1, t, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.divide(tmp3, t, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.add(r11, inv1, out=r11)
+    # tmp30 = inv2*tmp28 + inv3*tmp28 + tmp24 -> r12
+    numpy.multiply(inv2, r10, out=r12)
+    numpy.multiply(inv3, r10, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.add(r12, r7, out=r12)
+    # tmp33 = inv4*tmp16 -> r7
+    numpy.multiply(inv4, r4, out=r7)
+    # tmp34 = inv5*tmp0 -> r4
+    numpy.multiply(inv5, r0, out=r4)
+    # out = n_output*(bytes_grad*numpy.where(tmp18_mask, tmp17, tmp19) +
+    #     bytes_optimizer*numpy.where(tmp20_mask, tmp17, tmp19) + bytes_p*numpy.where(tmp21_mask,
+    #     tmp17, tmp19)) - tmp0*tmp14*(inv6*n_output + n_sel_rec*tmp8 + tmp13*(-n_full_rec -
+    #     n_sel_rec + tmp9))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
+    #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + tmp9*(bytes_grad*numpy.where(tmp18_mask, tmp33,
+    #     tmp34) + bytes_optimizer*numpy.where(tmp20_mask, tmp33, tmp34) +
+    #     bytes_p*numpy.where(tmp21_mask, tmp33, tmp34)) + numpy.where(numpy.where(tmp4_mask,
+    #     numpy.less(tmp26, tmp22*(bytes_compute*(inv10/t + tmp29) + tmp30)), numpy.less(tmp26,
+    #     tmp22*(bytes_compute*(inv11/t + tmp29) + tmp30))), inv9*tmp0*tmp22, inv12*tmp0*tmp25)
+    numpy.copyto(out, r4)
+    numpy.copyto(out, r7, where=m1)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.copyto(r10, r4)
+    numpy.copyto(r10, r7, where=m2)
+    numpy.multiply(r10, bytes_optimizer, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.copyto(r10, r4)
+    numpy.copyto(r10, r7, where=m3)
+    numpy.multiply(r10, bytes_p, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.copyto(r10, r6)
+    numpy.copyto(r10, r5, where=m1)
+    numpy.multiply(r10, bytes_grad, out=r10)
+    numpy.copyto(r13, r6)
+    numpy.copyto(r13, r5, where=m2)
+    numpy.multiply(r13, bytes_optimizer, out=r13)
+    numpy.add(r10, r13, out=r10)
+    numpy.copyto(r13, r6)
+    numpy.copyto(r13, r5, where=m3)
+    numpy.multiply(r13, bytes_p, out=r13)
+    numpy.add(r10, r13, out=r10)
+    numpy.multiply(r10, n_output, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.multiply(inv12, r0, out=r10)
+    numpy.multiply(r10, r8, out=r10)
+    numpy.copyto(m4, numpy.where(m0, numpy.less(r9, r3*(bytes_compute*(inv10/t + r11) + r12)), numpy.less(r9, r3*(bytes_compute*(inv11/t + r11) + r12))))
+    numpy.multiply(inv9, r0, out=r13)
+    numpy.multiply(r13, r3, out=r13)
+    numpy.copyto(r10, r13, where=m4)
+    numpy.add(out, r10, out=out)
+    numpy.subtract(r1, n_full_rec, out=r10)
+    numpy.subtract(r10, n_sel_rec, out=r10)
+    numpy.multiply(r10, tmp13, out=r10)
+    numpy.multiply(tmp8, n_sel_rec, out=r13)
+    numpy.add(r10, r13, out=r10)
+    numpy.multiply(inv6, n_output, out=r13)
+    numpy.add(r10, r13, out=r10)
+    numpy.less_equal(vp, 1.0, out=m4)
+    if not m4.all():
+        numpy.multiply(p, vp, out=r13)
+        numpy.add(r13, inv8, out=r13)
+        numpy.add(r13, p, out=r13)
+        numpy.divide(r13, vp, out=r13)
+        numpy.minimum(r13, m, out=r13)
+    numpy.add(inv7, p, out=r14)
+    numpy.minimum(r14, m, out=r14)
+    numpy.copyto(r13, r14, where=m4)
+    numpy.multiply(r10, r13, out=r10)
+    numpy.multiply(r10, r0, out=r10)
+    numpy.multiply(r10, r2, out=r10)
+    numpy.subtract(out, r10, out=out)
+
+
+memory_mla_q_direct_dense_stage_total_bytes__d_t.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_dense_stage_total_bytes__d_t_block,
+    reals=15,
+    masks=5,
+    arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
+    passed=("tmp1", "tmp3", "tmp8", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
+    invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_t_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
@@ -9708,40 +10362,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, by
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = dh*n_kv
-            tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
-            inv0 = hff*n_ffMM
-            inv1 = 2*dc_kv + dhr
-            inv2 = a*tmp7 + n_kv*tmp7 + tmp5
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp20 = dhr + qk_nope_head_dim
-            tmp23 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp20 + n_kv*tmp20 + tmp5
-            inv9 = a*tmp23 + n_kv*tmp23 + tmp5
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
-            tmp5 = dh*n_kv
-            tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
-            inv0 = hff*n_ffMM
-            inv1 = 2*dc_kv + dhr
-            inv2 = a*tmp7 + n_kv*tmp7 + tmp5
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp20 = dhr + qk_nope_head_dim
-            tmp23 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp20 + n_kv*tmp20 + tmp5
-            inv9 = a*tmp23 + n_kv*tmp23 + tmp5
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9) = _memory_mla_q_direct_dense_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_direct_dense_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
@@ -9749,104 +10370,159 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, by
             reals=16,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
-            # tmp6_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp1 = bytes_compute*tmp0 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp2 = dropout*tmp0 -> r2
-            numpy.multiply(r0, dropout, out=r2)
-            # tmp4 = 2*tmp2 -> r3
-            numpy.multiply(r2, 2.0, out=r3)
-            # tmp8 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp9 = dh*tmp8 + inv0/t + inv1 + 4*tmp0 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.multiply(r4, dh, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(inv0, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, inv1, out=r5)
-            # tmp10 = bytes_compute*(inv2/t + tmp9) + tmp4 -> r0
-            numpy.divide(inv2, t, out=r0)
-            numpy.add(r0, r5, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.add(r0, r3, out=r0)
-            # tmp11 = inv3*tmp8 + inv4*tmp8 -> r6
-            numpy.multiply(inv3, r4, out=r6)
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp12 = tmp10 + tmp11 -> r4
-            numpy.add(r0, r6, out=r4)
-            # tmp13 = b*s -> r7
-            numpy.multiply(b, s, out=r7)
-            # tmp14 = tmp13/(cp*cp) -> r8
-            numpy.multiply(cp, cp, out=r8)
-            numpy.divide(r7, r8, out=r8)
-            # tmp15 = -tmp1 -> r9
-            numpy.negative(r1, out=r9)
-            # tmp16 = numpy.minimum(1, n_full_rec) -> r10
-            numpy.minimum(1.0, n_full_rec, out=r10)
-            # tmp17 = numpy.minimum(1, n_sel_rec) -> r11
-            numpy.minimum(1.0, n_sel_rec, out=r11)
-            # tmp18 = tmp13/cp -> r12
-            numpy.divide(r7, cp, out=r12)
-            # tmp19 = tmp11*tmp17*tmp18 -> r7
-            numpy.multiply(r6, r11, out=r7)
-            numpy.multiply(r7, r12, out=r7)
-            # tmp21 = tmp11 + tmp15 + tmp4 -> r13
-            numpy.add(r6, r9, out=r13)
-            numpy.add(r13, r3, out=r13)
-            # tmp22 = tmp16*tmp18 -> r3
-            numpy.multiply(r10, r12, out=r3)
-            # out = -tmp14*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
-            #     n_sel_rec*tmp10 + tmp12*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
-            #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp6_mask,
-            #     numpy.less(tmp19, tmp22*(bytes_compute*(inv8/t + tmp9) + tmp21)),
-            #     numpy.less(tmp19, tmp22*(bytes_compute*(inv9/t + tmp9) + tmp21))),
-            #     tmp14*tmp16*(-tmp12 - tmp15), -tmp11*tmp14*tmp17)
-            numpy.multiply(r6, r8, out=out)
-            numpy.multiply(out, r11, out=out)
-            numpy.negative(out, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r7, r3*(bytes_compute*(inv8/t + r5) + r13)), numpy.less(r7, r3*(bytes_compute*(inv9/t + r5) + r13))))
-            numpy.negative(r4, out=r12)
-            numpy.subtract(r12, r9, out=r12)
-            numpy.multiply(r12, r8, out=r12)
-            numpy.multiply(r12, r10, out=r12)
-            numpy.copyto(out, r12, where=m1)
-            numpy.multiply(r1, n_full_rec, out=r12)
-            numpy.multiply(r0, n_sel_rec, out=r14)
-            numpy.add(r12, r14, out=r12)
-            numpy.add(n_body, n_extra, out=r14)
-            numpy.add(r14, n_extra_sel, out=r14)
-            numpy.subtract(r14, n_full_rec, out=r14)
-            numpy.subtract(r14, n_sel_rec, out=r14)
-            numpy.multiply(r14, r4, out=r14)
-            numpy.add(r12, r14, out=r12)
-            numpy.multiply(r2, n_embedding, out=r14)
-            numpy.add(r12, r14, out=r12)
-            numpy.multiply(r1, 2.0, out=r14)
-            numpy.divide(inv5, t, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r14, n_output, out=r14)
-            numpy.add(r12, r14, out=r12)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r14)
-                numpy.add(r14, inv7, out=r14)
-                numpy.add(r14, p, out=r14)
-                numpy.divide(r14, vp, out=r14)
-                numpy.minimum(r14, m, out=r14)
-            numpy.add(inv6, p, out=r15)
-            numpy.minimum(r15, m, out=r15)
-            numpy.copyto(r14, r15, where=m1)
-            numpy.multiply(r12, r14, out=r12)
-            numpy.multiply(r12, r8, out=r12)
-            numpy.subtract(out, r12, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_dense_stage_total_bytes__d_cp_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_direct_dense_stage_total_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = dh*n_kv
+        tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
+        inv0 = hff*n_ffMM
+        inv1 = 2*dc_kv + dhr
+        inv2 = a*tmp7 + n_kv*tmp7 + tmp5
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp20 = dhr + qk_nope_head_dim
+        tmp23 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp20 + n_kv*tmp20 + tmp5
+        inv9 = a*tmp23 + n_kv*tmp23 + tmp5
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
+        tmp5 = dh*n_kv
+        tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
+        inv0 = hff*n_ffMM
+        inv1 = 2*dc_kv + dhr
+        inv2 = a*tmp7 + n_kv*tmp7 + tmp5
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp20 = dhr + qk_nope_head_dim
+        tmp23 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp20 + n_kv*tmp20 + tmp5
+        inv9 = a*tmp23 + n_kv*tmp23 + tmp5
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9)
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9):
+    """memory_mla_q_direct_dense_stage_total_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp6_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp1 = bytes_compute*tmp0 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp2 = dropout*tmp0 -> r2
+    numpy.multiply(r0, dropout, out=r2)
+    # tmp4 = 2*tmp2 -> r3
+    numpy.multiply(r2, 2.0, out=r3)
+    # tmp8 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp9 = dh*tmp8 + inv0/t + inv1 + 4*tmp0 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.multiply(r4, dh, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(inv0, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, inv1, out=r5)
+    # tmp10 = bytes_compute*(inv2/t + tmp9) + tmp4 -> r0
+    numpy.divide(inv2, t, out=r0)
+    numpy.add(r0, r5, out=r0)
+    numpy.multiply(r0, bytes_compute, out=r0)
+    numpy.add(r0, r3, out=r0)
+    # tmp11 = inv3*tmp8 + inv4*tmp8 -> r6
+    numpy.multiply(inv3, r4, out=r6)
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.add(r6, r7, out=r6)
+    # tmp12 = tmp10 + tmp11 -> r4
+    numpy.add(r0, r6, out=r4)
+    # tmp13 = b*s -> r7
+    numpy.multiply(b, s, out=r7)
+    # tmp14 = tmp13/(cp*cp) -> r8
+    numpy.multiply(cp, cp, out=r8)
+    numpy.divide(r7, r8, out=r8)
+    # tmp15 = -tmp1 -> r9
+    numpy.negative(r1, out=r9)
+    # tmp16 = numpy.minimum(1, n_full_rec) -> r10
+    numpy.minimum(1.0, n_full_rec, out=r10)
+    # tmp17 = numpy.minimum(1, n_sel_rec) -> r11
+    numpy.minimum(1.0, n_sel_rec, out=r11)
+    # tmp18 = tmp13/cp -> r12
+    numpy.divide(r7, cp, out=r12)
+    # tmp19 = tmp11*tmp17*tmp18 -> r7
+    numpy.multiply(r6, r11, out=r7)
+    numpy.multiply(r7, r12, out=r7)
+    # tmp21 = tmp11 + tmp15 + tmp4 -> r13
+    numpy.add(r6, r9, out=r13)
+    numpy.add(r13, r3, out=r13)
+    # tmp22 = tmp16*tmp18 -> r3
+    numpy.multiply(r10, r12, out=r3)
+    # out = -tmp14*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
+    #     n_sel_rec*tmp10 + tmp12*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
+    #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp6_mask,
+    #     numpy.less(tmp19, tmp22*(bytes_compute*(inv8/t + tmp9) + tmp21)), numpy.less(tmp19,
+    #     tmp22*(bytes_compute*(inv9/t + tmp9) + tmp21))), tmp14*tmp16*(-tmp12 - tmp15),
+    #     -tmp11*tmp14*tmp17)
+    numpy.multiply(r6, r8, out=out)
+    numpy.multiply(out, r11, out=out)
+    numpy.negative(out, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r7, r3*(bytes_compute*(inv8/t + r5) + r13)), numpy.less(r7, r3*(bytes_compute*(inv9/t + r5) + r13))))
+    numpy.negative(r4, out=r12)
+    numpy.subtract(r12, r9, out=r12)
+    numpy.multiply(r12, r8, out=r12)
+    numpy.multiply(r12, r10, out=r12)
+    numpy.copyto(out, r12, where=m1)
+    numpy.multiply(r1, n_full_rec, out=r12)
+    numpy.multiply(r0, n_sel_rec, out=r14)
+    numpy.add(r12, r14, out=r12)
+    numpy.add(n_body, n_extra, out=r14)
+    numpy.add(r14, n_extra_sel, out=r14)
+    numpy.subtract(r14, n_full_rec, out=r14)
+    numpy.subtract(r14, n_sel_rec, out=r14)
+    numpy.multiply(r14, r4, out=r14)
+    numpy.add(r12, r14, out=r12)
+    numpy.multiply(r2, n_embedding, out=r14)
+    numpy.add(r12, r14, out=r12)
+    numpy.multiply(r1, 2.0, out=r14)
+    numpy.divide(inv5, t, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(r14, n_output, out=r14)
+    numpy.add(r12, r14, out=r12)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r14)
+        numpy.add(r14, inv7, out=r14)
+        numpy.add(r14, p, out=r14)
+        numpy.divide(r14, vp, out=r14)
+        numpy.minimum(r14, m, out=r14)
+    numpy.add(inv6, p, out=r15)
+    numpy.minimum(r15, m, out=r15)
+    numpy.copyto(r14, r15, where=m1)
+    numpy.multiply(r12, r14, out=r12)
+    numpy.multiply(r12, r8, out=r12)
+    numpy.subtract(out, r12, out=out)
+
+
+memory_mla_q_direct_dense_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_dense_stage_total_bytes__d_cp_block,
+    reals=16,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+    invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_cp_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
@@ -9932,28 +10608,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp5 + dh*n_kv + n_kv*tmp5
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + dhr
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
-            tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp5 + dh*n_kv + n_kv*tmp5
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + dhr
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7) = _memory_mla_q_direct_dense_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_direct_dense_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
@@ -9961,72 +10616,115 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, byt
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp3 = 2*tmp1 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp4 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # tmp6 = bytes_compute*(dh*tmp4 + inv0/t + inv1/t + inv2 + 4*tmp1) + dropout*tmp3 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, dh, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv0, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv1, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, inv2, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
-            #     n_output*(bytes_compute*tmp3 + inv3/t) + n_sel_rec*tmp6 + (inv4*tmp4 + inv5*tmp4 +
-            #     tmp6)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 +
-            #     p), 0, 1), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv3, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv4, r2, out=r4)
-            numpy.multiply(inv5, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.add(1.0, vp, out=r4)
-                numpy.divide(r4, vp, out=r4)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv7, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 0.0, where=m1)
-            numpy.copyto(r5, 1.0)
-            numpy.add(inv6, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 0.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_dense_stage_total_bytes__d_p_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_direct_dense_stage_total_bytes__d_p computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp5 + dh*n_kv + n_kv*tmp5
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + dhr
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
+        tmp5 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp5 + dh*n_kv + n_kv*tmp5
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + dhr
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7)
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_p_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7):
+    """memory_mla_q_direct_dense_stage_total_bytes__d_p on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp3 = 2*tmp1 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp4 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # tmp6 = bytes_compute*(dh*tmp4 + inv0/t + inv1/t + inv2 + 4*tmp1) + dropout*tmp3 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, dh, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv0, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv1, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, inv2, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
+    #     n_output*(bytes_compute*tmp3 + inv3/t) + n_sel_rec*tmp6 + (inv4*tmp4 + inv5*tmp4 +
+    #     tmp6)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 + p), 0,
+    #     1), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv3, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv4, r2, out=r4)
+    numpy.multiply(inv5, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.add(1.0, vp, out=r4)
+        numpy.divide(r4, vp, out=r4)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv7, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 0.0, where=m1)
+    numpy.copyto(r5, 1.0)
+    numpy.add(inv6, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 0.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_mla_q_direct_dense_stage_total_bytes__d_p.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_dense_stage_total_bytes__d_p_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+    invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_p_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
@@ -10112,28 +10810,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + dhr
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
-            tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + dhr
-            inv3 = bytes_logits*v
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7) = _memory_mla_q_direct_dense_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_direct_dense_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
@@ -10141,71 +10818,114 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, byt
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7 in call.blocks():
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = 2*tmp0 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp3 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # tmp5 = bytes_compute*(dh*tmp3 + inv0/t + inv1/t + inv2 + 4*tmp0) + dropout*tmp2 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, dh, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv0, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv1, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, inv2, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 +
-            #     n_output*(bytes_compute*tmp2 + inv3/t) + n_sel_rec*tmp5 + (inv4*tmp3 + inv5*tmp3 +
-            #     tmp5)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 +
-            #     p), 1, 0), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 1, 0))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv3, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv4, r2, out=r4)
-            numpy.multiply(inv5, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r4, 0.0)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv7, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 1.0, where=m1)
-            numpy.copyto(r5, 0.0)
-            numpy.add(inv6, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 1.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_dense_stage_total_bytes__d_m_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_direct_dense_stage_total_bytes__d_m computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + dhr
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
+        tmp4 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp4 + dh*n_kv + n_kv*tmp4
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + dhr
+        inv3 = bytes_logits*v
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7)
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_m_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7):
+    """memory_mla_q_direct_dense_stage_total_bytes__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = 2*tmp0 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp3 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # tmp5 = bytes_compute*(dh*tmp3 + inv0/t + inv1/t + inv2 + 4*tmp0) + dropout*tmp2 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, dh, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv0, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv1, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, inv2, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # out = b*s*(bytes_compute*n_full_rec*tmp0 + dropout*n_embedding*tmp0 +
+    #     n_output*(bytes_compute*tmp2 + inv3/t) + n_sel_rec*tmp5 + (inv4*tmp3 + inv5*tmp3 +
+    #     tmp5)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv6 + p), 1,
+    #     0), numpy.where(numpy.less(m, (inv7 + p*vp + p)/vp), 1, 0))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv3, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv4, r2, out=r4)
+    numpy.multiply(inv5, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r4, 0.0)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv7, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 1.0, where=m1)
+    numpy.copyto(r5, 0.0)
+    numpy.add(inv6, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 1.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_mla_q_direct_dense_stage_total_bytes__d_m.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_dense_stage_total_bytes__d_m_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
+    invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_m_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
@@ -10336,40 +11056,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = dh*n_kv
-            tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
-            inv0 = hff*n_ffMM
-            inv1 = 2*dc_kv + dhr
-            inv2 = a*tmp7 + n_kv*tmp7 + tmp5
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp18 = dhr + qk_nope_head_dim
-            tmp21 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp18 + n_kv*tmp18 + tmp5
-            inv9 = a*tmp21 + n_kv*tmp21 + tmp5
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
-            tmp5 = dh*n_kv
-            tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
-            inv0 = hff*n_ffMM
-            inv1 = 2*dc_kv + dhr
-            inv2 = a*tmp7 + n_kv*tmp7 + tmp5
-            inv3 = 4*flash_attention
-            inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp18 = dhr + qk_nope_head_dim
-            tmp21 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp18 + n_kv*tmp18 + tmp5
-            inv9 = a*tmp21 + n_kv*tmp21 + tmp5
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9) = _memory_mla_q_direct_dense_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_direct_dense_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
@@ -10377,97 +11064,151 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, byt
             reals=14,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
-            # tmp6_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp1 = bytes_compute*tmp0 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp2 = dropout*tmp0 -> r2
-            numpy.multiply(r0, dropout, out=r2)
-            # tmp4 = 2*tmp2 -> r3
-            numpy.multiply(r2, 2.0, out=r3)
-            # tmp8 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp9 = dh*tmp8 + inv0/t + inv1 + 4*tmp0 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.multiply(r4, dh, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(inv0, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, inv1, out=r5)
-            # tmp10 = bytes_compute*(inv2/t + tmp9) + tmp4 -> r0
-            numpy.divide(inv2, t, out=r0)
-            numpy.add(r0, r5, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.add(r0, r3, out=r0)
-            # tmp11 = inv3*tmp8 + inv4*tmp8 -> r6
-            numpy.multiply(inv3, r4, out=r6)
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp12 = tmp10 + tmp11 -> r4
-            numpy.add(r0, r6, out=r4)
-            # tmp13 = s/cp -> r7
-            numpy.divide(s, cp, out=r7)
-            # tmp14 = -tmp1 -> r8
-            numpy.negative(r1, out=r8)
-            # tmp15 = tmp13*numpy.minimum(1, n_full_rec) -> r9
-            numpy.minimum(1.0, n_full_rec, out=r9)
-            numpy.multiply(r9, r7, out=r9)
-            # tmp16 = tmp11*tmp13*numpy.minimum(1, n_sel_rec) -> r10
-            numpy.minimum(1.0, n_sel_rec, out=r10)
-            numpy.multiply(r10, r6, out=r10)
-            numpy.multiply(r10, r7, out=r10)
-            # tmp17 = b*tmp16 -> r11
-            numpy.multiply(r10, b, out=r11)
-            # tmp19 = tmp11 + tmp14 + tmp4 -> r12
-            numpy.add(r6, r8, out=r12)
-            numpy.add(r12, r3, out=r12)
-            # tmp20 = b*tmp15 -> r3
-            numpy.multiply(r9, b, out=r3)
-            # out = tmp13*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
-            #     n_sel_rec*tmp10 + tmp12*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
-            #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp6_mask,
-            #     numpy.less(tmp17, tmp20*(bytes_compute*(inv8/t + tmp9) + tmp19)),
-            #     numpy.less(tmp17, tmp20*(bytes_compute*(inv9/t + tmp9) + tmp19))), tmp15*(tmp12 +
-            #     tmp14), tmp16)
-            numpy.multiply(r1, n_full_rec, out=out)
-            numpy.multiply(r0, n_sel_rec, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.add(n_body, n_extra, out=r6)
-            numpy.add(r6, n_extra_sel, out=r6)
-            numpy.subtract(r6, n_full_rec, out=r6)
-            numpy.subtract(r6, n_sel_rec, out=r6)
-            numpy.multiply(r6, r4, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r2, n_embedding, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r1, 2.0, out=r6)
-            numpy.divide(inv5, t, out=r13)
-            numpy.add(r6, r13, out=r6)
-            numpy.multiply(r6, n_output, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r6)
-                numpy.add(r6, inv7, out=r6)
-                numpy.add(r6, p, out=r6)
-                numpy.divide(r6, vp, out=r6)
-                numpy.minimum(r6, m, out=r6)
-            numpy.add(inv6, p, out=r13)
-            numpy.minimum(r13, m, out=r13)
-            numpy.copyto(r6, r13, where=m1)
-            numpy.multiply(out, r6, out=out)
-            numpy.multiply(out, r7, out=out)
-            numpy.copyto(r6, r10)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r11, r3*(bytes_compute*(inv8/t + r5) + r12)), numpy.less(r11, r3*(bytes_compute*(inv9/t + r5) + r12))))
-            numpy.add(r4, r8, out=r13)
-            numpy.multiply(r13, r9, out=r13)
-            numpy.copyto(r6, r13, where=m1)
-            numpy.add(out, r6, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_dense_stage_total_bytes__d_b_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_direct_dense_stage_total_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = dh*n_kv
+        tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
+        inv0 = hff*n_ffMM
+        inv1 = 2*dc_kv + dhr
+        inv2 = a*tmp7 + n_kv*tmp7 + tmp5
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp18 = dhr + qk_nope_head_dim
+        tmp21 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp18 + n_kv*tmp18 + tmp5
+        inv9 = a*tmp21 + n_kv*tmp21 + tmp5
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
+        tmp5 = dh*n_kv
+        tmp6 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp7 = dhr + numpy.where(tmp6, qk_nope_head_dim, dh)
+        inv0 = hff*n_ffMM
+        inv1 = 2*dc_kv + dhr
+        inv2 = a*tmp7 + n_kv*tmp7 + tmp5
+        inv3 = 4*flash_attention
+        inv4 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp18 = dhr + qk_nope_head_dim
+        tmp21 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp18 + n_kv*tmp18 + tmp5
+        inv9 = a*tmp21 + n_kv*tmp21 + tmp5
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9)
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_b_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9):
+    """memory_mla_q_direct_dense_stage_total_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp6_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp1 = bytes_compute*tmp0 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp2 = dropout*tmp0 -> r2
+    numpy.multiply(r0, dropout, out=r2)
+    # tmp4 = 2*tmp2 -> r3
+    numpy.multiply(r2, 2.0, out=r3)
+    # tmp8 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp9 = dh*tmp8 + inv0/t + inv1 + 4*tmp0 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.multiply(r4, dh, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(inv0, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, inv1, out=r5)
+    # tmp10 = bytes_compute*(inv2/t + tmp9) + tmp4 -> r0
+    numpy.divide(inv2, t, out=r0)
+    numpy.add(r0, r5, out=r0)
+    numpy.multiply(r0, bytes_compute, out=r0)
+    numpy.add(r0, r3, out=r0)
+    # tmp11 = inv3*tmp8 + inv4*tmp8 -> r6
+    numpy.multiply(inv3, r4, out=r6)
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.add(r6, r7, out=r6)
+    # tmp12 = tmp10 + tmp11 -> r4
+    numpy.add(r0, r6, out=r4)
+    # tmp13 = s/cp -> r7
+    numpy.divide(s, cp, out=r7)
+    # tmp14 = -tmp1 -> r8
+    numpy.negative(r1, out=r8)
+    # tmp15 = tmp13*numpy.minimum(1, n_full_rec) -> r9
+    numpy.minimum(1.0, n_full_rec, out=r9)
+    numpy.multiply(r9, r7, out=r9)
+    # tmp16 = tmp11*tmp13*numpy.minimum(1, n_sel_rec) -> r10
+    numpy.minimum(1.0, n_sel_rec, out=r10)
+    numpy.multiply(r10, r6, out=r10)
+    numpy.multiply(r10, r7, out=r10)
+    # tmp17 = b*tmp16 -> r11
+    numpy.multiply(r10, b, out=r11)
+    # tmp19 = tmp11 + tmp14 + tmp4 -> r12
+    numpy.add(r6, r8, out=r12)
+    numpy.add(r12, r3, out=r12)
+    # tmp20 = b*tmp15 -> r3
+    numpy.multiply(r9, b, out=r3)
+    # out = tmp13*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) + n_sel_rec*tmp10
+    #     + tmp12*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
+    #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp6_mask,
+    #     numpy.less(tmp17, tmp20*(bytes_compute*(inv8/t + tmp9) + tmp19)), numpy.less(tmp17,
+    #     tmp20*(bytes_compute*(inv9/t + tmp9) + tmp19))), tmp15*(tmp12 + tmp14), tmp16)
+    numpy.multiply(r1, n_full_rec, out=out)
+    numpy.multiply(r0, n_sel_rec, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.add(n_body, n_extra, out=r6)
+    numpy.add(r6, n_extra_sel, out=r6)
+    numpy.subtract(r6, n_full_rec, out=r6)
+    numpy.subtract(r6, n_sel_rec, out=r6)
+    numpy.multiply(r6, r4, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r2, n_embedding, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r1, 2.0, out=r6)
+    numpy.divide(inv5, t, out=r13)
+    numpy.add(r6, r13, out=r6)
+    numpy.multiply(r6, n_output, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r6)
+        numpy.add(r6, inv7, out=r6)
+        numpy.add(r6, p, out=r6)
+        numpy.divide(r6, vp, out=r6)
+        numpy.minimum(r6, m, out=r6)
+    numpy.add(inv6, p, out=r13)
+    numpy.minimum(r13, m, out=r13)
+    numpy.copyto(r6, r13, where=m1)
+    numpy.multiply(out, r6, out=out)
+    numpy.multiply(out, r7, out=out)
+    numpy.copyto(r6, r10)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r11, r3*(bytes_compute*(inv8/t + r5) + r12)), numpy.less(r11, r3*(bytes_compute*(inv9/t + r5) + r12))))
+    numpy.add(r4, r8, out=r13)
+    numpy.multiply(r13, r9, out=r13)
+    numpy.copyto(r6, r13, where=m1)
+    numpy.add(out, r6, out=out)
+
+
+memory_mla_q_direct_dense_stage_total_bytes__d_b.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_dense_stage_total_bytes__d_b_block,
+    reals=14,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+    invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_b_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
@@ -10603,40 +11344,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, byt
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp8 = dh*n_kv
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = dhr + numpy.where(tmp9, qk_nope_head_dim, dh)
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + dhr
-            inv3 = a*tmp10 + n_kv*tmp10 + tmp8
-            inv4 = 4*flash_attention
-            tmp21 = dhr + qk_nope_head_dim
-            tmp24 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp21 + n_kv*tmp21 + tmp8
-            inv9 = a*tmp24 + n_kv*tmp24 + tmp8
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp8 = dh*n_kv
-            tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp10 = dhr + numpy.where(tmp9, qk_nope_head_dim, dh)
-            inv1 = hff*n_ffMM
-            inv2 = 2*dc_kv + dhr
-            inv3 = a*tmp10 + n_kv*tmp10 + tmp8
-            inv4 = 4*flash_attention
-            tmp21 = dhr + qk_nope_head_dim
-            tmp24 = dh + dhr
-            inv5 = bytes_logits*v
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            inv8 = a*tmp21 + n_kv*tmp21 + tmp8
-            inv9 = a*tmp24 + n_kv*tmp24 + tmp8
+        (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9) = _memory_mla_q_direct_dense_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_direct_dense_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
@@ -10644,105 +11352,159 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, byt
             reals=17,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9 in call.blocks():
-            # tmp9_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp0 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp1 = bytes_compute*tmp0 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp2 = dropout*tmp0 -> r2
-            numpy.multiply(r0, dropout, out=r2)
-            # tmp4 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.subtract(r3, n_full_rec, out=r3)
-            numpy.subtract(r3, n_sel_rec, out=r3)
-            # tmp5 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp6 = inv0*tmp5 -> r5
-            numpy.multiply(inv0, r4, out=r5)
-            # tmp7 = 2*tmp2 -> r6
-            numpy.multiply(r2, 2.0, out=r6)
-            # tmp11 = dh*tmp5 + inv1/t + inv2 + 4*tmp0 -> r7
-            numpy.multiply(r0, 4.0, out=r7)
-            numpy.multiply(r4, dh, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(inv1, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.add(r7, inv2, out=r7)
-            # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp7 -> r0
-            numpy.divide(inv3, t, out=r0)
-            numpy.add(r0, r7, out=r0)
-            numpy.multiply(r0, bytes_compute, out=r0)
-            numpy.add(r0, r6, out=r0)
-            # tmp13 = inv4*tmp5 -> r8
-            numpy.multiply(inv4, r4, out=r8)
-            # tmp14 = tmp13 + tmp6 -> r4
-            numpy.add(r8, r5, out=r4)
-            # tmp15 = b/cp -> r9
-            numpy.divide(b, cp, out=r9)
-            # tmp16 = -tmp1 -> r10
-            numpy.negative(r1, out=r10)
-            # tmp17 = tmp13 + 2*tmp6 -> r11
-            numpy.multiply(r5, 2.0, out=r11)
-            numpy.add(r11, r8, out=r11)
-            # tmp18 = tmp15*numpy.minimum(1, n_full_rec) -> r8
-            numpy.minimum(1.0, n_full_rec, out=r8)
-            numpy.multiply(r8, r9, out=r8)
-            # tmp19 = tmp15*numpy.minimum(1, n_sel_rec) -> r12
-            numpy.minimum(1.0, n_sel_rec, out=r12)
-            numpy.multiply(r12, r9, out=r12)
-            # tmp20 = s*tmp14*tmp19 -> r13
-            numpy.multiply(r4, r12, out=r13)
-            numpy.multiply(r13, s, out=r13)
-            # tmp22 = tmp14 + tmp16 + tmp7 -> r14
-            numpy.add(r4, r10, out=r14)
-            numpy.add(r14, r6, out=r14)
-            # tmp23 = s*tmp18 -> r6
-            numpy.multiply(r8, s, out=r6)
-            # out = tmp15*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) +
-            #     n_sel_rec*tmp12 + tmp4*tmp6 + tmp4*(tmp12 +
-            #     tmp14))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv6 + p),
-            #     numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp9_mask,
-            #     numpy.less(tmp20, tmp23*(bytes_compute*(inv8/t + tmp11) + tmp22)),
-            #     numpy.less(tmp20, tmp23*(bytes_compute*(inv9/t + tmp11) + tmp22))), tmp18*(tmp12 +
-            #     tmp16 + tmp17), tmp17*tmp19)
-            numpy.multiply(r1, n_full_rec, out=out)
-            numpy.multiply(r0, n_sel_rec, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r2, n_embedding, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r3, r5, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.add(r0, r4, out=r15)
-            numpy.multiply(r15, r3, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.multiply(r1, 2.0, out=r15)
-            numpy.divide(inv5, t, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r15, n_output, out=r15)
-            numpy.add(out, r15, out=out)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r15)
-                numpy.add(r15, inv7, out=r15)
-                numpy.add(r15, p, out=r15)
-                numpy.divide(r15, vp, out=r15)
-                numpy.minimum(r15, m, out=r15)
-            numpy.add(inv6, p, out=r16)
-            numpy.minimum(r16, m, out=r16)
-            numpy.copyto(r15, r16, where=m1)
-            numpy.multiply(out, r15, out=out)
-            numpy.multiply(out, r9, out=out)
-            numpy.multiply(r11, r12, out=r15)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r13, r6*(bytes_compute*(inv8/t + r7) + r14)), numpy.less(r13, r6*(bytes_compute*(inv9/t + r7) + r14))))
-            numpy.add(r0, r10, out=r16)
-            numpy.add(r16, r11, out=r16)
-            numpy.multiply(r16, r8, out=r16)
-            numpy.copyto(r15, r16, where=m1)
-            numpy.add(out, r15, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_dense_stage_total_bytes__d_s_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_direct_dense_stage_total_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp8 = dh*n_kv
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = dhr + numpy.where(tmp9, qk_nope_head_dim, dh)
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + dhr
+        inv3 = a*tmp10 + n_kv*tmp10 + tmp8
+        inv4 = 4*flash_attention
+        tmp21 = dhr + qk_nope_head_dim
+        tmp24 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp21 + n_kv*tmp21 + tmp8
+        inv9 = a*tmp24 + n_kv*tmp24 + tmp8
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, hff, n_ffMM, n_kv, pp_rank, qk_nope_head_dim, s, v))
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp8 = dh*n_kv
+        tmp9 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp10 = dhr + numpy.where(tmp9, qk_nope_head_dim, dh)
+        inv1 = hff*n_ffMM
+        inv2 = 2*dc_kv + dhr
+        inv3 = a*tmp10 + n_kv*tmp10 + tmp8
+        inv4 = 4*flash_attention
+        tmp21 = dhr + qk_nope_head_dim
+        tmp24 = dh + dhr
+        inv5 = bytes_logits*v
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        inv8 = a*tmp21 + n_kv*tmp21 + tmp8
+        inv9 = a*tmp24 + n_kv*tmp24 + tmp8
+    return (inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9)
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9):
+    """memory_mla_q_direct_dense_stage_total_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp9_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp0 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp1 = bytes_compute*tmp0 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp2 = dropout*tmp0 -> r2
+    numpy.multiply(r0, dropout, out=r2)
+    # tmp4 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
+    numpy.add(n_body, n_extra, out=r3)
+    numpy.add(r3, n_extra_sel, out=r3)
+    numpy.subtract(r3, n_full_rec, out=r3)
+    numpy.subtract(r3, n_sel_rec, out=r3)
+    # tmp5 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp6 = inv0*tmp5 -> r5
+    numpy.multiply(inv0, r4, out=r5)
+    # tmp7 = 2*tmp2 -> r6
+    numpy.multiply(r2, 2.0, out=r6)
+    # tmp11 = dh*tmp5 + inv1/t + inv2 + 4*tmp0 -> r7
+    numpy.multiply(r0, 4.0, out=r7)
+    numpy.multiply(r4, dh, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(inv1, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.add(r7, inv2, out=r7)
+    # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp7 -> r0
+    numpy.divide(inv3, t, out=r0)
+    numpy.add(r0, r7, out=r0)
+    numpy.multiply(r0, bytes_compute, out=r0)
+    numpy.add(r0, r6, out=r0)
+    # tmp13 = inv4*tmp5 -> r8
+    numpy.multiply(inv4, r4, out=r8)
+    # tmp14 = tmp13 + tmp6 -> r4
+    numpy.add(r8, r5, out=r4)
+    # tmp15 = b/cp -> r9
+    numpy.divide(b, cp, out=r9)
+    # tmp16 = -tmp1 -> r10
+    numpy.negative(r1, out=r10)
+    # tmp17 = tmp13 + 2*tmp6 -> r11
+    numpy.multiply(r5, 2.0, out=r11)
+    numpy.add(r11, r8, out=r11)
+    # tmp18 = tmp15*numpy.minimum(1, n_full_rec) -> r8
+    numpy.minimum(1.0, n_full_rec, out=r8)
+    numpy.multiply(r8, r9, out=r8)
+    # tmp19 = tmp15*numpy.minimum(1, n_sel_rec) -> r12
+    numpy.minimum(1.0, n_sel_rec, out=r12)
+    numpy.multiply(r12, r9, out=r12)
+    # tmp20 = s*tmp14*tmp19 -> r13
+    numpy.multiply(r4, r12, out=r13)
+    numpy.multiply(r13, s, out=r13)
+    # tmp22 = tmp14 + tmp16 + tmp7 -> r14
+    numpy.add(r4, r10, out=r14)
+    numpy.add(r14, r6, out=r14)
+    # tmp23 = s*tmp18 -> r6
+    numpy.multiply(r8, s, out=r6)
+    # out = tmp15*(n_embedding*tmp2 + n_full_rec*tmp1 + n_output*(inv5/t + 2*tmp1) + n_sel_rec*tmp12
+    #     + tmp4*tmp6 + tmp4*(tmp12 + tmp14))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m,
+    #     inv6 + p), numpy.minimum(m, (inv7 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp9_mask,
+    #     numpy.less(tmp20, tmp23*(bytes_compute*(inv8/t + tmp11) + tmp22)), numpy.less(tmp20,
+    #     tmp23*(bytes_compute*(inv9/t + tmp11) + tmp22))), tmp18*(tmp12 + tmp16 + tmp17),
+    #     tmp17*tmp19)
+    numpy.multiply(r1, n_full_rec, out=out)
+    numpy.multiply(r0, n_sel_rec, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r2, n_embedding, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r3, r5, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.add(r0, r4, out=r15)
+    numpy.multiply(r15, r3, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.multiply(r1, 2.0, out=r15)
+    numpy.divide(inv5, t, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r15, n_output, out=r15)
+    numpy.add(out, r15, out=out)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r15)
+        numpy.add(r15, inv7, out=r15)
+        numpy.add(r15, p, out=r15)
+        numpy.divide(r15, vp, out=r15)
+        numpy.minimum(r15, m, out=r15)
+    numpy.add(inv6, p, out=r16)
+    numpy.minimum(r16, m, out=r16)
+    numpy.copyto(r15, r16, where=m1)
+    numpy.multiply(out, r15, out=out)
+    numpy.multiply(out, r9, out=out)
+    numpy.multiply(r11, r12, out=r15)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r13, r6*(bytes_compute*(inv8/t + r7) + r14)), numpy.less(r13, r6*(bytes_compute*(inv9/t + r7) + r14))))
+    numpy.add(r0, r10, out=r16)
+    numpy.add(r16, r11, out=r16)
+    numpy.multiply(r16, r8, out=r16)
+    numpy.copyto(r15, r16, where=m1)
+    numpy.add(out, r15, out=out)
+
+
+memory_mla_q_direct_dense_stage_total_bytes__d_s.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_dense_stage_total_bytes__d_s_block,
+    reals=17,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
+    passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
+    invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_s_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff", "n_ffMM", "n_kv", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_dense_stage_total_bytes__d_p_split(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level):
@@ -10978,44 +11740,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_p_split(*, a, b, bytes_comput
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*flash_attention
-            inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv2 = -pp_rank
-            inv3 = -2*pp_rank - 1
-            tmp14 = a*dh
-            tmp15 = hff*n_ffMM
-            tmp16 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp17 = dhr + tmp16
-            tmp18 = a*tmp17
-            inv4 = dh*n_kv + n_kv*tmp17 + tmp18
-            inv5 = 2*dc_kv + dhr
-            tmp22 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp16) + dc_kv + h*tmp14 + h*tmp18 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv6 = numpy.greater_equal(zero_level, 2)
-            inv7 = numpy.greater_equal(zero_level, 1)
-            inv8 = numpy.greater_equal(zero_level, 3)
-            inv9 = bytes_compute*h
-            inv10 = bytes_logits*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_p_split", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "v", "zero_level"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level))
-            inv0 = 4*flash_attention
-            inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv2 = -pp_rank
-            inv3 = -2*pp_rank - 1
-            tmp14 = a*dh
-            tmp15 = hff*n_ffMM
-            tmp16 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp17 = dhr + tmp16
-            tmp18 = a*tmp17
-            inv4 = dh*n_kv + n_kv*tmp17 + tmp18
-            inv5 = 2*dc_kv + dhr
-            tmp22 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp16) + dc_kv + h*tmp14 + h*tmp18 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
-            inv6 = numpy.greater_equal(zero_level, 2)
-            inv7 = numpy.greater_equal(zero_level, 1)
-            inv8 = numpy.greater_equal(zero_level, 3)
-            inv9 = bytes_compute*h
-            inv10 = bytes_logits*v
+        (inv0, inv1, inv2, inv3, tmp14, tmp15, inv4, inv5, tmp22, inv9, inv10) = _memory_mla_q_direct_dense_stage_total_bytes__d_p_split_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level)
         call = _runtime.Call(
             "memory_mla_q_direct_dense_stage_total_bytes__d_p_split",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level", "inv0", "inv1", "inv2", "inv3", "tmp14", "tmp15", "inv4", "inv5", "tmp22", "inv9", "inv10"),
@@ -11023,128 +11748,186 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_p_split(*, a, b, bytes_comput
             reals=13,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level, inv0, inv1, inv2, inv3, tmp14, tmp15, inv4, inv5, tmp22, inv9, inv10 in call.blocks():
-            # inv6_mask = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # inv7_mask = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # inv8_mask = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp1 = a/t -> r0
-            numpy.divide(a, t, out=r0)
-            # tmp2 = inv0*tmp1 + inv1*tmp1 -> r1
-            numpy.multiply(inv0, r0, out=r1)
-            numpy.multiply(inv1, r0, out=r2)
-            numpy.add(r1, r2, out=r1)
-            # tmp4 = inv2 + p -> r0
-            numpy.add(inv2, p, out=r0)
-            # tmp5 = numpy.less_equal(vp, 1) -> m3
-            numpy.less_equal(vp, 1.0, out=m3)
-            # tmp7 = (inv3 + p*vp + p)/vp -> r2
-            numpy.multiply(p, vp, out=r2)
-            numpy.add(r2, inv3, out=r2)
-            numpy.add(r2, p, out=r2)
-            numpy.divide(r2, vp, out=r2)
-            # tmp9 = b*s*numpy.where(tmp5, numpy.minimum(m, tmp4), numpy.minimum(m, tmp7))/cp -> r3
-            numpy.minimum(m, r2, out=r3)
-            numpy.minimum(m, r0, out=r4)
-            numpy.copyto(r3, r4, where=m3)
-            numpy.multiply(r3, b, out=r3)
-            numpy.multiply(r3, s, out=r3)
-            numpy.divide(r3, cp, out=r3)
-            # tmp10 = tmp9/p -> r4
-            numpy.divide(r3, p, out=r4)
-            # tmp12 = h/sp -> r5
-            numpy.divide(h, sp, out=r5)
-            # tmp13 = dropout*tmp12 -> r6
-            numpy.multiply(r5, dropout, out=r6)
-            # tmp19 = bytes_compute*(inv4/t + inv5 + 4*tmp12 + tmp14/t + tmp15/t) + 2*tmp13 -> r7
-            numpy.multiply(r6, 2.0, out=r7)
-            numpy.multiply(r5, 4.0, out=r8)
-            numpy.divide(tmp14, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.divide(tmp15, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.divide(inv4, t, out=r9)
-            numpy.add(r8, r9, out=r8)
-            numpy.add(r8, inv5, out=r8)
-            numpy.multiply(r8, bytes_compute, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp20 = tmp19 + tmp2 -> r8
-            numpy.add(r7, r1, out=r8)
-            # tmp21 = bytes_compute*tmp12 -> r9
-            numpy.multiply(r5, bytes_compute, out=r9)
-            # tmp23 = tmp22/numpy.maximum(shard_p_os_non_exp_partial, t) -> r5
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
-            numpy.divide(tmp22, r5, out=r5)
-            # tmp24 = tmp22/t -> r10
-            numpy.divide(tmp22, t, out=r10)
-            # tmp25 = (bytes_grad*numpy.where(inv6_mask, tmp23, tmp24) +
-            #     bytes_optimizer*numpy.where(inv7_mask, tmp23, tmp24) +
-            #     bytes_p*numpy.where(inv8_mask, tmp23, tmp24) + tmp20*tmp9)/p -> r11
-            numpy.multiply(r8, r3, out=r11)
-            numpy.copyto(r12, r10)
-            numpy.copyto(r12, r5, where=m0)
-            numpy.multiply(r12, bytes_grad, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.copyto(r12, r10)
-            numpy.copyto(r12, r5, where=m1)
-            numpy.multiply(r12, bytes_optimizer, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.copyto(r12, r10)
-            numpy.copyto(r12, r5, where=m2)
-            numpy.multiply(r12, bytes_p, out=r12)
-            numpy.add(r11, r12, out=r11)
-            numpy.divide(r11, p, out=r11)
-            # out = b*s*(n_embedding*tmp13 + n_full_rec*tmp21 + n_output*(inv10/t + 2*tmp21) +
-            #     n_sel_rec*tmp19 + tmp20*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(tmp5, numpy.where(numpy.less(m, tmp4), 0, 1),
-            #     numpy.where(numpy.less(m, tmp7), 0, (vp + 1)/vp))/cp - n_body*tmp25 -
-            #     n_extra*tmp25 - n_extra_sel*tmp25 - n_full_rec*tmp10*(inv9/sp - tmp20) +
-            #     n_sel_rec*tmp10*tmp2
-            numpy.multiply(r4, r1, out=out)
-            numpy.multiply(out, n_sel_rec, out=out)
-            numpy.multiply(r6, n_embedding, out=r3)
-            numpy.multiply(r7, n_sel_rec, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r5, r8, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.multiply(r9, n_full_rec, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.multiply(r9, 2.0, out=r5)
-            numpy.divide(inv10, t, out=r10)
-            numpy.add(r5, r10, out=r5)
-            numpy.multiply(r5, n_output, out=r5)
-            numpy.add(r3, r5, out=r3)
-            numpy.add(1.0, vp, out=r5)
-            numpy.divide(r5, vp, out=r5)
-            numpy.less(m, r2, out=m0)
-            numpy.copyto(r5, 0.0, where=m0)
-            numpy.copyto(r10, 1.0)
-            numpy.less(m, r0, out=m0)
-            numpy.copyto(r10, 0.0, where=m0)
-            numpy.copyto(r5, r10, where=m3)
-            numpy.multiply(r3, r5, out=r3)
-            numpy.multiply(r3, s, out=r3)
-            numpy.multiply(r3, b, out=r3)
-            numpy.divide(r3, cp, out=r3)
-            numpy.add(out, r3, out=out)
-            numpy.multiply(r11, n_body, out=r3)
-            numpy.subtract(out, r3, out=out)
-            numpy.multiply(r11, n_extra, out=r3)
-            numpy.subtract(out, r3, out=out)
-            numpy.multiply(r11, n_extra_sel, out=r3)
-            numpy.subtract(out, r3, out=out)
-            numpy.divide(inv9, sp, out=r3)
-            numpy.subtract(r3, r8, out=r3)
-            numpy.multiply(r3, r4, out=r3)
-            numpy.multiply(r3, n_full_rec, out=r3)
-            numpy.subtract(out, r3, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_dense_stage_total_bytes__d_p_split_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_p_split_invariants(a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level):
+    """What memory_mla_q_direct_dense_stage_total_bytes__d_p_split computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*flash_attention
+        inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv2 = -pp_rank
+        inv3 = -2*pp_rank - 1
+        tmp14 = a*dh
+        tmp15 = hff*n_ffMM
+        tmp16 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp17 = dhr + tmp16
+        tmp18 = a*tmp17
+        inv4 = dh*n_kv + n_kv*tmp17 + tmp18
+        inv5 = 2*dc_kv + dhr
+        tmp22 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp16) + dc_kv + h*tmp14 + h*tmp18 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv6 = numpy.greater_equal(zero_level, 2)
+        inv7 = numpy.greater_equal(zero_level, 1)
+        inv8 = numpy.greater_equal(zero_level, 3)
+        inv9 = bytes_compute*h
+        inv10 = bytes_logits*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level) = _runtime.reals("memory_mla_q_direct_dense_stage_total_bytes__d_p_split", ("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "v", "zero_level"), (a, bytes_compute, bytes_logits, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, v, zero_level))
+        inv0 = 4*flash_attention
+        inv1 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv2 = -pp_rank
+        inv3 = -2*pp_rank - 1
+        tmp14 = a*dh
+        tmp15 = hff*n_ffMM
+        tmp16 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp17 = dhr + tmp16
+        tmp18 = a*tmp17
+        inv4 = dh*n_kv + n_kv*tmp17 + tmp18
+        inv5 = 2*dc_kv + dhr
+        tmp22 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp16) + dc_kv + h*tmp14 + h*tmp18 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*tmp15 + mlp_bias*(h + hff*(n_ffMM - 1)))
+        inv6 = numpy.greater_equal(zero_level, 2)
+        inv7 = numpy.greater_equal(zero_level, 1)
+        inv8 = numpy.greater_equal(zero_level, 3)
+        inv9 = bytes_compute*h
+        inv10 = bytes_logits*v
+    return (inv0, inv1, inv2, inv3, tmp14, tmp15, inv4, inv5, tmp22, inv9, inv10)
+
+
+def _memory_mla_q_direct_dense_stage_total_bytes__d_p_split_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level, inv0, inv1, inv2, inv3, tmp14, tmp15, inv4, inv5, tmp22, inv9, inv10):
+    """memory_mla_q_direct_dense_stage_total_bytes__d_p_split on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv6_mask = numpy.greater_equal(zero_level, 2) -> m0
+    numpy.greater_equal(zero_level, 2.0, out=m0)
+    # inv7_mask = numpy.greater_equal(zero_level, 1) -> m1
+    numpy.greater_equal(zero_level, 1.0, out=m1)
+    # inv8_mask = numpy.greater_equal(zero_level, 3) -> m2
+    numpy.greater_equal(zero_level, 3.0, out=m2)
+    # tmp1 = a/t -> r0
+    numpy.divide(a, t, out=r0)
+    # tmp2 = inv0*tmp1 + inv1*tmp1 -> r1
+    numpy.multiply(inv0, r0, out=r1)
+    numpy.multiply(inv1, r0, out=r2)
+    numpy.add(r1, r2, out=r1)
+    # tmp4 = inv2 + p -> r0
+    numpy.add(inv2, p, out=r0)
+    # tmp5 = numpy.less_equal(vp, 1) -> m3
+    numpy.less_equal(vp, 1.0, out=m3)
+    # tmp7 = (inv3 + p*vp + p)/vp -> r2
+    numpy.multiply(p, vp, out=r2)
+    numpy.add(r2, inv3, out=r2)
+    numpy.add(r2, p, out=r2)
+    numpy.divide(r2, vp, out=r2)
+    # tmp9 = b*s*numpy.where(tmp5, numpy.minimum(m, tmp4), numpy.minimum(m, tmp7))/cp -> r3
+    numpy.minimum(m, r2, out=r3)
+    numpy.minimum(m, r0, out=r4)
+    numpy.copyto(r3, r4, where=m3)
+    numpy.multiply(r3, b, out=r3)
+    numpy.multiply(r3, s, out=r3)
+    numpy.divide(r3, cp, out=r3)
+    # tmp10 = tmp9/p -> r4
+    numpy.divide(r3, p, out=r4)
+    # tmp12 = h/sp -> r5
+    numpy.divide(h, sp, out=r5)
+    # tmp13 = dropout*tmp12 -> r6
+    numpy.multiply(r5, dropout, out=r6)
+    # tmp19 = bytes_compute*(inv4/t + inv5 + 4*tmp12 + tmp14/t + tmp15/t) + 2*tmp13 -> r7
+    numpy.multiply(r6, 2.0, out=r7)
+    numpy.multiply(r5, 4.0, out=r8)
+    numpy.divide(tmp14, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.divide(tmp15, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.divide(inv4, t, out=r9)
+    numpy.add(r8, r9, out=r8)
+    numpy.add(r8, inv5, out=r8)
+    numpy.multiply(r8, bytes_compute, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp20 = tmp19 + tmp2 -> r8
+    numpy.add(r7, r1, out=r8)
+    # tmp21 = bytes_compute*tmp12 -> r9
+    numpy.multiply(r5, bytes_compute, out=r9)
+    # tmp23 = tmp22/numpy.maximum(shard_p_os_non_exp_partial, t) -> r5
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
+    numpy.divide(tmp22, r5, out=r5)
+    # tmp24 = tmp22/t -> r10
+    numpy.divide(tmp22, t, out=r10)
+    # tmp25 = (bytes_grad*numpy.where(inv6_mask, tmp23, tmp24) +
+    #     bytes_optimizer*numpy.where(inv7_mask, tmp23, tmp24) + bytes_p*numpy.where(inv8_mask,
+    #     tmp23, tmp24) + tmp20*tmp9)/p -> r11
+    numpy.multiply(r8, r3, out=r11)
+    numpy.copyto(r12, r10)
+    numpy.copyto(r12, r5, where=m0)
+    numpy.multiply(r12, bytes_grad, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.copyto(r12, r10)
+    numpy.copyto(r12, r5, where=m1)
+    numpy.multiply(r12, bytes_optimizer, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.copyto(r12, r10)
+    numpy.copyto(r12, r5, where=m2)
+    numpy.multiply(r12, bytes_p, out=r12)
+    numpy.add(r11, r12, out=r11)
+    numpy.divide(r11, p, out=r11)
+    # out = b*s*(n_embedding*tmp13 + n_full_rec*tmp21 + n_output*(inv10/t + 2*tmp21) +
+    #     n_sel_rec*tmp19 + tmp20*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(tmp5, numpy.where(numpy.less(m, tmp4), 0, 1),
+    #     numpy.where(numpy.less(m, tmp7), 0, (vp + 1)/vp))/cp - n_body*tmp25 - n_extra*tmp25 -
+    #     n_extra_sel*tmp25 - n_full_rec*tmp10*(inv9/sp - tmp20) + n_sel_rec*tmp10*tmp2
+    numpy.multiply(r4, r1, out=out)
+    numpy.multiply(out, n_sel_rec, out=out)
+    numpy.multiply(r6, n_embedding, out=r3)
+    numpy.multiply(r7, n_sel_rec, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r5, r8, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.multiply(r9, n_full_rec, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.multiply(r9, 2.0, out=r5)
+    numpy.divide(inv10, t, out=r10)
+    numpy.add(r5, r10, out=r5)
+    numpy.multiply(r5, n_output, out=r5)
+    numpy.add(r3, r5, out=r3)
+    numpy.add(1.0, vp, out=r5)
+    numpy.divide(r5, vp, out=r5)
+    numpy.less(m, r2, out=m0)
+    numpy.copyto(r5, 0.0, where=m0)
+    numpy.copyto(r10, 1.0)
+    numpy.less(m, r0, out=m0)
+    numpy.copyto(r10, 0.0, where=m0)
+    numpy.copyto(r5, r10, where=m3)
+    numpy.multiply(r3, r5, out=r3)
+    numpy.multiply(r3, s, out=r3)
+    numpy.multiply(r3, b, out=r3)
+    numpy.divide(r3, cp, out=r3)
+    numpy.add(out, r3, out=out)
+    numpy.multiply(r11, n_body, out=r3)
+    numpy.subtract(out, r3, out=out)
+    numpy.multiply(r11, n_extra, out=r3)
+    numpy.subtract(out, r3, out=out)
+    numpy.multiply(r11, n_extra_sel, out=r3)
+    numpy.subtract(out, r3, out=out)
+    numpy.divide(inv9, sp, out=r3)
+    numpy.subtract(r3, r8, out=r3)
+    numpy.multiply(r3, r4, out=r3)
+    numpy.multiply(r3, n_full_rec, out=r3)
+    numpy.subtract(out, r3, out=out)
+
+
+memory_mla_q_direct_dense_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_dense_stage_total_bytes__d_p_split_block,
+    reals=13,
+    masks=4,
+    arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level"),
+    passed=("inv0", "inv1", "inv2", "inv3", "tmp14", "tmp15", "inv4", "inv5", "tmp22", "inv9", "inv10"),
+    invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_p_split_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "v", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
@@ -11349,74 +12132,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp1 = a*dh
-            tmp2 = dh*n_kv
-            tmp3 = hff_exp*n_ffMM
-            tmp4 = n_shared_exp*tmp3
-            tmp5 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp6 = numpy.where(tmp5, qk_nope_head_dim, dh)
-            tmp7 = dhr + tmp6
-            tmp8 = a*tmp7
-            tmp9 = bytes_compute*(n_kv*tmp7 + tmp1 + tmp2 + tmp4 + tmp8)
-            tmp11 = 4*a*flash_attention
-            tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp13 = tmp11 + tmp12
-            tmp14 = tmp13 + tmp9
-            inv0 = -tie_emb_out
-            tmp19 = numpy.greater_equal(zero_level, 2)
-            tmp21 = numpy.greater_equal(zero_level, 1)
-            tmp22 = numpy.greater_equal(zero_level, 3)
-            tmp28 = dhr + qk_nope_head_dim
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + dhr
-            inv3 = -bytes_compute
-            tmp34 = dh + dhr
-            tmp35 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + h*tmp1 + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv4 = -tmp35
-            inv5 = -tmp35
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = -tmp14
-            inv10 = a*tmp28 + n_kv*tmp28 + tmp2
-            inv11 = a*tmp34 + n_kv*tmp34 + tmp2
-            inv12 = -tmp13
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_t", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
-            tmp1 = a*dh
-            tmp2 = dh*n_kv
-            tmp3 = hff_exp*n_ffMM
-            tmp4 = n_shared_exp*tmp3
-            tmp5 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp6 = numpy.where(tmp5, qk_nope_head_dim, dh)
-            tmp7 = dhr + tmp6
-            tmp8 = a*tmp7
-            tmp9 = bytes_compute*(n_kv*tmp7 + tmp1 + tmp2 + tmp4 + tmp8)
-            tmp11 = 4*a*flash_attention
-            tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp13 = tmp11 + tmp12
-            tmp14 = tmp13 + tmp9
-            inv0 = -tie_emb_out
-            tmp19 = numpy.greater_equal(zero_level, 2)
-            tmp21 = numpy.greater_equal(zero_level, 1)
-            tmp22 = numpy.greater_equal(zero_level, 3)
-            tmp28 = dhr + qk_nope_head_dim
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + dhr
-            inv3 = -bytes_compute
-            tmp34 = dh + dhr
-            tmp35 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + h*tmp1 + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv4 = -tmp35
-            inv5 = -tmp35
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = -tmp14
-            inv10 = a*tmp28 + n_kv*tmp28 + tmp2
-            inv11 = a*tmp34 + n_kv*tmp34 + tmp2
-            inv12 = -tmp13
+        (tmp1, tmp3, tmp4, tmp9, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12) = _memory_mla_q_direct_moe_stage_total_bytes__d_t_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level)
         call = _runtime.Call(
             "memory_mla_q_direct_moe_stage_total_bytes__d_t",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp3", "tmp4", "tmp9", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
@@ -11424,152 +12140,238 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes
             reals=15,
             masks=5,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, m4, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp4, tmp9, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12 in call.blocks():
-            # tmp5_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp19_mask = numpy.greater_equal(zero_level, 2) -> m1
-            numpy.greater_equal(zero_level, 2.0, out=m1)
-            # tmp21_mask = numpy.greater_equal(zero_level, 1) -> m2
-            numpy.greater_equal(zero_level, 1.0, out=m2)
-            # tmp22_mask = numpy.greater_equal(zero_level, 3) -> m3
-            numpy.greater_equal(zero_level, 3.0, out=m3)
-            # tmp0 = 1/(t*t) -> r0
-            numpy.multiply(t, t, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp10 = n_body + n_extra + n_extra_sel -> r1
-            numpy.add(n_body, n_extra, out=r1)
-            numpy.add(r1, n_extra_sel, out=r1)
-            # tmp15 = b*s/cp -> r2
-            numpy.multiply(b, s, out=r2)
-            numpy.divide(r2, cp, out=r2)
-            # tmp16 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
-            numpy.copyto(r3, 0.0)
-            numpy.less_equal(p, 1.0, out=m4)
-            numpy.copyto(r3, 1.0, where=m4)
-            numpy.multiply(r3, inv0, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, h, out=r3)
-            numpy.add(r3, 1.0, out=r3)
-            numpy.multiply(r3, v, out=r3)
-            # tmp17 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
-            #     1)/(numpy.maximum(shard_p_os_non_exp_partial,
-            #     t)*numpy.maximum(shard_p_os_non_exp_partial, t)) -> r4
-            numpy.copyto(r4, 1.0)
-            numpy.greater(shard_p_os_non_exp_partial, t, out=m4)
-            numpy.copyto(r4, 0.0, where=m4)
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
-            numpy.multiply(r5, r5, out=r6)
-            numpy.divide(r4, r6, out=r4)
-            # tmp18 = -tmp16*tmp17 -> r5
-            numpy.multiply(r3, r4, out=r5)
-            numpy.negative(r5, out=r5)
-            # tmp20 = -tmp0*tmp16 -> r6
-            numpy.multiply(r0, r3, out=r6)
-            numpy.negative(r6, out=r6)
-            # tmp23 = tmp15*numpy.minimum(1, n_full_rec) -> r3
-            numpy.minimum(1.0, n_full_rec, out=r3)
-            numpy.multiply(r3, r2, out=r3)
-            # tmp25 = tmp11/t + tmp12/t -> r7
-            numpy.divide(tmp11, t, out=r7)
-            numpy.divide(tmp12, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp26 = tmp15*numpy.minimum(1, n_sel_rec) -> r8
-            numpy.minimum(1.0, n_sel_rec, out=r8)
-            numpy.multiply(r8, r2, out=r8)
-            # tmp27 = tmp25*tmp26 -> r9
-            numpy.multiply(r7, r8, out=r9)
-            # tmp30 = h/sp -> r10
-            numpy.divide(h, sp, out=r10)
-            # tmp31 = 2*tmp30 -> r11
-            numpy.multiply(r10, 2.0, out=r11)
-            # tmp32 = inv1*(tmp31 + tmp3/t_exp) + inv2 + n_exp/sp + 4*tmp30 + tmp1/t + tmp4/t -> r12
-            numpy.multiply(r10, 4.0, out=r12)
-            numpy.divide(tmp1, t, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.divide(tmp4, t, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.divide(n_exp, sp, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.divide(tmp3, t_exp, out=r13)
-            numpy.add(r13, r11, out=r13)
-            numpy.multiply(r13, inv1, out=r13)
-            numpy.add(r12, r13, out=r12)
-            numpy.add(r12, inv2, out=r12)
-            # tmp33 = dropout*tmp31 + inv3*tmp30 + tmp25 -> r13
-            numpy.multiply(r11, dropout, out=r13)
-            numpy.multiply(inv3, r10, out=r14)
-            numpy.add(r13, r14, out=r13)
-            numpy.add(r13, r7, out=r13)
-            # tmp36 = inv4*tmp17 -> r7
-            numpy.multiply(inv4, r4, out=r7)
-            # tmp37 = inv5*tmp0 -> r4
-            numpy.multiply(inv5, r0, out=r4)
-            # out = n_output*(bytes_grad*numpy.where(tmp19_mask, tmp18, tmp20) +
-            #     bytes_optimizer*numpy.where(tmp21_mask, tmp18, tmp20) +
-            #     bytes_p*numpy.where(tmp22_mask, tmp18, tmp20)) - tmp0*tmp15*(inv6*n_output +
-            #     n_sel_rec*tmp9 + tmp14*(-n_full_rec - n_sel_rec +
-            #     tmp10))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
-            #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) +
-            #     tmp10*(bytes_grad*numpy.where(tmp19_mask, tmp36, tmp37) +
-            #     bytes_optimizer*numpy.where(tmp21_mask, tmp36, tmp37) +
-            #     bytes_p*numpy.where(tmp22_mask, tmp36, tmp37)) +
-            #     numpy.where(numpy.where(tmp5_mask, numpy.less(tmp27, tmp23*(bytes_compute*(inv10/t
-            #     + tmp32) + tmp33)), numpy.less(tmp27, tmp23*(bytes_compute*(inv11/t + tmp32) +
-            #     tmp33))), inv9*tmp0*tmp23, inv12*tmp0*tmp26)
-            numpy.copyto(out, r4)
-            numpy.copyto(out, r7, where=m1)
-            numpy.multiply(out, bytes_grad, out=out)
-            numpy.copyto(r10, r4)
-            numpy.copyto(r10, r7, where=m2)
-            numpy.multiply(r10, bytes_optimizer, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.copyto(r10, r4)
-            numpy.copyto(r10, r7, where=m3)
-            numpy.multiply(r10, bytes_p, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.multiply(out, r1, out=out)
-            numpy.copyto(r10, r6)
-            numpy.copyto(r10, r5, where=m1)
-            numpy.multiply(r10, bytes_grad, out=r10)
-            numpy.copyto(r11, r6)
-            numpy.copyto(r11, r5, where=m2)
-            numpy.multiply(r11, bytes_optimizer, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.copyto(r11, r6)
-            numpy.copyto(r11, r5, where=m3)
-            numpy.multiply(r11, bytes_p, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(r10, n_output, out=r10)
-            numpy.add(out, r10, out=out)
-            numpy.multiply(inv12, r0, out=r10)
-            numpy.multiply(r10, r8, out=r10)
-            numpy.copyto(m4, numpy.where(m0, numpy.less(r9, r3*(bytes_compute*(inv10/t + r12) + r13)), numpy.less(r9, r3*(bytes_compute*(inv11/t + r12) + r13))))
-            numpy.multiply(inv9, r0, out=r11)
-            numpy.multiply(r11, r3, out=r11)
-            numpy.copyto(r10, r11, where=m4)
-            numpy.add(out, r10, out=out)
-            numpy.subtract(r1, n_full_rec, out=r10)
-            numpy.subtract(r10, n_sel_rec, out=r10)
-            numpy.multiply(r10, tmp14, out=r10)
-            numpy.multiply(tmp9, n_sel_rec, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.multiply(inv6, n_output, out=r11)
-            numpy.add(r10, r11, out=r10)
-            numpy.less_equal(vp, 1.0, out=m4)
-            if not m4.all():
-                numpy.multiply(p, vp, out=r11)
-                numpy.add(r11, inv8, out=r11)
-                numpy.add(r11, p, out=r11)
-                numpy.divide(r11, vp, out=r11)
-                numpy.minimum(r11, m, out=r11)
-            numpy.add(inv7, p, out=r14)
-            numpy.minimum(r14, m, out=r14)
-            numpy.copyto(r11, r14, where=m4)
-            numpy.multiply(r10, r11, out=r10)
-            numpy.multiply(r10, r0, out=r10)
-            numpy.multiply(r10, r2, out=r10)
-            numpy.subtract(out, r10, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_moe_stage_total_bytes__d_t_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_t_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level):
+    """What memory_mla_q_direct_moe_stage_total_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp1 = a*dh
+        tmp2 = dh*n_kv
+        tmp3 = hff_exp*n_ffMM
+        tmp4 = n_shared_exp*tmp3
+        tmp5 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp6 = numpy.where(tmp5, qk_nope_head_dim, dh)
+        tmp7 = dhr + tmp6
+        tmp8 = a*tmp7
+        tmp9 = bytes_compute*(n_kv*tmp7 + tmp1 + tmp2 + tmp4 + tmp8)
+        tmp11 = 4*a*flash_attention
+        tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp13 = tmp11 + tmp12
+        tmp14 = tmp13 + tmp9
+        inv0 = -tie_emb_out
+        tmp19 = numpy.greater_equal(zero_level, 2)
+        tmp21 = numpy.greater_equal(zero_level, 1)
+        tmp22 = numpy.greater_equal(zero_level, 3)
+        tmp28 = dhr + qk_nope_head_dim
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + dhr
+        inv3 = -bytes_compute
+        tmp34 = dh + dhr
+        tmp35 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + h*tmp1 + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv4 = -tmp35
+        inv5 = -tmp35
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = -tmp14
+        inv10 = a*tmp28 + n_kv*tmp28 + tmp2
+        inv11 = a*tmp34 + n_kv*tmp34 + tmp2
+        inv12 = -tmp13
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_t", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, tie_emb_out, v, zero_level))
+        tmp1 = a*dh
+        tmp2 = dh*n_kv
+        tmp3 = hff_exp*n_ffMM
+        tmp4 = n_shared_exp*tmp3
+        tmp5 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp6 = numpy.where(tmp5, qk_nope_head_dim, dh)
+        tmp7 = dhr + tmp6
+        tmp8 = a*tmp7
+        tmp9 = bytes_compute*(n_kv*tmp7 + tmp1 + tmp2 + tmp4 + tmp8)
+        tmp11 = 4*a*flash_attention
+        tmp12 = a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp13 = tmp11 + tmp12
+        tmp14 = tmp13 + tmp9
+        inv0 = -tie_emb_out
+        tmp19 = numpy.greater_equal(zero_level, 2)
+        tmp21 = numpy.greater_equal(zero_level, 1)
+        tmp22 = numpy.greater_equal(zero_level, 3)
+        tmp28 = dhr + qk_nope_head_dim
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + dhr
+        inv3 = -bytes_compute
+        tmp34 = dh + dhr
+        tmp35 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp6) + dc_kv + h*tmp1 + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv4 = -tmp35
+        inv5 = -tmp35
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = -tmp14
+        inv10 = a*tmp28 + n_kv*tmp28 + tmp2
+        inv11 = a*tmp34 + n_kv*tmp34 + tmp2
+        inv12 = -tmp13
+    return (tmp1, tmp3, tmp4, tmp9, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12)
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_t_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, m2, m3, m4, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp4, tmp9, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12):
+    """memory_mla_q_direct_moe_stage_total_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp5_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp19_mask = numpy.greater_equal(zero_level, 2) -> m1
+    numpy.greater_equal(zero_level, 2.0, out=m1)
+    # tmp21_mask = numpy.greater_equal(zero_level, 1) -> m2
+    numpy.greater_equal(zero_level, 1.0, out=m2)
+    # tmp22_mask = numpy.greater_equal(zero_level, 3) -> m3
+    numpy.greater_equal(zero_level, 3.0, out=m3)
+    # tmp0 = 1/(t*t) -> r0
+    numpy.multiply(t, t, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp10 = n_body + n_extra + n_extra_sel -> r1
+    numpy.add(n_body, n_extra, out=r1)
+    numpy.add(r1, n_extra_sel, out=r1)
+    # tmp15 = b*s/cp -> r2
+    numpy.multiply(b, s, out=r2)
+    numpy.divide(r2, cp, out=r2)
+    # tmp16 = v*(h*(inv0*numpy.where(numpy.less_equal(p, 1), 1, 0) + 1) + 1) -> r3
+    numpy.copyto(r3, 0.0)
+    numpy.less_equal(p, 1.0, out=m4)
+    numpy.copyto(r3, 1.0, where=m4)
+    numpy.multiply(r3, inv0, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, h, out=r3)
+    numpy.add(r3, 1.0, out=r3)
+    numpy.multiply(r3, v, out=r3)
+    # tmp17 = numpy.where(numpy.greater(shard_p_os_non_exp_partial, t), 0,
+    #     1)/(numpy.maximum(shard_p_os_non_exp_partial, t)*numpy.maximum(shard_p_os_non_exp_partial,
+    #     t)) -> r4
+    numpy.copyto(r4, 1.0)
+    numpy.greater(shard_p_os_non_exp_partial, t, out=m4)
+    numpy.copyto(r4, 0.0, where=m4)
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r5)
+    numpy.multiply(r5, r5, out=r6)
+    numpy.divide(r4, r6, out=r4)
+    # tmp18 = -tmp16*tmp17 -> r5
+    numpy.multiply(r3, r4, out=r5)
+    numpy.negative(r5, out=r5)
+    # tmp20 = -tmp0*tmp16 -> r6
+    numpy.multiply(r0, r3, out=r6)
+    numpy.negative(r6, out=r6)
+    # tmp23 = tmp15*numpy.minimum(1, n_full_rec) -> r3
+    numpy.minimum(1.0, n_full_rec, out=r3)
+    numpy.multiply(r3, r2, out=r3)
+    # tmp25 = tmp11/t + tmp12/t -> r7
+    numpy.divide(tmp11, t, out=r7)
+    numpy.divide(tmp12, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp26 = tmp15*numpy.minimum(1, n_sel_rec) -> r8
+    numpy.minimum(1.0, n_sel_rec, out=r8)
+    numpy.multiply(r8, r2, out=r8)
+    # tmp27 = tmp25*tmp26 -> r9
+    numpy.multiply(r7, r8, out=r9)
+    # tmp30 = h/sp -> r10
+    numpy.divide(h, sp, out=r10)
+    # tmp31 = 2*tmp30 -> r11
+    numpy.multiply(r10, 2.0, out=r11)
+    # tmp32 = inv1*(tmp31 + tmp3/t_exp) + inv2 + n_exp/sp + 4*tmp30 + tmp1/t + tmp4/t -> r12
+    numpy.multiply(r10, 4.0, out=r12)
+    numpy.divide(tmp1, t, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.divide(tmp4, t, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.divide(n_exp, sp, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.divide(tmp3, t_exp, out=r13)
+    numpy.add(r13, r11, out=r13)
+    numpy.multiply(r13, inv1, out=r13)
+    numpy.add(r12, r13, out=r12)
+    numpy.add(r12, inv2, out=r12)
+    # tmp33 = dropout*tmp31 + inv3*tmp30 + tmp25 -> r13
+    numpy.multiply(r11, dropout, out=r13)
+    numpy.multiply(inv3, r10, out=r14)
+    numpy.add(r13, r14, out=r13)
+    numpy.add(r13, r7, out=r13)
+    # tmp36 = inv4*tmp17 -> r7
+    numpy.multiply(inv4, r4, out=r7)
+    # tmp37 = inv5*tmp0 -> r4
+    numpy.multiply(inv5, r0, out=r4)
+    # out = n_output*(bytes_grad*numpy.where(tmp19_mask, tmp18, tmp20) +
+    #     bytes_optimizer*numpy.where(tmp21_mask, tmp18, tmp20) + bytes_p*numpy.where(tmp22_mask,
+    #     tmp18, tmp20)) - tmp0*tmp15*(inv6*n_output + n_sel_rec*tmp9 + tmp14*(-n_full_rec -
+    #     n_sel_rec + tmp10))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
+    #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + tmp10*(bytes_grad*numpy.where(tmp19_mask, tmp36,
+    #     tmp37) + bytes_optimizer*numpy.where(tmp21_mask, tmp36, tmp37) +
+    #     bytes_p*numpy.where(tmp22_mask, tmp36, tmp37)) + numpy.where(numpy.where(tmp5_mask,
+    #     numpy.less(tmp27, tmp23*(bytes_compute*(inv10/t + tmp32) + tmp33)), numpy.less(tmp27,
+    #     tmp23*(bytes_compute*(inv11/t + tmp32) + tmp33))), inv9*tmp0*tmp23, inv12*tmp0*tmp26)
+    numpy.copyto(out, r4)
+    numpy.copyto(out, r7, where=m1)
+    numpy.multiply(out, bytes_grad, out=out)
+    numpy.copyto(r10, r4)
+    numpy.copyto(r10, r7, where=m2)
+    numpy.multiply(r10, bytes_optimizer, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.copyto(r10, r4)
+    numpy.copyto(r10, r7, where=m3)
+    numpy.multiply(r10, bytes_p, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.multiply(out, r1, out=out)
+    numpy.copyto(r10, r6)
+    numpy.copyto(r10, r5, where=m1)
+    numpy.multiply(r10, bytes_grad, out=r10)
+    numpy.copyto(r11, r6)
+    numpy.copyto(r11, r5, where=m2)
+    numpy.multiply(r11, bytes_optimizer, out=r11)
+    numpy.add(r10, r11, out=r10)
+    numpy.copyto(r11, r6)
+    numpy.copyto(r11, r5, where=m3)
+    numpy.multiply(r11, bytes_p, out=r11)
+    numpy.add(r10, r11, out=r10)
+    numpy.multiply(r10, n_output, out=r10)
+    numpy.add(out, r10, out=out)
+    numpy.multiply(inv12, r0, out=r10)
+    numpy.multiply(r10, r8, out=r10)
+    numpy.copyto(m4, numpy.where(m0, numpy.less(r9, r3*(bytes_compute*(inv10/t + r12) + r13)), numpy.less(r9, r3*(bytes_compute*(inv11/t + r12) + r13))))
+    numpy.multiply(inv9, r0, out=r11)
+    numpy.multiply(r11, r3, out=r11)
+    numpy.copyto(r10, r11, where=m4)
+    numpy.add(out, r10, out=out)
+    numpy.subtract(r1, n_full_rec, out=r10)
+    numpy.subtract(r10, n_sel_rec, out=r10)
+    numpy.multiply(r10, tmp14, out=r10)
+    numpy.multiply(tmp9, n_sel_rec, out=r11)
+    numpy.add(r10, r11, out=r10)
+    numpy.multiply(inv6, n_output, out=r11)
+    numpy.add(r10, r11, out=r10)
+    numpy.less_equal(vp, 1.0, out=m4)
+    if not m4.all():
+        numpy.multiply(p, vp, out=r11)
+        numpy.add(r11, inv8, out=r11)
+        numpy.add(r11, p, out=r11)
+        numpy.divide(r11, vp, out=r11)
+        numpy.minimum(r11, m, out=r11)
+    numpy.add(inv7, p, out=r14)
+    numpy.minimum(r14, m, out=r14)
+    numpy.copyto(r11, r14, where=m4)
+    numpy.multiply(r10, r11, out=r10)
+    numpy.multiply(r10, r0, out=r10)
+    numpy.multiply(r10, r2, out=r10)
+    numpy.subtract(out, r10, out=out)
+
+
+memory_mla_q_direct_moe_stage_total_bytes__d_t.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_moe_stage_total_bytes__d_t_block,
+    reals=15,
+    masks=5,
+    arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
+    passed=("tmp1", "tmp3", "tmp4", "tmp9", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
+    invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_t_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "tie_emb_out", "v", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
@@ -11721,44 +12523,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, byte
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = dh*n_kv
-            tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
-            tmp10 = hff_exp*n_ffMM
-            inv0 = n_shared_exp*tmp10
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + dhr
-            inv3 = a*tmp8 + n_kv*tmp8 + tmp6
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp22 = dhr + qk_nope_head_dim
-            tmp25 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp22 + n_kv*tmp22 + tmp6
-            inv10 = a*tmp25 + n_kv*tmp25 + tmp6
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
-            tmp6 = dh*n_kv
-            tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
-            tmp10 = hff_exp*n_ffMM
-            inv0 = n_shared_exp*tmp10
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + dhr
-            inv3 = a*tmp8 + n_kv*tmp8 + tmp6
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp22 = dhr + qk_nope_head_dim
-            tmp25 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp22 + n_kv*tmp22 + tmp6
-            inv10 = a*tmp25 + n_kv*tmp25 + tmp6
+        (tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10) = _memory_mla_q_direct_moe_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_direct_moe_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
@@ -11766,111 +12531,170 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, byte
             reals=17,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
-            # tmp7_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = bytes_compute*tmp1 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp4 = 2*tmp1 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # tmp5 = dropout*tmp4 -> r3
-            numpy.multiply(r2, dropout, out=r3)
-            # tmp9 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp11 = dh*tmp9 + inv0/t + inv1*(tmp4 + tmp10/t_exp) + inv2 + n_exp/sp + 4*tmp1 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.multiply(r4, dh, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(n_exp, sp, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(inv0, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(tmp10, t_exp, out=r6)
-            numpy.add(r6, r2, out=r6)
-            numpy.multiply(r6, inv1, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, inv2, out=r5)
-            # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp5 -> r6
-            numpy.divide(inv3, t, out=r6)
-            numpy.add(r6, r5, out=r6)
-            numpy.multiply(r6, bytes_compute, out=r6)
-            numpy.add(r6, r3, out=r6)
-            # tmp13 = inv4*tmp9 + inv5*tmp9 -> r7
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.multiply(inv5, r4, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp14 = tmp12 + tmp13 -> r4
-            numpy.add(r6, r7, out=r4)
-            # tmp15 = b*s -> r8
-            numpy.multiply(b, s, out=r8)
-            # tmp16 = tmp15/(cp*cp) -> r9
-            numpy.multiply(cp, cp, out=r9)
-            numpy.divide(r8, r9, out=r9)
-            # tmp17 = -tmp2 -> r10
-            numpy.negative(r1, out=r10)
-            # tmp18 = numpy.minimum(1, n_full_rec) -> r11
-            numpy.minimum(1.0, n_full_rec, out=r11)
-            # tmp19 = numpy.minimum(1, n_sel_rec) -> r12
-            numpy.minimum(1.0, n_sel_rec, out=r12)
-            # tmp20 = tmp15/cp -> r13
-            numpy.divide(r8, cp, out=r13)
-            # tmp21 = tmp13*tmp19*tmp20 -> r8
-            numpy.multiply(r7, r12, out=r8)
-            numpy.multiply(r8, r13, out=r8)
-            # tmp23 = tmp13 + tmp17 + tmp5 -> r14
-            numpy.add(r7, r10, out=r14)
-            numpy.add(r14, r3, out=r14)
-            # tmp24 = tmp18*tmp20 -> r3
-            numpy.multiply(r11, r13, out=r3)
-            # out = -tmp16*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 +
-            #     n_output*(bytes_compute*tmp4 + inv6/t) + n_sel_rec*tmp12 + tmp14*(n_body + n_extra
-            #     + n_extra_sel - n_full_rec - n_sel_rec))*numpy.where(numpy.less_equal(vp, 1),
-            #     numpy.minimum(m, inv7 + p), numpy.minimum(m, (inv8 + p*vp + p)/vp)) +
-            #     numpy.where(numpy.where(tmp7_mask, numpy.less(tmp21, tmp24*(bytes_compute*(inv9/t
-            #     + tmp11) + tmp23)), numpy.less(tmp21, tmp24*(bytes_compute*(inv10/t + tmp11) +
-            #     tmp23))), tmp16*tmp18*(-tmp14 - tmp17), -tmp13*tmp16*tmp19)
-            numpy.multiply(r7, r9, out=out)
-            numpy.multiply(out, r12, out=out)
-            numpy.negative(out, out=out)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r8, r3*(bytes_compute*(inv9/t + r5) + r14)), numpy.less(r8, r3*(bytes_compute*(inv10/t + r5) + r14))))
-            numpy.negative(r4, out=r13)
-            numpy.subtract(r13, r10, out=r13)
-            numpy.multiply(r13, r9, out=r13)
-            numpy.multiply(r13, r11, out=r13)
-            numpy.copyto(out, r13, where=m1)
-            numpy.multiply(r6, n_sel_rec, out=r13)
-            numpy.add(n_body, n_extra, out=r15)
-            numpy.add(r15, n_extra_sel, out=r15)
-            numpy.subtract(r15, n_full_rec, out=r15)
-            numpy.subtract(r15, n_sel_rec, out=r15)
-            numpy.multiply(r15, r4, out=r15)
-            numpy.add(r13, r15, out=r13)
-            numpy.multiply(r1, n_full_rec, out=r15)
-            numpy.add(r13, r15, out=r13)
-            numpy.multiply(r2, bytes_compute, out=r15)
-            numpy.divide(inv6, t, out=r16)
-            numpy.add(r15, r16, out=r15)
-            numpy.multiply(r15, n_output, out=r15)
-            numpy.add(r13, r15, out=r13)
-            numpy.multiply(r0, dropout, out=r15)
-            numpy.multiply(r15, n_embedding, out=r15)
-            numpy.add(r13, r15, out=r13)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r15)
-                numpy.add(r15, inv8, out=r15)
-                numpy.add(r15, p, out=r15)
-                numpy.divide(r15, vp, out=r15)
-                numpy.minimum(r15, m, out=r15)
-            numpy.add(inv7, p, out=r16)
-            numpy.minimum(r16, m, out=r16)
-            numpy.copyto(r15, r16, where=m1)
-            numpy.multiply(r13, r15, out=r13)
-            numpy.multiply(r13, r9, out=r13)
-            numpy.subtract(out, r13, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_moe_stage_total_bytes__d_cp_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_cp_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_direct_moe_stage_total_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = dh*n_kv
+        tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
+        tmp10 = hff_exp*n_ffMM
+        inv0 = n_shared_exp*tmp10
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + dhr
+        inv3 = a*tmp8 + n_kv*tmp8 + tmp6
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp22 = dhr + qk_nope_head_dim
+        tmp25 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp22 + n_kv*tmp22 + tmp6
+        inv10 = a*tmp25 + n_kv*tmp25 + tmp6
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_cp", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
+        tmp6 = dh*n_kv
+        tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
+        tmp10 = hff_exp*n_ffMM
+        inv0 = n_shared_exp*tmp10
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + dhr
+        inv3 = a*tmp8 + n_kv*tmp8 + tmp6
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp22 = dhr + qk_nope_head_dim
+        tmp25 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp22 + n_kv*tmp22 + tmp6
+        inv10 = a*tmp25 + n_kv*tmp25 + tmp6
+    return (tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10)
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10):
+    """memory_mla_q_direct_moe_stage_total_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp7_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = bytes_compute*tmp1 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp4 = 2*tmp1 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # tmp5 = dropout*tmp4 -> r3
+    numpy.multiply(r2, dropout, out=r3)
+    # tmp9 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp11 = dh*tmp9 + inv0/t + inv1*(tmp4 + tmp10/t_exp) + inv2 + n_exp/sp + 4*tmp1 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.multiply(r4, dh, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(n_exp, sp, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(inv0, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(tmp10, t_exp, out=r6)
+    numpy.add(r6, r2, out=r6)
+    numpy.multiply(r6, inv1, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, inv2, out=r5)
+    # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp5 -> r6
+    numpy.divide(inv3, t, out=r6)
+    numpy.add(r6, r5, out=r6)
+    numpy.multiply(r6, bytes_compute, out=r6)
+    numpy.add(r6, r3, out=r6)
+    # tmp13 = inv4*tmp9 + inv5*tmp9 -> r7
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.multiply(inv5, r4, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp14 = tmp12 + tmp13 -> r4
+    numpy.add(r6, r7, out=r4)
+    # tmp15 = b*s -> r8
+    numpy.multiply(b, s, out=r8)
+    # tmp16 = tmp15/(cp*cp) -> r9
+    numpy.multiply(cp, cp, out=r9)
+    numpy.divide(r8, r9, out=r9)
+    # tmp17 = -tmp2 -> r10
+    numpy.negative(r1, out=r10)
+    # tmp18 = numpy.minimum(1, n_full_rec) -> r11
+    numpy.minimum(1.0, n_full_rec, out=r11)
+    # tmp19 = numpy.minimum(1, n_sel_rec) -> r12
+    numpy.minimum(1.0, n_sel_rec, out=r12)
+    # tmp20 = tmp15/cp -> r13
+    numpy.divide(r8, cp, out=r13)
+    # tmp21 = tmp13*tmp19*tmp20 -> r8
+    numpy.multiply(r7, r12, out=r8)
+    numpy.multiply(r8, r13, out=r8)
+    # tmp23 = tmp13 + tmp17 + tmp5 -> r14
+    numpy.add(r7, r10, out=r14)
+    numpy.add(r14, r3, out=r14)
+    # tmp24 = tmp18*tmp20 -> r3
+    numpy.multiply(r11, r13, out=r3)
+    # out = -tmp16*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4 +
+    #     inv6/t) + n_sel_rec*tmp12 + tmp14*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
+    #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp7_mask,
+    #     numpy.less(tmp21, tmp24*(bytes_compute*(inv9/t + tmp11) + tmp23)), numpy.less(tmp21,
+    #     tmp24*(bytes_compute*(inv10/t + tmp11) + tmp23))), tmp16*tmp18*(-tmp14 - tmp17),
+    #     -tmp13*tmp16*tmp19)
+    numpy.multiply(r7, r9, out=out)
+    numpy.multiply(out, r12, out=out)
+    numpy.negative(out, out=out)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r8, r3*(bytes_compute*(inv9/t + r5) + r14)), numpy.less(r8, r3*(bytes_compute*(inv10/t + r5) + r14))))
+    numpy.negative(r4, out=r13)
+    numpy.subtract(r13, r10, out=r13)
+    numpy.multiply(r13, r9, out=r13)
+    numpy.multiply(r13, r11, out=r13)
+    numpy.copyto(out, r13, where=m1)
+    numpy.multiply(r6, n_sel_rec, out=r13)
+    numpy.add(n_body, n_extra, out=r15)
+    numpy.add(r15, n_extra_sel, out=r15)
+    numpy.subtract(r15, n_full_rec, out=r15)
+    numpy.subtract(r15, n_sel_rec, out=r15)
+    numpy.multiply(r15, r4, out=r15)
+    numpy.add(r13, r15, out=r13)
+    numpy.multiply(r1, n_full_rec, out=r15)
+    numpy.add(r13, r15, out=r13)
+    numpy.multiply(r2, bytes_compute, out=r15)
+    numpy.divide(inv6, t, out=r16)
+    numpy.add(r15, r16, out=r15)
+    numpy.multiply(r15, n_output, out=r15)
+    numpy.add(r13, r15, out=r13)
+    numpy.multiply(r0, dropout, out=r15)
+    numpy.multiply(r15, n_embedding, out=r15)
+    numpy.add(r13, r15, out=r13)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r15)
+        numpy.add(r15, inv8, out=r15)
+        numpy.add(r15, p, out=r15)
+        numpy.divide(r15, vp, out=r15)
+        numpy.minimum(r15, m, out=r15)
+    numpy.add(inv7, p, out=r16)
+    numpy.minimum(r16, m, out=r16)
+    numpy.copyto(r15, r16, where=m1)
+    numpy.multiply(r13, r15, out=r13)
+    numpy.multiply(r13, r9, out=r13)
+    numpy.subtract(out, r13, out=out)
+
+
+memory_mla_q_direct_moe_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_moe_stage_total_bytes__d_cp_block,
+    reals=17,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
+    invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_cp_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level):
@@ -11944,20 +12768,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimiz
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = n_ffMM - 1
-            inv1 = h*n_ffMM
-            inv2 = numpy.greater_equal(zero_level, 2)
-            inv3 = numpy.greater_equal(zero_level, 1)
-            inv4 = numpy.greater_equal(zero_level, 3)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (h, n_ffMM, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_ep", ("h", "n_ffMM", "zero_level"), (h, n_ffMM, zero_level))
-            inv0 = n_ffMM - 1
-            inv1 = h*n_ffMM
-            inv2 = numpy.greater_equal(zero_level, 2)
-            inv3 = numpy.greater_equal(zero_level, 1)
-            inv4 = numpy.greater_equal(zero_level, 3)
+        (inv0, inv1) = _memory_mla_q_direct_moe_stage_total_bytes__d_ep_invariants(h, n_ffMM, zero_level)
         call = _runtime.Call(
             "memory_mla_q_direct_moe_stage_total_bytes__d_ep",
             ("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level", "inv0", "inv1"),
@@ -11965,57 +12776,92 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimiz
             reals=5,
             masks=3,
         )
-        for out, r0, r1, r2, r3, r4, m0, m1, m2, bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level, inv0, inv1 in call.blocks():
-            # inv2_mask = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # inv3_mask = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # inv4_mask = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp0 = 1/numpy.maximum(1, etp) -> r0
-            numpy.maximum(1.0, etp, out=r0)
-            numpy.divide(1.0, r0, out=r0)
-            # tmp1 = t_exp*tmp0 -> r1
-            numpy.multiply(r0, t_exp, out=r1)
-            # tmp2 = hff_exp*tmp0 -> r2
-            numpy.multiply(r0, hff_exp, out=r2)
-            # tmp3 = n_exp*(inv1*tmp2 + mlp_bias*(h + inv0*tmp2))/(ep*ep) -> r3
-            numpy.multiply(inv0, r2, out=r3)
-            numpy.add(r3, h, out=r3)
-            numpy.multiply(r3, mlp_bias, out=r3)
-            numpy.multiply(inv1, r2, out=r4)
-            numpy.add(r3, r4, out=r3)
-            numpy.multiply(r3, n_exp, out=r3)
-            numpy.multiply(ep, ep, out=r4)
-            numpy.divide(r3, r4, out=r3)
-            # tmp4 = -tmp3/numpy.maximum(1, numpy.maximum(tmp1, shard_p_os_exp*tmp0)) -> r2
-            numpy.multiply(r0, shard_p_os_exp, out=r2)
-            numpy.maximum(r2, 1.0, out=r2)
-            numpy.maximum(r2, r1, out=r2)
-            numpy.divide(r3, r2, out=r2)
-            numpy.negative(r2, out=r2)
-            # tmp5 = -tmp3/numpy.maximum(1, tmp1) -> r0
-            numpy.maximum(1.0, r1, out=r0)
-            numpy.divide(r3, r0, out=r0)
-            numpy.negative(r0, out=r0)
-            # out = (n_body + n_extra + n_extra_sel)*(bytes_grad*numpy.where(inv2_mask, tmp4, tmp5)
-            #     + bytes_optimizer*numpy.where(inv3_mask, tmp4, tmp5) +
-            #     bytes_p*numpy.where(inv4_mask, tmp4, tmp5))
-            numpy.add(n_body, n_extra, out=out)
-            numpy.add(out, n_extra_sel, out=out)
-            numpy.copyto(r1, r0)
-            numpy.copyto(r1, r2, where=m0)
-            numpy.multiply(r1, bytes_grad, out=r1)
-            numpy.copyto(r3, r0)
-            numpy.copyto(r3, r2, where=m1)
-            numpy.multiply(r3, bytes_optimizer, out=r3)
-            numpy.add(r1, r3, out=r1)
-            numpy.copyto(r3, r0)
-            numpy.copyto(r3, r2, where=m2)
-            numpy.multiply(r3, bytes_p, out=r3)
-            numpy.add(r1, r3, out=r1)
-            numpy.multiply(out, r1, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_moe_stage_total_bytes__d_ep_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_ep_invariants(h, n_ffMM, zero_level):
+    """What memory_mla_q_direct_moe_stage_total_bytes__d_ep computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+        inv2 = numpy.greater_equal(zero_level, 2)
+        inv3 = numpy.greater_equal(zero_level, 1)
+        inv4 = numpy.greater_equal(zero_level, 3)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, n_ffMM, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_ep", ("h", "n_ffMM", "zero_level"), (h, n_ffMM, zero_level))
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+        inv2 = numpy.greater_equal(zero_level, 2)
+        inv3 = numpy.greater_equal(zero_level, 1)
+        inv4 = numpy.greater_equal(zero_level, 3)
+    return (inv0, inv1)
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_ep_block(out, r0, r1, r2, r3, r4, m0, m1, m2, bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level, inv0, inv1):
+    """memory_mla_q_direct_moe_stage_total_bytes__d_ep on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # inv2_mask = numpy.greater_equal(zero_level, 2) -> m0
+    numpy.greater_equal(zero_level, 2.0, out=m0)
+    # inv3_mask = numpy.greater_equal(zero_level, 1) -> m1
+    numpy.greater_equal(zero_level, 1.0, out=m1)
+    # inv4_mask = numpy.greater_equal(zero_level, 3) -> m2
+    numpy.greater_equal(zero_level, 3.0, out=m2)
+    # tmp0 = 1/numpy.maximum(1, etp) -> r0
+    numpy.maximum(1.0, etp, out=r0)
+    numpy.divide(1.0, r0, out=r0)
+    # tmp1 = t_exp*tmp0 -> r1
+    numpy.multiply(r0, t_exp, out=r1)
+    # tmp2 = hff_exp*tmp0 -> r2
+    numpy.multiply(r0, hff_exp, out=r2)
+    # tmp3 = n_exp*(inv1*tmp2 + mlp_bias*(h + inv0*tmp2))/(ep*ep) -> r3
+    numpy.multiply(inv0, r2, out=r3)
+    numpy.add(r3, h, out=r3)
+    numpy.multiply(r3, mlp_bias, out=r3)
+    numpy.multiply(inv1, r2, out=r4)
+    numpy.add(r3, r4, out=r3)
+    numpy.multiply(r3, n_exp, out=r3)
+    numpy.multiply(ep, ep, out=r4)
+    numpy.divide(r3, r4, out=r3)
+    # tmp4 = -tmp3/numpy.maximum(1, numpy.maximum(tmp1, shard_p_os_exp*tmp0)) -> r2
+    numpy.multiply(r0, shard_p_os_exp, out=r2)
+    numpy.maximum(r2, 1.0, out=r2)
+    numpy.maximum(r2, r1, out=r2)
+    numpy.divide(r3, r2, out=r2)
+    numpy.negative(r2, out=r2)
+    # tmp5 = -tmp3/numpy.maximum(1, tmp1) -> r0
+    numpy.maximum(1.0, r1, out=r0)
+    numpy.divide(r3, r0, out=r0)
+    numpy.negative(r0, out=r0)
+    # out = (n_body + n_extra + n_extra_sel)*(bytes_grad*numpy.where(inv2_mask, tmp4, tmp5) +
+    #     bytes_optimizer*numpy.where(inv3_mask, tmp4, tmp5) + bytes_p*numpy.where(inv4_mask, tmp4,
+    #     tmp5))
+    numpy.add(n_body, n_extra, out=out)
+    numpy.add(out, n_extra_sel, out=out)
+    numpy.copyto(r1, r0)
+    numpy.copyto(r1, r2, where=m0)
+    numpy.multiply(r1, bytes_grad, out=r1)
+    numpy.copyto(r3, r0)
+    numpy.copyto(r3, r2, where=m1)
+    numpy.multiply(r3, bytes_optimizer, out=r3)
+    numpy.add(r1, r3, out=r1)
+    numpy.copyto(r3, r0)
+    numpy.copyto(r3, r2, where=m2)
+    numpy.multiply(r3, bytes_p, out=r3)
+    numpy.add(r1, r3, out=r1)
+    numpy.multiply(out, r1, out=out)
+
+
+memory_mla_q_direct_moe_stage_total_bytes__d_ep.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_moe_stage_total_bytes__d_ep_block,
+    reals=5,
+    masks=3,
+    arguments=("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level"),
+    passed=("inv0", "inv1"),
+    invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_ep_invariants,
+    widened=("h", "n_ffMM", "zero_level"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
@@ -12109,32 +12955,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = hff_exp*n_ffMM
-            tmp7 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp7 + dh*n_kv + n_kv*tmp7
-            inv1 = n_shared_exp*tmp6
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + dhr
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
-            tmp6 = hff_exp*n_ffMM
-            tmp7 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp7 + dh*n_kv + n_kv*tmp7
-            inv1 = n_shared_exp*tmp6
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + dhr
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
+        (tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8) = _memory_mla_q_direct_moe_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_direct_moe_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
@@ -12142,79 +12963,126 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp2 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp4 = 2*tmp2 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp5 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # tmp8 = bytes_compute*(dh*tmp5 + inv0/t + inv1/t + inv2*(tmp4 + tmp6/t_exp) + inv3 +
-            #     n_exp/sp + 4*tmp2) + dropout*tmp4 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, dh, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(n_exp, sp, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv0, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv1, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(tmp6, t_exp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.multiply(r5, inv2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, inv3, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # out = b*s*(bytes_compute*n_full_rec*tmp2 + dropout*n_embedding*tmp2 +
-            #     n_output*(bytes_compute*tmp4 + inv4/t) + n_sel_rec*tmp8 + (inv5*tmp5 + inv6*tmp5 +
-            #     tmp8)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 +
-            #     p), 0, 1), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv4, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv5, r2, out=r4)
-            numpy.multiply(inv6, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.add(1.0, vp, out=r4)
-                numpy.divide(r4, vp, out=r4)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv8, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 0.0, where=m1)
-            numpy.copyto(r5, 1.0)
-            numpy.add(inv7, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 0.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_moe_stage_total_bytes__d_p_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_p_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_direct_moe_stage_total_bytes__d_p computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = hff_exp*n_ffMM
+        tmp7 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp7 + dh*n_kv + n_kv*tmp7
+        inv1 = n_shared_exp*tmp6
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + dhr
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_p", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
+        tmp6 = hff_exp*n_ffMM
+        tmp7 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp7 + dh*n_kv + n_kv*tmp7
+        inv1 = n_shared_exp*tmp6
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + dhr
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    return (tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8)
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_p_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8):
+    """memory_mla_q_direct_moe_stage_total_bytes__d_p on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp2 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp4 = 2*tmp2 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp5 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # tmp8 = bytes_compute*(dh*tmp5 + inv0/t + inv1/t + inv2*(tmp4 + tmp6/t_exp) + inv3 + n_exp/sp +
+    #     4*tmp2) + dropout*tmp4 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, dh, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(n_exp, sp, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv0, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv1, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(tmp6, t_exp, out=r5)
+    numpy.add(r5, r1, out=r5)
+    numpy.multiply(r5, inv2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, inv3, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # out = b*s*(bytes_compute*n_full_rec*tmp2 + dropout*n_embedding*tmp2 +
+    #     n_output*(bytes_compute*tmp4 + inv4/t) + n_sel_rec*tmp8 + (inv5*tmp5 + inv6*tmp5 +
+    #     tmp8)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 + p), 0,
+    #     1), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 0, (vp + 1)/vp))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv4, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv5, r2, out=r4)
+    numpy.multiply(inv6, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.add(1.0, vp, out=r4)
+        numpy.divide(r4, vp, out=r4)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv8, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 0.0, where=m1)
+    numpy.copyto(r5, 1.0)
+    numpy.add(inv7, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 0.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_mla_q_direct_moe_stage_total_bytes__d_p.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_moe_stage_total_bytes__d_p_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp6", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+    invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_p_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
@@ -12308,32 +13176,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp5 = hff_exp*n_ffMM
-            tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp6 + dh*n_kv + n_kv*tmp6
-            inv1 = n_shared_exp*tmp5
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + dhr
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
-            tmp5 = hff_exp*n_ffMM
-            tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = a*tmp6 + dh*n_kv + n_kv*tmp6
-            inv1 = n_shared_exp*tmp5
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + dhr
-            inv4 = bytes_logits*v
-            inv5 = 4*flash_attention
-            inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
+        (tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8) = _memory_mla_q_direct_moe_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_direct_moe_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
@@ -12341,78 +13184,125 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes
             reals=7,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8 in call.blocks():
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp3 = 2*tmp1 -> r1
-            numpy.multiply(r0, 2.0, out=r1)
-            # tmp4 = a/t -> r2
-            numpy.divide(a, t, out=r2)
-            # tmp7 = bytes_compute*(dh*tmp4 + inv0/t + inv1/t + inv2*(tmp3 + tmp5/t_exp) + inv3 +
-            #     n_exp/sp + 4*tmp1) + dropout*tmp3 -> r3
-            numpy.multiply(r1, dropout, out=r3)
-            numpy.multiply(r0, 4.0, out=r4)
-            numpy.multiply(r2, dh, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(n_exp, sp, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv0, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(inv1, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.divide(tmp5, t_exp, out=r5)
-            numpy.add(r5, r1, out=r5)
-            numpy.multiply(r5, inv2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, inv3, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(r3, r4, out=r3)
-            # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
-            #     n_output*(bytes_compute*tmp3 + inv4/t) + n_sel_rec*tmp7 + (inv5*tmp4 + inv6*tmp4 +
-            #     tmp7)*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 +
-            #     p), 1, 0), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 1, 0))/cp
-            numpy.multiply(r3, n_sel_rec, out=out)
-            numpy.multiply(r1, bytes_compute, out=r4)
-            numpy.divide(inv4, t, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.multiply(r4, n_output, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(inv5, r2, out=r4)
-            numpy.multiply(inv6, r2, out=r5)
-            numpy.add(r4, r5, out=r4)
-            numpy.add(r4, r3, out=r4)
-            numpy.add(n_body, n_extra, out=r5)
-            numpy.add(r5, n_extra_sel, out=r5)
-            numpy.subtract(r5, n_full_rec, out=r5)
-            numpy.subtract(r5, n_sel_rec, out=r5)
-            numpy.multiply(r4, r5, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, dropout, out=r4)
-            numpy.multiply(r4, n_embedding, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.multiply(r0, n_full_rec, out=r4)
-            numpy.multiply(r4, bytes_compute, out=r4)
-            numpy.add(out, r4, out=out)
-            numpy.less_equal(vp, 1.0, out=m0)
-            if not m0.all():
-                numpy.copyto(r4, 0.0)
-                numpy.multiply(p, vp, out=r5)
-                numpy.add(r5, inv8, out=r5)
-                numpy.add(r5, p, out=r5)
-                numpy.divide(r5, vp, out=r5)
-                numpy.less(m, r5, out=m1)
-                numpy.copyto(r4, 1.0, where=m1)
-            numpy.copyto(r5, 0.0)
-            numpy.add(inv7, p, out=r6)
-            numpy.less(m, r6, out=m1)
-            numpy.copyto(r5, 1.0, where=m1)
-            numpy.copyto(r4, r5, where=m0)
-            numpy.multiply(out, r4, out=out)
-            numpy.multiply(out, s, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.divide(out, cp, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_moe_stage_total_bytes__d_m_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_m_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_direct_moe_stage_total_bytes__d_m computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp5 = hff_exp*n_ffMM
+        tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp6 + dh*n_kv + n_kv*tmp6
+        inv1 = n_shared_exp*tmp5
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + dhr
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_m", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
+        tmp5 = hff_exp*n_ffMM
+        tmp6 = dhr + numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = a*tmp6 + dh*n_kv + n_kv*tmp6
+        inv1 = n_shared_exp*tmp5
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + dhr
+        inv4 = bytes_logits*v
+        inv5 = 4*flash_attention
+        inv6 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+    return (tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8)
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_m_block(out, r0, r1, r2, r3, r4, r5, r6, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8):
+    """memory_mla_q_direct_moe_stage_total_bytes__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp3 = 2*tmp1 -> r1
+    numpy.multiply(r0, 2.0, out=r1)
+    # tmp4 = a/t -> r2
+    numpy.divide(a, t, out=r2)
+    # tmp7 = bytes_compute*(dh*tmp4 + inv0/t + inv1/t + inv2*(tmp3 + tmp5/t_exp) + inv3 + n_exp/sp +
+    #     4*tmp1) + dropout*tmp3 -> r3
+    numpy.multiply(r1, dropout, out=r3)
+    numpy.multiply(r0, 4.0, out=r4)
+    numpy.multiply(r2, dh, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(n_exp, sp, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv0, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(inv1, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.divide(tmp5, t_exp, out=r5)
+    numpy.add(r5, r1, out=r5)
+    numpy.multiply(r5, inv2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, inv3, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(r3, r4, out=r3)
+    # out = b*s*(bytes_compute*n_full_rec*tmp1 + dropout*n_embedding*tmp1 +
+    #     n_output*(bytes_compute*tmp3 + inv4/t) + n_sel_rec*tmp7 + (inv5*tmp4 + inv6*tmp4 +
+    #     tmp7)*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.where(numpy.less(m, inv7 + p), 1,
+    #     0), numpy.where(numpy.less(m, (inv8 + p*vp + p)/vp), 1, 0))/cp
+    numpy.multiply(r3, n_sel_rec, out=out)
+    numpy.multiply(r1, bytes_compute, out=r4)
+    numpy.divide(inv4, t, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.multiply(r4, n_output, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(inv5, r2, out=r4)
+    numpy.multiply(inv6, r2, out=r5)
+    numpy.add(r4, r5, out=r4)
+    numpy.add(r4, r3, out=r4)
+    numpy.add(n_body, n_extra, out=r5)
+    numpy.add(r5, n_extra_sel, out=r5)
+    numpy.subtract(r5, n_full_rec, out=r5)
+    numpy.subtract(r5, n_sel_rec, out=r5)
+    numpy.multiply(r4, r5, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, dropout, out=r4)
+    numpy.multiply(r4, n_embedding, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.multiply(r0, n_full_rec, out=r4)
+    numpy.multiply(r4, bytes_compute, out=r4)
+    numpy.add(out, r4, out=out)
+    numpy.less_equal(vp, 1.0, out=m0)
+    if not m0.all():
+        numpy.copyto(r4, 0.0)
+        numpy.multiply(p, vp, out=r5)
+        numpy.add(r5, inv8, out=r5)
+        numpy.add(r5, p, out=r5)
+        numpy.divide(r5, vp, out=r5)
+        numpy.less(m, r5, out=m1)
+        numpy.copyto(r4, 1.0, where=m1)
+    numpy.copyto(r5, 0.0)
+    numpy.add(inv7, p, out=r6)
+    numpy.less(m, r6, out=m1)
+    numpy.copyto(r5, 1.0, where=m1)
+    numpy.copyto(r4, r5, where=m0)
+    numpy.multiply(out, r4, out=out)
+    numpy.multiply(out, s, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+memory_mla_q_direct_moe_stage_total_bytes__d_m.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_moe_stage_total_bytes__d_m_block,
+    reals=7,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
+    invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_m_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
@@ -12560,44 +13450,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp6 = dh*n_kv
-            tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
-            tmp10 = hff_exp*n_ffMM
-            inv0 = n_shared_exp*tmp10
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + dhr
-            inv3 = a*tmp8 + n_kv*tmp8 + tmp6
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp20 = dhr + qk_nope_head_dim
-            tmp23 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp20 + n_kv*tmp20 + tmp6
-            inv10 = a*tmp23 + n_kv*tmp23 + tmp6
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
-            tmp6 = dh*n_kv
-            tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
-            tmp10 = hff_exp*n_ffMM
-            inv0 = n_shared_exp*tmp10
-            inv1 = cap_fact*n_chosen_exp
-            inv2 = 2*dc_kv + dhr
-            inv3 = a*tmp8 + n_kv*tmp8 + tmp6
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp20 = dhr + qk_nope_head_dim
-            tmp23 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp20 + n_kv*tmp20 + tmp6
-            inv10 = a*tmp23 + n_kv*tmp23 + tmp6
+        (tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10) = _memory_mla_q_direct_moe_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_direct_moe_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
@@ -12605,104 +13458,162 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes
             reals=15,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
-            # tmp7_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = bytes_compute*tmp1 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp4 = 2*tmp1 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # tmp5 = dropout*tmp4 -> r3
-            numpy.multiply(r2, dropout, out=r3)
-            # tmp9 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp11 = dh*tmp9 + inv0/t + inv1*(tmp4 + tmp10/t_exp) + inv2 + n_exp/sp + 4*tmp1 -> r5
-            numpy.multiply(r0, 4.0, out=r5)
-            numpy.multiply(r4, dh, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(n_exp, sp, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(inv0, t, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.divide(tmp10, t_exp, out=r6)
-            numpy.add(r6, r2, out=r6)
-            numpy.multiply(r6, inv1, out=r6)
-            numpy.add(r5, r6, out=r5)
-            numpy.add(r5, inv2, out=r5)
-            # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp5 -> r6
-            numpy.divide(inv3, t, out=r6)
-            numpy.add(r6, r5, out=r6)
-            numpy.multiply(r6, bytes_compute, out=r6)
-            numpy.add(r6, r3, out=r6)
-            # tmp13 = inv4*tmp9 + inv5*tmp9 -> r7
-            numpy.multiply(inv4, r4, out=r7)
-            numpy.multiply(inv5, r4, out=r8)
-            numpy.add(r7, r8, out=r7)
-            # tmp14 = tmp12 + tmp13 -> r4
-            numpy.add(r6, r7, out=r4)
-            # tmp15 = s/cp -> r8
-            numpy.divide(s, cp, out=r8)
-            # tmp16 = -tmp2 -> r9
-            numpy.negative(r1, out=r9)
-            # tmp17 = tmp15*numpy.minimum(1, n_full_rec) -> r10
-            numpy.minimum(1.0, n_full_rec, out=r10)
-            numpy.multiply(r10, r8, out=r10)
-            # tmp18 = tmp13*tmp15*numpy.minimum(1, n_sel_rec) -> r11
-            numpy.minimum(1.0, n_sel_rec, out=r11)
-            numpy.multiply(r11, r7, out=r11)
-            numpy.multiply(r11, r8, out=r11)
-            # tmp19 = b*tmp18 -> r12
-            numpy.multiply(r11, b, out=r12)
-            # tmp21 = tmp13 + tmp16 + tmp5 -> r13
-            numpy.add(r7, r9, out=r13)
-            numpy.add(r13, r3, out=r13)
-            # tmp22 = b*tmp17 -> r3
-            numpy.multiply(r10, b, out=r3)
-            # out = tmp15*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4
-            #     + inv6/t) + n_sel_rec*tmp12 + tmp14*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
-            #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp7_mask,
-            #     numpy.less(tmp19, tmp22*(bytes_compute*(inv9/t + tmp11) + tmp21)),
-            #     numpy.less(tmp19, tmp22*(bytes_compute*(inv10/t + tmp11) + tmp21))), tmp17*(tmp14
-            #     + tmp16), tmp18)
-            numpy.multiply(r6, n_sel_rec, out=out)
-            numpy.add(n_body, n_extra, out=r7)
-            numpy.add(r7, n_extra_sel, out=r7)
-            numpy.subtract(r7, n_full_rec, out=r7)
-            numpy.subtract(r7, n_sel_rec, out=r7)
-            numpy.multiply(r7, r4, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.multiply(r1, n_full_rec, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.multiply(r2, bytes_compute, out=r7)
-            numpy.divide(inv6, t, out=r14)
-            numpy.add(r7, r14, out=r7)
-            numpy.multiply(r7, n_output, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.multiply(r0, dropout, out=r7)
-            numpy.multiply(r7, n_embedding, out=r7)
-            numpy.add(out, r7, out=out)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r7)
-                numpy.add(r7, inv8, out=r7)
-                numpy.add(r7, p, out=r7)
-                numpy.divide(r7, vp, out=r7)
-                numpy.minimum(r7, m, out=r7)
-            numpy.add(inv7, p, out=r14)
-            numpy.minimum(r14, m, out=r14)
-            numpy.copyto(r7, r14, where=m1)
-            numpy.multiply(out, r7, out=out)
-            numpy.multiply(out, r8, out=out)
-            numpy.copyto(r7, r11)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r12, r3*(bytes_compute*(inv9/t + r5) + r13)), numpy.less(r12, r3*(bytes_compute*(inv10/t + r5) + r13))))
-            numpy.add(r4, r9, out=r14)
-            numpy.multiply(r14, r10, out=r14)
-            numpy.copyto(r7, r14, where=m1)
-            numpy.add(out, r7, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_moe_stage_total_bytes__d_b_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_b_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_direct_moe_stage_total_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp6 = dh*n_kv
+        tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
+        tmp10 = hff_exp*n_ffMM
+        inv0 = n_shared_exp*tmp10
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + dhr
+        inv3 = a*tmp8 + n_kv*tmp8 + tmp6
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp20 = dhr + qk_nope_head_dim
+        tmp23 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp20 + n_kv*tmp20 + tmp6
+        inv10 = a*tmp23 + n_kv*tmp23 + tmp6
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_b", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
+        tmp6 = dh*n_kv
+        tmp7 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp8 = dhr + numpy.where(tmp7, qk_nope_head_dim, dh)
+        tmp10 = hff_exp*n_ffMM
+        inv0 = n_shared_exp*tmp10
+        inv1 = cap_fact*n_chosen_exp
+        inv2 = 2*dc_kv + dhr
+        inv3 = a*tmp8 + n_kv*tmp8 + tmp6
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp20 = dhr + qk_nope_head_dim
+        tmp23 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp20 + n_kv*tmp20 + tmp6
+        inv10 = a*tmp23 + n_kv*tmp23 + tmp6
+    return (tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10)
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_b_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10):
+    """memory_mla_q_direct_moe_stage_total_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp7_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = bytes_compute*tmp1 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp4 = 2*tmp1 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # tmp5 = dropout*tmp4 -> r3
+    numpy.multiply(r2, dropout, out=r3)
+    # tmp9 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp11 = dh*tmp9 + inv0/t + inv1*(tmp4 + tmp10/t_exp) + inv2 + n_exp/sp + 4*tmp1 -> r5
+    numpy.multiply(r0, 4.0, out=r5)
+    numpy.multiply(r4, dh, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(n_exp, sp, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(inv0, t, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.divide(tmp10, t_exp, out=r6)
+    numpy.add(r6, r2, out=r6)
+    numpy.multiply(r6, inv1, out=r6)
+    numpy.add(r5, r6, out=r5)
+    numpy.add(r5, inv2, out=r5)
+    # tmp12 = bytes_compute*(inv3/t + tmp11) + tmp5 -> r6
+    numpy.divide(inv3, t, out=r6)
+    numpy.add(r6, r5, out=r6)
+    numpy.multiply(r6, bytes_compute, out=r6)
+    numpy.add(r6, r3, out=r6)
+    # tmp13 = inv4*tmp9 + inv5*tmp9 -> r7
+    numpy.multiply(inv4, r4, out=r7)
+    numpy.multiply(inv5, r4, out=r8)
+    numpy.add(r7, r8, out=r7)
+    # tmp14 = tmp12 + tmp13 -> r4
+    numpy.add(r6, r7, out=r4)
+    # tmp15 = s/cp -> r8
+    numpy.divide(s, cp, out=r8)
+    # tmp16 = -tmp2 -> r9
+    numpy.negative(r1, out=r9)
+    # tmp17 = tmp15*numpy.minimum(1, n_full_rec) -> r10
+    numpy.minimum(1.0, n_full_rec, out=r10)
+    numpy.multiply(r10, r8, out=r10)
+    # tmp18 = tmp13*tmp15*numpy.minimum(1, n_sel_rec) -> r11
+    numpy.minimum(1.0, n_sel_rec, out=r11)
+    numpy.multiply(r11, r7, out=r11)
+    numpy.multiply(r11, r8, out=r11)
+    # tmp19 = b*tmp18 -> r12
+    numpy.multiply(r11, b, out=r12)
+    # tmp21 = tmp13 + tmp16 + tmp5 -> r13
+    numpy.add(r7, r9, out=r13)
+    numpy.add(r13, r3, out=r13)
+    # tmp22 = b*tmp17 -> r3
+    numpy.multiply(r10, b, out=r3)
+    # out = tmp15*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4 +
+    #     inv6/t) + n_sel_rec*tmp12 + tmp14*(n_body + n_extra + n_extra_sel - n_full_rec -
+    #     n_sel_rec))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
+    #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp7_mask,
+    #     numpy.less(tmp19, tmp22*(bytes_compute*(inv9/t + tmp11) + tmp21)), numpy.less(tmp19,
+    #     tmp22*(bytes_compute*(inv10/t + tmp11) + tmp21))), tmp17*(tmp14 + tmp16), tmp18)
+    numpy.multiply(r6, n_sel_rec, out=out)
+    numpy.add(n_body, n_extra, out=r7)
+    numpy.add(r7, n_extra_sel, out=r7)
+    numpy.subtract(r7, n_full_rec, out=r7)
+    numpy.subtract(r7, n_sel_rec, out=r7)
+    numpy.multiply(r7, r4, out=r7)
+    numpy.add(out, r7, out=out)
+    numpy.multiply(r1, n_full_rec, out=r7)
+    numpy.add(out, r7, out=out)
+    numpy.multiply(r2, bytes_compute, out=r7)
+    numpy.divide(inv6, t, out=r14)
+    numpy.add(r7, r14, out=r7)
+    numpy.multiply(r7, n_output, out=r7)
+    numpy.add(out, r7, out=out)
+    numpy.multiply(r0, dropout, out=r7)
+    numpy.multiply(r7, n_embedding, out=r7)
+    numpy.add(out, r7, out=out)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r7)
+        numpy.add(r7, inv8, out=r7)
+        numpy.add(r7, p, out=r7)
+        numpy.divide(r7, vp, out=r7)
+        numpy.minimum(r7, m, out=r7)
+    numpy.add(inv7, p, out=r14)
+    numpy.minimum(r14, m, out=r14)
+    numpy.copyto(r7, r14, where=m1)
+    numpy.multiply(out, r7, out=out)
+    numpy.multiply(out, r8, out=out)
+    numpy.copyto(r7, r11)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r12, r3*(bytes_compute*(inv9/t + r5) + r13)), numpy.less(r12, r3*(bytes_compute*(inv10/t + r5) + r13))))
+    numpy.add(r4, r9, out=r14)
+    numpy.multiply(r14, r10, out=r14)
+    numpy.copyto(r7, r14, where=m1)
+    numpy.add(out, r7, out=out)
+
+
+memory_mla_q_direct_moe_stage_total_bytes__d_b.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_moe_stage_total_bytes__d_b_block,
+    reals=15,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
+    invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_b_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
@@ -12856,44 +13767,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp9 = dh*n_kv
-            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp11 = dhr + numpy.where(tmp10, qk_nope_head_dim, dh)
-            tmp12 = hff_exp*n_ffMM
-            inv1 = n_shared_exp*tmp12
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + dhr
-            inv4 = a*tmp11 + n_kv*tmp11 + tmp9
-            inv5 = 4*flash_attention
-            tmp23 = dhr + qk_nope_head_dim
-            tmp26 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp23 + n_kv*tmp23 + tmp9
-            inv10 = a*tmp26 + n_kv*tmp26 + tmp9
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
-            inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            tmp9 = dh*n_kv
-            tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
-            tmp11 = dhr + numpy.where(tmp10, qk_nope_head_dim, dh)
-            tmp12 = hff_exp*n_ffMM
-            inv1 = n_shared_exp*tmp12
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + dhr
-            inv4 = a*tmp11 + n_kv*tmp11 + tmp9
-            inv5 = 4*flash_attention
-            tmp23 = dhr + qk_nope_head_dim
-            tmp26 = dh + dhr
-            inv6 = bytes_logits*v
-            inv7 = -pp_rank
-            inv8 = -2*pp_rank - 1
-            inv9 = a*tmp23 + n_kv*tmp23 + tmp9
-            inv10 = a*tmp26 + n_kv*tmp26 + tmp9
+        (inv0, tmp12, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10) = _memory_mla_q_direct_moe_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v)
         call = _runtime.Call(
             "memory_mla_q_direct_moe_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "inv0", "tmp12", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
@@ -12901,112 +13775,171 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes
             reals=18,
             masks=2,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, inv0, tmp12, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10 in call.blocks():
-            # tmp10_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
-            numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = bytes_compute*tmp1 -> r1
-            numpy.multiply(r0, bytes_compute, out=r1)
-            # tmp4 = 2*tmp1 -> r2
-            numpy.multiply(r0, 2.0, out=r2)
-            # tmp5 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
-            numpy.add(n_body, n_extra, out=r3)
-            numpy.add(r3, n_extra_sel, out=r3)
-            numpy.subtract(r3, n_full_rec, out=r3)
-            numpy.subtract(r3, n_sel_rec, out=r3)
-            # tmp6 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp7 = inv0*tmp6 -> r5
-            numpy.multiply(inv0, r4, out=r5)
-            # tmp8 = dropout*tmp4 -> r6
-            numpy.multiply(r2, dropout, out=r6)
-            # tmp13 = dh*tmp6 + inv1/t + inv2*(tmp4 + tmp12/t_exp) + inv3 + n_exp/sp + 4*tmp1 -> r7
-            numpy.multiply(r0, 4.0, out=r7)
-            numpy.multiply(r4, dh, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(n_exp, sp, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(inv1, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(tmp12, t_exp, out=r8)
-            numpy.add(r8, r2, out=r8)
-            numpy.multiply(r8, inv2, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.add(r7, inv3, out=r7)
-            # tmp14 = bytes_compute*(inv4/t + tmp13) + tmp8 -> r8
-            numpy.divide(inv4, t, out=r8)
-            numpy.add(r8, r7, out=r8)
-            numpy.multiply(r8, bytes_compute, out=r8)
-            numpy.add(r8, r6, out=r8)
-            # tmp15 = inv5*tmp6 -> r9
-            numpy.multiply(inv5, r4, out=r9)
-            # tmp16 = tmp15 + tmp7 -> r4
-            numpy.add(r9, r5, out=r4)
-            # tmp17 = b/cp -> r10
-            numpy.divide(b, cp, out=r10)
-            # tmp18 = -tmp2 -> r11
-            numpy.negative(r1, out=r11)
-            # tmp19 = tmp15 + 2*tmp7 -> r12
-            numpy.multiply(r5, 2.0, out=r12)
-            numpy.add(r12, r9, out=r12)
-            # tmp20 = tmp17*numpy.minimum(1, n_full_rec) -> r9
-            numpy.minimum(1.0, n_full_rec, out=r9)
-            numpy.multiply(r9, r10, out=r9)
-            # tmp21 = tmp17*numpy.minimum(1, n_sel_rec) -> r13
-            numpy.minimum(1.0, n_sel_rec, out=r13)
-            numpy.multiply(r13, r10, out=r13)
-            # tmp22 = s*tmp16*tmp21 -> r14
-            numpy.multiply(r4, r13, out=r14)
-            numpy.multiply(r14, s, out=r14)
-            # tmp24 = tmp16 + tmp18 + tmp8 -> r15
-            numpy.add(r4, r11, out=r15)
-            numpy.add(r15, r6, out=r15)
-            # tmp25 = s*tmp20 -> r6
-            numpy.multiply(r9, s, out=r6)
-            # out = tmp17*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4
-            #     + inv6/t) + n_sel_rec*tmp14 + tmp5*tmp7 + tmp5*(tmp14 +
-            #     tmp16))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p),
-            #     numpy.minimum(m, (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp10_mask,
-            #     numpy.less(tmp22, tmp25*(bytes_compute*(inv9/t + tmp13) + tmp24)),
-            #     numpy.less(tmp22, tmp25*(bytes_compute*(inv10/t + tmp13) + tmp24))), tmp20*(tmp14
-            #     + tmp18 + tmp19), tmp19*tmp21)
-            numpy.multiply(r8, n_sel_rec, out=out)
-            numpy.multiply(r1, n_full_rec, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r3, r5, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.add(r8, r4, out=r16)
-            numpy.multiply(r16, r3, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r2, bytes_compute, out=r16)
-            numpy.divide(inv6, t, out=r17)
-            numpy.add(r16, r17, out=r16)
-            numpy.multiply(r16, n_output, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.multiply(r0, dropout, out=r16)
-            numpy.multiply(r16, n_embedding, out=r16)
-            numpy.add(out, r16, out=out)
-            numpy.less_equal(vp, 1.0, out=m1)
-            if not m1.all():
-                numpy.multiply(p, vp, out=r16)
-                numpy.add(r16, inv8, out=r16)
-                numpy.add(r16, p, out=r16)
-                numpy.divide(r16, vp, out=r16)
-                numpy.minimum(r16, m, out=r16)
-            numpy.add(inv7, p, out=r17)
-            numpy.minimum(r17, m, out=r17)
-            numpy.copyto(r16, r17, where=m1)
-            numpy.multiply(out, r16, out=out)
-            numpy.multiply(out, r10, out=out)
-            numpy.multiply(r12, r13, out=r16)
-            numpy.copyto(m1, numpy.where(m0, numpy.less(r14, r6*(bytes_compute*(inv9/t + r7) + r15)), numpy.less(r14, r6*(bytes_compute*(inv10/t + r7) + r15))))
-            numpy.add(r8, r11, out=r17)
-            numpy.add(r17, r12, out=r17)
-            numpy.multiply(r17, r9, out=r17)
-            numpy.copyto(r16, r17, where=m1)
-            numpy.add(out, r16, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_moe_stage_total_bytes__d_s_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_s_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v):
+    """What memory_mla_q_direct_moe_stage_total_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp9 = dh*n_kv
+        tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp11 = dhr + numpy.where(tmp10, qk_nope_head_dim, dh)
+        tmp12 = hff_exp*n_ffMM
+        inv1 = n_shared_exp*tmp12
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + dhr
+        inv4 = a*tmp11 + n_kv*tmp11 + tmp9
+        inv5 = 4*flash_attention
+        tmp23 = dhr + qk_nope_head_dim
+        tmp26 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp23 + n_kv*tmp23 + tmp9
+        inv10 = a*tmp26 + n_kv*tmp26 + tmp9
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_s", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, hff_exp, n_chosen_exp, n_ffMM, n_kv, n_shared_exp, pp_rank, qk_nope_head_dim, s, v))
+        inv0 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        tmp9 = dh*n_kv
+        tmp10 = numpy.not_equal(qk_nope_head_dim, 0)
+        tmp11 = dhr + numpy.where(tmp10, qk_nope_head_dim, dh)
+        tmp12 = hff_exp*n_ffMM
+        inv1 = n_shared_exp*tmp12
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + dhr
+        inv4 = a*tmp11 + n_kv*tmp11 + tmp9
+        inv5 = 4*flash_attention
+        tmp23 = dhr + qk_nope_head_dim
+        tmp26 = dh + dhr
+        inv6 = bytes_logits*v
+        inv7 = -pp_rank
+        inv8 = -2*pp_rank - 1
+        inv9 = a*tmp23 + n_kv*tmp23 + tmp9
+        inv10 = a*tmp26 + n_kv*tmp26 + tmp9
+    return (inv0, tmp12, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10)
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_s_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, m0, m1, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, inv0, tmp12, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10):
+    """memory_mla_q_direct_moe_stage_total_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp10_mask = numpy.not_equal(qk_nope_head_dim, 0) -> m0
+    numpy.not_equal(qk_nope_head_dim, 0.0, out=m0)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = bytes_compute*tmp1 -> r1
+    numpy.multiply(r0, bytes_compute, out=r1)
+    # tmp4 = 2*tmp1 -> r2
+    numpy.multiply(r0, 2.0, out=r2)
+    # tmp5 = n_body + n_extra + n_extra_sel - n_full_rec - n_sel_rec -> r3
+    numpy.add(n_body, n_extra, out=r3)
+    numpy.add(r3, n_extra_sel, out=r3)
+    numpy.subtract(r3, n_full_rec, out=r3)
+    numpy.subtract(r3, n_sel_rec, out=r3)
+    # tmp6 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp7 = inv0*tmp6 -> r5
+    numpy.multiply(inv0, r4, out=r5)
+    # tmp8 = dropout*tmp4 -> r6
+    numpy.multiply(r2, dropout, out=r6)
+    # tmp13 = dh*tmp6 + inv1/t + inv2*(tmp4 + tmp12/t_exp) + inv3 + n_exp/sp + 4*tmp1 -> r7
+    numpy.multiply(r0, 4.0, out=r7)
+    numpy.multiply(r4, dh, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(n_exp, sp, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(inv1, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(tmp12, t_exp, out=r8)
+    numpy.add(r8, r2, out=r8)
+    numpy.multiply(r8, inv2, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.add(r7, inv3, out=r7)
+    # tmp14 = bytes_compute*(inv4/t + tmp13) + tmp8 -> r8
+    numpy.divide(inv4, t, out=r8)
+    numpy.add(r8, r7, out=r8)
+    numpy.multiply(r8, bytes_compute, out=r8)
+    numpy.add(r8, r6, out=r8)
+    # tmp15 = inv5*tmp6 -> r9
+    numpy.multiply(inv5, r4, out=r9)
+    # tmp16 = tmp15 + tmp7 -> r4
+    numpy.add(r9, r5, out=r4)
+    # tmp17 = b/cp -> r10
+    numpy.divide(b, cp, out=r10)
+    # tmp18 = -tmp2 -> r11
+    numpy.negative(r1, out=r11)
+    # tmp19 = tmp15 + 2*tmp7 -> r12
+    numpy.multiply(r5, 2.0, out=r12)
+    numpy.add(r12, r9, out=r12)
+    # tmp20 = tmp17*numpy.minimum(1, n_full_rec) -> r9
+    numpy.minimum(1.0, n_full_rec, out=r9)
+    numpy.multiply(r9, r10, out=r9)
+    # tmp21 = tmp17*numpy.minimum(1, n_sel_rec) -> r13
+    numpy.minimum(1.0, n_sel_rec, out=r13)
+    numpy.multiply(r13, r10, out=r13)
+    # tmp22 = s*tmp16*tmp21 -> r14
+    numpy.multiply(r4, r13, out=r14)
+    numpy.multiply(r14, s, out=r14)
+    # tmp24 = tmp16 + tmp18 + tmp8 -> r15
+    numpy.add(r4, r11, out=r15)
+    numpy.add(r15, r6, out=r15)
+    # tmp25 = s*tmp20 -> r6
+    numpy.multiply(r9, s, out=r6)
+    # out = tmp17*(dropout*n_embedding*tmp1 + n_full_rec*tmp2 + n_output*(bytes_compute*tmp4 +
+    #     inv6/t) + n_sel_rec*tmp14 + tmp5*tmp7 + tmp5*(tmp14 +
+    #     tmp16))*numpy.where(numpy.less_equal(vp, 1), numpy.minimum(m, inv7 + p), numpy.minimum(m,
+    #     (inv8 + p*vp + p)/vp)) + numpy.where(numpy.where(tmp10_mask, numpy.less(tmp22,
+    #     tmp25*(bytes_compute*(inv9/t + tmp13) + tmp24)), numpy.less(tmp22,
+    #     tmp25*(bytes_compute*(inv10/t + tmp13) + tmp24))), tmp20*(tmp14 + tmp18 + tmp19),
+    #     tmp19*tmp21)
+    numpy.multiply(r8, n_sel_rec, out=out)
+    numpy.multiply(r1, n_full_rec, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r3, r5, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.add(r8, r4, out=r16)
+    numpy.multiply(r16, r3, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r2, bytes_compute, out=r16)
+    numpy.divide(inv6, t, out=r17)
+    numpy.add(r16, r17, out=r16)
+    numpy.multiply(r16, n_output, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.multiply(r0, dropout, out=r16)
+    numpy.multiply(r16, n_embedding, out=r16)
+    numpy.add(out, r16, out=out)
+    numpy.less_equal(vp, 1.0, out=m1)
+    if not m1.all():
+        numpy.multiply(p, vp, out=r16)
+        numpy.add(r16, inv8, out=r16)
+        numpy.add(r16, p, out=r16)
+        numpy.divide(r16, vp, out=r16)
+        numpy.minimum(r16, m, out=r16)
+    numpy.add(inv7, p, out=r17)
+    numpy.minimum(r17, m, out=r17)
+    numpy.copyto(r16, r17, where=m1)
+    numpy.multiply(out, r16, out=out)
+    numpy.multiply(out, r10, out=out)
+    numpy.multiply(r12, r13, out=r16)
+    numpy.copyto(m1, numpy.where(m0, numpy.less(r14, r6*(bytes_compute*(inv9/t + r7) + r15)), numpy.less(r14, r6*(bytes_compute*(inv10/t + r7) + r15))))
+    numpy.add(r8, r11, out=r17)
+    numpy.add(r17, r12, out=r17)
+    numpy.multiply(r17, r9, out=r17)
+    numpy.copyto(r16, r17, where=m1)
+    numpy.add(out, r16, out=out)
+
+
+memory_mla_q_direct_moe_stage_total_bytes__d_s.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_moe_stage_total_bytes__d_s_block,
+    reals=18,
+    masks=2,
+    arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
+    passed=("inv0", "tmp12", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
+    invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_s_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "hff_exp", "n_chosen_exp", "n_ffMM", "n_kv", "n_shared_exp", "pp_rank", "qk_nope_head_dim", "s", "v"),
+    quiet=True,
+)
 
 
 def memory_mla_q_direct_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level):
@@ -13345,52 +14278,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp8 = a*dh
-            tmp9 = hff_exp*n_ffMM
-            tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp12 = dhr + tmp11
-            tmp13 = a*tmp12
-            inv0 = dh*n_kv + n_kv*tmp12 + tmp13
-            inv1 = n_shared_exp*tmp9
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + dhr
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            tmp25 = h*tmp9
-            tmp26 = hff_exp*(n_ffMM - 1)
-            tmp27 = n_shared_exp*(mlp_bias*(h + tmp26) + tmp25) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp29 = numpy.greater_equal(zero_level, 2)
-            tmp31 = numpy.greater_equal(zero_level, 1)
-            tmp32 = numpy.greater_equal(zero_level, 3)
-            tmp38 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + h*tmp13 + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv8 = bytes_logits*v
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_p_split", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level))
-            tmp8 = a*dh
-            tmp9 = hff_exp*n_ffMM
-            tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            tmp12 = dhr + tmp11
-            tmp13 = a*tmp12
-            inv0 = dh*n_kv + n_kv*tmp12 + tmp13
-            inv1 = n_shared_exp*tmp9
-            inv2 = cap_fact*n_chosen_exp
-            inv3 = 2*dc_kv + dhr
-            inv4 = 4*flash_attention
-            inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
-            inv6 = -pp_rank
-            inv7 = -2*pp_rank - 1
-            tmp25 = h*tmp9
-            tmp26 = hff_exp*(n_ffMM - 1)
-            tmp27 = n_shared_exp*(mlp_bias*(h + tmp26) + tmp25) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            tmp29 = numpy.greater_equal(zero_level, 2)
-            tmp31 = numpy.greater_equal(zero_level, 1)
-            tmp32 = numpy.greater_equal(zero_level, 3)
-            tmp38 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + h*tmp13 + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv8 = bytes_logits*v
+        (tmp8, tmp9, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp25, tmp26, tmp27, tmp38, inv8) = _memory_mla_q_direct_moe_stage_total_bytes__d_p_split_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level)
         call = _runtime.Call(
             "memory_mla_q_direct_moe_stage_total_bytes__d_p_split",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level", "tmp8", "tmp9", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp25", "tmp26", "tmp27", "tmp38", "inv8"),
@@ -13398,196 +14286,260 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute,
             reals=19,
             masks=4,
         )
-        for out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level, tmp8, tmp9, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp25, tmp26, tmp27, tmp38, inv8 in call.blocks():
-            # tmp29_mask = numpy.greater_equal(zero_level, 2) -> m0
-            numpy.greater_equal(zero_level, 2.0, out=m0)
-            # tmp31_mask = numpy.greater_equal(zero_level, 1) -> m1
-            numpy.greater_equal(zero_level, 1.0, out=m1)
-            # tmp32_mask = numpy.greater_equal(zero_level, 3) -> m2
-            numpy.greater_equal(zero_level, 3.0, out=m2)
-            # tmp1 = h/sp -> r0
-            numpy.divide(h, sp, out=r0)
-            # tmp2 = b*s/cp -> r1
-            numpy.multiply(b, s, out=r1)
-            numpy.divide(r1, cp, out=r1)
-            # tmp3 = tmp1*tmp2 -> r2
-            numpy.multiply(r0, r1, out=r2)
-            # tmp4 = bytes_compute*tmp3 -> r3
-            numpy.multiply(r2, bytes_compute, out=r3)
-            # tmp6 = a/t -> r4
-            numpy.divide(a, t, out=r4)
-            # tmp7 = 2*tmp1 -> r5
-            numpy.multiply(r0, 2.0, out=r5)
-            # tmp14 = bytes_compute*(inv0/t + inv1/t + inv2*(tmp7 + tmp9/t_exp) + inv3 + n_exp/sp +
-            #     4*tmp1 + tmp8/t) + dropout*tmp7 -> r6
-            numpy.multiply(r5, dropout, out=r6)
-            numpy.multiply(r0, 4.0, out=r7)
-            numpy.divide(tmp8, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(n_exp, sp, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(inv0, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(inv1, t, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.divide(tmp9, t_exp, out=r8)
-            numpy.add(r8, r5, out=r8)
-            numpy.multiply(r8, inv2, out=r8)
-            numpy.add(r7, r8, out=r7)
-            numpy.add(r7, inv3, out=r7)
-            numpy.multiply(r7, bytes_compute, out=r7)
-            numpy.add(r6, r7, out=r6)
-            # tmp15 = tmp2*(inv4*tmp6 + inv5*tmp6 + tmp14) -> r0
-            numpy.multiply(inv4, r4, out=r0)
-            numpy.multiply(inv5, r4, out=r7)
-            numpy.add(r0, r7, out=r0)
-            numpy.add(r0, r6, out=r0)
-            numpy.multiply(r0, r1, out=r0)
-            # tmp16 = -tmp15 -> r4
-            numpy.negative(r0, out=r4)
-            # tmp18 = inv6 + p -> r7
-            numpy.add(inv6, p, out=r7)
-            # tmp19 = numpy.less_equal(vp, 1) -> m3
-            numpy.less_equal(vp, 1.0, out=m3)
-            # tmp21 = (inv7 + p*vp + p)/vp -> r8
-            numpy.multiply(p, vp, out=r8)
-            numpy.add(r8, inv7, out=r8)
-            numpy.add(r8, p, out=r8)
-            numpy.divide(r8, vp, out=r8)
-            # tmp22 = numpy.where(tmp19, numpy.minimum(m, tmp18), numpy.minimum(m, tmp21)) -> r9
-            numpy.minimum(m, r8, out=r9)
-            numpy.minimum(m, r7, out=r10)
-            numpy.copyto(r9, r10, where=m3)
-            # tmp23 = tmp22/p -> r10
-            numpy.divide(r9, p, out=r10)
-            # tmp24 = tmp14*tmp2 -> r11
-            numpy.multiply(r6, r1, out=r11)
-            # tmp28 = tmp27/numpy.maximum(shard_p_os_exp_partial, t_exp) -> r6
-            numpy.maximum(shard_p_os_exp_partial, t_exp, out=r6)
-            numpy.divide(tmp27, r6, out=r6)
-            # tmp30 = tmp27/t_exp -> r12
-            numpy.divide(tmp27, t_exp, out=r12)
-            # tmp34 = t_exp/numpy.maximum(1, etp) -> r13
-            numpy.maximum(1.0, etp, out=r13)
-            numpy.divide(t_exp, r13, out=r13)
-            # tmp35 = n_exp*(mlp_bias*(h + tmp26/numpy.maximum(1, etp)) + tmp25/numpy.maximum(1,
-            #     etp))/ep -> r14
-            numpy.maximum(1.0, etp, out=r14)
-            numpy.divide(tmp25, r14, out=r14)
-            numpy.maximum(1.0, etp, out=r15)
-            numpy.divide(tmp26, r15, out=r15)
-            numpy.add(r15, h, out=r15)
-            numpy.multiply(r15, mlp_bias, out=r15)
-            numpy.add(r14, r15, out=r14)
-            numpy.multiply(r14, n_exp, out=r14)
-            numpy.divide(r14, ep, out=r14)
-            # tmp36 = tmp35/numpy.maximum(1, numpy.maximum(tmp34, shard_p_os_exp/numpy.maximum(1,
-            #     etp))) -> r15
-            numpy.maximum(1.0, etp, out=r15)
-            numpy.divide(shard_p_os_exp, r15, out=r15)
-            numpy.maximum(r15, 1.0, out=r15)
-            numpy.maximum(r15, r13, out=r15)
-            numpy.divide(r14, r15, out=r15)
-            # tmp37 = tmp35/numpy.maximum(1, tmp34) -> r16
-            numpy.maximum(1.0, r13, out=r16)
-            numpy.divide(r14, r16, out=r16)
-            # tmp39 = tmp38/numpy.maximum(shard_p_os_non_exp_partial, t) -> r13
-            numpy.maximum(shard_p_os_non_exp_partial, t, out=r13)
-            numpy.divide(tmp38, r13, out=r13)
-            # tmp40 = tmp38/t -> r14
-            numpy.divide(tmp38, t, out=r14)
-            # tmp41 = (bytes_grad*numpy.where(tmp29_mask, tmp28, tmp30) +
-            #     bytes_grad*numpy.where(tmp29_mask, tmp36, tmp37) +
-            #     bytes_grad*numpy.where(tmp29_mask, tmp39, tmp40) +
-            #     bytes_optimizer*numpy.where(tmp31_mask, tmp28, tmp30) +
-            #     bytes_optimizer*numpy.where(tmp31_mask, tmp36, tmp37) +
-            #     bytes_optimizer*numpy.where(tmp31_mask, tmp39, tmp40) +
-            #     bytes_p*numpy.where(tmp32_mask, tmp28, tmp30) + bytes_p*numpy.where(tmp32_mask,
-            #     tmp36, tmp37) + bytes_p*numpy.where(tmp32_mask, tmp39, tmp40) + tmp15*tmp22)/p ->
-            #     r17
-            numpy.multiply(r0, r9, out=r17)
-            numpy.copyto(r18, r12)
-            numpy.copyto(r18, r6, where=m0)
-            numpy.multiply(r18, bytes_grad, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r16)
-            numpy.copyto(r18, r15, where=m0)
-            numpy.multiply(r18, bytes_grad, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r14)
-            numpy.copyto(r18, r13, where=m0)
-            numpy.multiply(r18, bytes_grad, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r12)
-            numpy.copyto(r18, r6, where=m1)
-            numpy.multiply(r18, bytes_optimizer, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r16)
-            numpy.copyto(r18, r15, where=m1)
-            numpy.multiply(r18, bytes_optimizer, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r14)
-            numpy.copyto(r18, r13, where=m1)
-            numpy.multiply(r18, bytes_optimizer, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r12)
-            numpy.copyto(r18, r6, where=m2)
-            numpy.multiply(r18, bytes_p, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r16)
-            numpy.copyto(r18, r15, where=m2)
-            numpy.multiply(r18, bytes_p, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.copyto(r18, r14)
-            numpy.copyto(r18, r13, where=m2)
-            numpy.multiply(r18, bytes_p, out=r18)
-            numpy.add(r17, r18, out=r17)
-            numpy.divide(r17, p, out=r17)
-            # out = -n_body*tmp41 - n_extra*tmp41 - n_extra_sel*tmp41 - n_full_rec*tmp23*(tmp16 +
-            #     tmp4) - n_sel_rec*tmp23*(tmp16 + tmp24) + (dropout*n_embedding*tmp3 +
-            #     n_full_rec*tmp4 + n_output*tmp2*(bytes_compute*tmp7 + inv8/t) + n_sel_rec*tmp24 +
-            #     tmp15*(n_body + n_extra + n_extra_sel - n_full_rec -
-            #     n_sel_rec))*numpy.where(tmp19, numpy.where(numpy.less(m, tmp18), 0, 1),
-            #     numpy.where(numpy.less(m, tmp21), 0, (vp + 1)/vp))
-            numpy.add(n_body, n_extra, out=out)
-            numpy.add(out, n_extra_sel, out=out)
-            numpy.subtract(out, n_full_rec, out=out)
-            numpy.subtract(out, n_sel_rec, out=out)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(r11, n_sel_rec, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r3, n_full_rec, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r5, bytes_compute, out=r6)
-            numpy.divide(inv8, t, out=r9)
-            numpy.add(r6, r9, out=r6)
-            numpy.multiply(r6, r1, out=r6)
-            numpy.multiply(r6, n_output, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.multiply(r2, dropout, out=r6)
-            numpy.multiply(r6, n_embedding, out=r6)
-            numpy.add(out, r6, out=out)
-            numpy.add(1.0, vp, out=r6)
-            numpy.divide(r6, vp, out=r6)
-            numpy.less(m, r8, out=m0)
-            numpy.copyto(r6, 0.0, where=m0)
-            numpy.copyto(r9, 1.0)
-            numpy.less(m, r7, out=m0)
-            numpy.copyto(r9, 0.0, where=m0)
-            numpy.copyto(r6, r9, where=m3)
-            numpy.multiply(out, r6, out=out)
-            numpy.multiply(r17, n_body, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.multiply(r17, n_extra, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.multiply(r17, n_extra_sel, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.add(r4, r3, out=r6)
-            numpy.multiply(r6, r10, out=r6)
-            numpy.multiply(r6, n_full_rec, out=r6)
-            numpy.subtract(out, r6, out=out)
-            numpy.add(r4, r11, out=r6)
-            numpy.multiply(r6, r10, out=r6)
-            numpy.multiply(r6, n_sel_rec, out=r6)
-            numpy.subtract(out, r6, out=out)
+        for block in call.blocks():
+            _memory_mla_q_direct_moe_stage_total_bytes__d_p_split_block(*block)
     return call.out
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_p_split_invariants(a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level):
+    """What memory_mla_q_direct_moe_stage_total_bytes__d_p_split computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp8 = a*dh
+        tmp9 = hff_exp*n_ffMM
+        tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp12 = dhr + tmp11
+        tmp13 = a*tmp12
+        inv0 = dh*n_kv + n_kv*tmp12 + tmp13
+        inv1 = n_shared_exp*tmp9
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + dhr
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        tmp25 = h*tmp9
+        tmp26 = hff_exp*(n_ffMM - 1)
+        tmp27 = n_shared_exp*(mlp_bias*(h + tmp26) + tmp25) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp29 = numpy.greater_equal(zero_level, 2)
+        tmp31 = numpy.greater_equal(zero_level, 1)
+        tmp32 = numpy.greater_equal(zero_level, 3)
+        tmp38 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + h*tmp13 + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv8 = bytes_logits*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level) = _runtime.reals("memory_mla_q_direct_moe_stage_total_bytes__d_p_split", ("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "v", "zero_level"), (a, bytes_compute, bytes_logits, cap_fact, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, pp_rank, qk_nope_head_dim, s, shared_expert_gate, v, zero_level))
+        tmp8 = a*dh
+        tmp9 = hff_exp*n_ffMM
+        tmp11 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        tmp12 = dhr + tmp11
+        tmp13 = a*tmp12
+        inv0 = dh*n_kv + n_kv*tmp12 + tmp13
+        inv1 = n_shared_exp*tmp9
+        inv2 = cap_fact*n_chosen_exp
+        inv3 = 2*dc_kv + dhr
+        inv4 = 4*flash_attention
+        inv5 = s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)
+        inv6 = -pp_rank
+        inv7 = -2*pp_rank - 1
+        tmp25 = h*tmp9
+        tmp26 = hff_exp*(n_ffMM - 1)
+        tmp27 = n_shared_exp*(mlp_bias*(h + tmp26) + tmp25) + numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+        tmp29 = numpy.greater_equal(zero_level, 2)
+        tmp31 = numpy.greater_equal(zero_level, 1)
+        tmp32 = numpy.greater_equal(zero_level, 3)
+        tmp38 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp11) + dc_kv + h*tmp13 + h*tmp8 + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv8 = bytes_logits*v
+    return (tmp8, tmp9, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp25, tmp26, tmp27, tmp38, inv8)
+
+
+def _memory_mla_q_direct_moe_stage_total_bytes__d_p_split_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, m0, m1, m2, m3, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level, tmp8, tmp9, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp25, tmp26, tmp27, tmp38, inv8):
+    """memory_mla_q_direct_moe_stage_total_bytes__d_p_split on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp29_mask = numpy.greater_equal(zero_level, 2) -> m0
+    numpy.greater_equal(zero_level, 2.0, out=m0)
+    # tmp31_mask = numpy.greater_equal(zero_level, 1) -> m1
+    numpy.greater_equal(zero_level, 1.0, out=m1)
+    # tmp32_mask = numpy.greater_equal(zero_level, 3) -> m2
+    numpy.greater_equal(zero_level, 3.0, out=m2)
+    # tmp1 = h/sp -> r0
+    numpy.divide(h, sp, out=r0)
+    # tmp2 = b*s/cp -> r1
+    numpy.multiply(b, s, out=r1)
+    numpy.divide(r1, cp, out=r1)
+    # tmp3 = tmp1*tmp2 -> r2
+    numpy.multiply(r0, r1, out=r2)
+    # tmp4 = bytes_compute*tmp3 -> r3
+    numpy.multiply(r2, bytes_compute, out=r3)
+    # tmp6 = a/t -> r4
+    numpy.divide(a, t, out=r4)
+    # tmp7 = 2*tmp1 -> r5
+    numpy.multiply(r0, 2.0, out=r5)
+    # tmp14 = bytes_compute*(inv0/t + inv1/t + inv2*(tmp7 + tmp9/t_exp) + inv3 + n_exp/sp + 4*tmp1 +
+    #     tmp8/t) + dropout*tmp7 -> r6
+    numpy.multiply(r5, dropout, out=r6)
+    numpy.multiply(r0, 4.0, out=r7)
+    numpy.divide(tmp8, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(n_exp, sp, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(inv0, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(inv1, t, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.divide(tmp9, t_exp, out=r8)
+    numpy.add(r8, r5, out=r8)
+    numpy.multiply(r8, inv2, out=r8)
+    numpy.add(r7, r8, out=r7)
+    numpy.add(r7, inv3, out=r7)
+    numpy.multiply(r7, bytes_compute, out=r7)
+    numpy.add(r6, r7, out=r6)
+    # tmp15 = tmp2*(inv4*tmp6 + inv5*tmp6 + tmp14) -> r0
+    numpy.multiply(inv4, r4, out=r0)
+    numpy.multiply(inv5, r4, out=r7)
+    numpy.add(r0, r7, out=r0)
+    numpy.add(r0, r6, out=r0)
+    numpy.multiply(r0, r1, out=r0)
+    # tmp16 = -tmp15 -> r4
+    numpy.negative(r0, out=r4)
+    # tmp18 = inv6 + p -> r7
+    numpy.add(inv6, p, out=r7)
+    # tmp19 = numpy.less_equal(vp, 1) -> m3
+    numpy.less_equal(vp, 1.0, out=m3)
+    # tmp21 = (inv7 + p*vp + p)/vp -> r8
+    numpy.multiply(p, vp, out=r8)
+    numpy.add(r8, inv7, out=r8)
+    numpy.add(r8, p, out=r8)
+    numpy.divide(r8, vp, out=r8)
+    # tmp22 = numpy.where(tmp19, numpy.minimum(m, tmp18), numpy.minimum(m, tmp21)) -> r9
+    numpy.minimum(m, r8, out=r9)
+    numpy.minimum(m, r7, out=r10)
+    numpy.copyto(r9, r10, where=m3)
+    # tmp23 = tmp22/p -> r10
+    numpy.divide(r9, p, out=r10)
+    # tmp24 = tmp14*tmp2 -> r11
+    numpy.multiply(r6, r1, out=r11)
+    # tmp28 = tmp27/numpy.maximum(shard_p_os_exp_partial, t_exp) -> r6
+    numpy.maximum(shard_p_os_exp_partial, t_exp, out=r6)
+    numpy.divide(tmp27, r6, out=r6)
+    # tmp30 = tmp27/t_exp -> r12
+    numpy.divide(tmp27, t_exp, out=r12)
+    # tmp34 = t_exp/numpy.maximum(1, etp) -> r13
+    numpy.maximum(1.0, etp, out=r13)
+    numpy.divide(t_exp, r13, out=r13)
+    # tmp35 = n_exp*(mlp_bias*(h + tmp26/numpy.maximum(1, etp)) + tmp25/numpy.maximum(1, etp))/ep ->
+    #     r14
+    numpy.maximum(1.0, etp, out=r14)
+    numpy.divide(tmp25, r14, out=r14)
+    numpy.maximum(1.0, etp, out=r15)
+    numpy.divide(tmp26, r15, out=r15)
+    numpy.add(r15, h, out=r15)
+    numpy.multiply(r15, mlp_bias, out=r15)
+    numpy.add(r14, r15, out=r14)
+    numpy.multiply(r14, n_exp, out=r14)
+    numpy.divide(r14, ep, out=r14)
+    # tmp36 = tmp35/numpy.maximum(1, numpy.maximum(tmp34, shard_p_os_exp/numpy.maximum(1, etp))) ->
+    #     r15
+    numpy.maximum(1.0, etp, out=r15)
+    numpy.divide(shard_p_os_exp, r15, out=r15)
+    numpy.maximum(r15, 1.0, out=r15)
+    numpy.maximum(r15, r13, out=r15)
+    numpy.divide(r14, r15, out=r15)
+    # tmp37 = tmp35/numpy.maximum(1, tmp34) -> r16
+    numpy.maximum(1.0, r13, out=r16)
+    numpy.divide(r14, r16, out=r16)
+    # tmp39 = tmp38/numpy.maximum(shard_p_os_non_exp_partial, t) -> r13
+    numpy.maximum(shard_p_os_non_exp_partial, t, out=r13)
+    numpy.divide(tmp38, r13, out=r13)
+    # tmp40 = tmp38/t -> r14
+    numpy.divide(tmp38, t, out=r14)
+    # tmp41 = (bytes_grad*numpy.where(tmp29_mask, tmp28, tmp30) + bytes_grad*numpy.where(tmp29_mask,
+    #     tmp36, tmp37) + bytes_grad*numpy.where(tmp29_mask, tmp39, tmp40) +
+    #     bytes_optimizer*numpy.where(tmp31_mask, tmp28, tmp30) +
+    #     bytes_optimizer*numpy.where(tmp31_mask, tmp36, tmp37) +
+    #     bytes_optimizer*numpy.where(tmp31_mask, tmp39, tmp40) + bytes_p*numpy.where(tmp32_mask,
+    #     tmp28, tmp30) + bytes_p*numpy.where(tmp32_mask, tmp36, tmp37) +
+    #     bytes_p*numpy.where(tmp32_mask, tmp39, tmp40) + tmp15*tmp22)/p -> r17
+    numpy.multiply(r0, r9, out=r17)
+    numpy.copyto(r18, r12)
+    numpy.copyto(r18, r6, where=m0)
+    numpy.multiply(r18, bytes_grad, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r16)
+    numpy.copyto(r18, r15, where=m0)
+    numpy.multiply(r18, bytes_grad, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r14)
+    numpy.copyto(r18, r13, where=m0)
+    numpy.multiply(r18, bytes_grad, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r12)
+    numpy.copyto(r18, r6, where=m1)
+    numpy.multiply(r18, bytes_optimizer, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r16)
+    numpy.copyto(r18, r15, where=m1)
+    numpy.multiply(r18, bytes_optimizer, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r14)
+    numpy.copyto(r18, r13, where=m1)
+    numpy.multiply(r18, bytes_optimizer, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r12)
+    numpy.copyto(r18, r6, where=m2)
+    numpy.multiply(r18, bytes_p, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r16)
+    numpy.copyto(r18, r15, where=m2)
+    numpy.multiply(r18, bytes_p, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.copyto(r18, r14)
+    numpy.copyto(r18, r13, where=m2)
+    numpy.multiply(r18, bytes_p, out=r18)
+    numpy.add(r17, r18, out=r17)
+    numpy.divide(r17, p, out=r17)
+    # out = -n_body*tmp41 - n_extra*tmp41 - n_extra_sel*tmp41 - n_full_rec*tmp23*(tmp16 + tmp4) -
+    #     n_sel_rec*tmp23*(tmp16 + tmp24) + (dropout*n_embedding*tmp3 + n_full_rec*tmp4 +
+    #     n_output*tmp2*(bytes_compute*tmp7 + inv8/t) + n_sel_rec*tmp24 + tmp15*(n_body + n_extra +
+    #     n_extra_sel - n_full_rec - n_sel_rec))*numpy.where(tmp19, numpy.where(numpy.less(m,
+    #     tmp18), 0, 1), numpy.where(numpy.less(m, tmp21), 0, (vp + 1)/vp))
+    numpy.add(n_body, n_extra, out=out)
+    numpy.add(out, n_extra_sel, out=out)
+    numpy.subtract(out, n_full_rec, out=out)
+    numpy.subtract(out, n_sel_rec, out=out)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(r11, n_sel_rec, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r3, n_full_rec, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r5, bytes_compute, out=r6)
+    numpy.divide(inv8, t, out=r9)
+    numpy.add(r6, r9, out=r6)
+    numpy.multiply(r6, r1, out=r6)
+    numpy.multiply(r6, n_output, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.multiply(r2, dropout, out=r6)
+    numpy.multiply(r6, n_embedding, out=r6)
+    numpy.add(out, r6, out=out)
+    numpy.add(1.0, vp, out=r6)
+    numpy.divide(r6, vp, out=r6)
+    numpy.less(m, r8, out=m0)
+    numpy.copyto(r6, 0.0, where=m0)
+    numpy.copyto(r9, 1.0)
+    numpy.less(m, r7, out=m0)
+    numpy.copyto(r9, 0.0, where=m0)
+    numpy.copyto(r6, r9, where=m3)
+    numpy.multiply(out, r6, out=out)
+    numpy.multiply(r17, n_body, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.multiply(r17, n_extra, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.multiply(r17, n_extra_sel, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.add(r4, r3, out=r6)
+    numpy.multiply(r6, r10, out=r6)
+    numpy.multiply(r6, n_full_rec, out=r6)
+    numpy.subtract(out, r6, out=out)
+    numpy.add(r4, r11, out=r6)
+    numpy.multiply(r6, r10, out=r6)
+    numpy.multiply(r6, n_sel_rec, out=r6)
+    numpy.subtract(out, r6, out=out)
+
+
+memory_mla_q_direct_moe_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
+    _memory_mla_q_direct_moe_stage_total_bytes__d_p_split_block,
+    reals=19,
+    masks=4,
+    arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level"),
+    passed=("tmp8", "tmp9", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp25", "tmp26", "tmp27", "tmp38", "inv8"),
+    invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_p_split_invariants,
+    widened=("a", "bytes_compute", "bytes_logits", "cap_fact", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "pp_rank", "qk_nope_head_dim", "s", "shared_expert_gate", "v", "zero_level"),
+    quiet=True,
+)

@@ -50,12 +50,7 @@ def model_legacy_embed_bytes(*, bytes_compute, h, shard_embed, v):
         (bytes_compute, h, shard_embed, v) = _runtime.floats(xp, (bytes_compute, h, shard_embed, v))
         out = bytes_compute*h*v/shard_embed
         return _runtime.broadcast(xp, out, (bytes_compute, h, shard_embed, v))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*v
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, v) = _runtime.reals("model_legacy_embed_bytes", ("bytes_compute", "h", "v"), (bytes_compute, h, v))
-        inv0 = bytes_compute*h*v
+    (inv0,) = _model_legacy_embed_bytes_invariants(bytes_compute, h, v)
     call = _runtime.Call(
         "model_legacy_embed_bytes",
         ("bytes_compute", "h", "shard_embed", "v", "inv0"),
@@ -63,10 +58,37 @@ def model_legacy_embed_bytes(*, bytes_compute, h, shard_embed, v):
         reals=0,
         masks=0,
     )
-    for out, bytes_compute, h, shard_embed, v, inv0 in call.blocks():
-        # out = inv0/shard_embed
-        numpy.divide(inv0, shard_embed, out=out)
+    for block in call.blocks():
+        _model_legacy_embed_bytes_block(*block)
     return call.out
+
+
+def _model_legacy_embed_bytes_invariants(bytes_compute, h, v):
+    """What model_legacy_embed_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, v) = _runtime.reals("model_legacy_embed_bytes", ("bytes_compute", "h", "v"), (bytes_compute, h, v))
+        inv0 = bytes_compute*h*v
+    return (inv0,)
+
+
+def _model_legacy_embed_bytes_block(out, bytes_compute, h, shard_embed, v, inv0):
+    """model_legacy_embed_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/shard_embed
+    numpy.divide(inv0, shard_embed, out=out)
+
+
+model_legacy_embed_bytes.kernel = _runtime.Kernel(
+    _model_legacy_embed_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_compute", "h", "shard_embed", "v"),
+    passed=("inv0",),
+    invariants=_model_legacy_embed_bytes_invariants,
+    widened=("bytes_compute", "h", "v"),
+    quiet=False,
+)
 
 
 def model_legacy_output_elements(*, h, t, v):
@@ -96,12 +118,7 @@ def model_legacy_output_elements(*, h, t, v):
         (h, t, v) = _runtime.floats(xp, (h, t, v))
         out = h*v/t
         return _runtime.broadcast(xp, out, (h, t, v))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = h*v
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (h, v) = _runtime.reals("model_legacy_output_elements", ("h", "v"), (h, v))
-        inv0 = h*v
+    (inv0,) = _model_legacy_output_elements_invariants(h, v)
     call = _runtime.Call(
         "model_legacy_output_elements",
         ("h", "t", "v", "inv0"),
@@ -109,7 +126,34 @@ def model_legacy_output_elements(*, h, t, v):
         reals=0,
         masks=0,
     )
-    for out, h, t, v, inv0 in call.blocks():
-        # out = inv0/t
-        numpy.divide(inv0, t, out=out)
+    for block in call.blocks():
+        _model_legacy_output_elements_block(*block)
     return call.out
+
+
+def _model_legacy_output_elements_invariants(h, v):
+    """What model_legacy_output_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = h*v
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, v) = _runtime.reals("model_legacy_output_elements", ("h", "v"), (h, v))
+        inv0 = h*v
+    return (inv0,)
+
+
+def _model_legacy_output_elements_block(out, h, t, v, inv0):
+    """model_legacy_output_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/t
+    numpy.divide(inv0, t, out=out)
+
+
+model_legacy_output_elements.kernel = _runtime.Kernel(
+    _model_legacy_output_elements_block,
+    reals=0,
+    masks=0,
+    arguments=("h", "t", "v"),
+    passed=("inv0",),
+    invariants=_model_legacy_output_elements_invariants,
+    widened=("h", "v"),
+    quiet=False,
+)

@@ -85,20 +85,7 @@ def params_standard_dense_non_expert_params(*, a, attn_extra_p, attn_output_gate
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = h + qkv_bias
-            tmp2 = a*tmp0
-            tmp3 = 0.25*n_attMM
-            inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("params_standard_dense_non_expert_params", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = h + qkv_bias
-            tmp2 = a*tmp0
-            tmp3 = 0.25*n_attMM
-            inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        (inv0,) = _params_standard_dense_non_expert_params_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias)
         call = _runtime.Call(
             "params_standard_dense_non_expert_params",
             ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "inv0"),
@@ -106,10 +93,45 @@ def params_standard_dense_non_expert_params(*, a, attn_extra_p, attn_output_gate
             reals=0,
             masks=0,
         )
-        for out, a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _params_standard_dense_non_expert_params_block(*block)
     return call.out
+
+
+def _params_standard_dense_non_expert_params_invariants(a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias):
+    """What params_standard_dense_non_expert_params computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = h + qkv_bias
+        tmp2 = a*tmp0
+        tmp3 = 0.25*n_attMM
+        inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias) = _runtime.reals("params_standard_dense_non_expert_params", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = h + qkv_bias
+        tmp2 = a*tmp0
+        tmp3 = 0.25*n_attMM
+        inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    return (inv0,)
+
+
+def _params_standard_dense_non_expert_params_block(out, a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, inv0):
+    """params_standard_dense_non_expert_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+params_standard_dense_non_expert_params.kernel = _runtime.Kernel(
+    _params_standard_dense_non_expert_params_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"),
+    passed=("inv0",),
+    invariants=_params_standard_dense_non_expert_params_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"),
+    quiet=True,
+)
 
 
 def params_dense_routed_experts_params():
@@ -136,10 +158,27 @@ def params_dense_routed_experts_params():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 0
-        numpy.copyto(out, 0.0)
+    for block in call.blocks():
+        _params_dense_routed_experts_params_block(*block)
     return call.out
+
+
+def _params_dense_routed_experts_params_block(out,):
+    """params_dense_routed_experts_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0
+    numpy.copyto(out, 0.0)
+
+
+params_dense_routed_experts_params.kernel = _runtime.Kernel(
+    _params_dense_routed_experts_params_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def params_dense_shared_experts_params():
@@ -166,10 +205,27 @@ def params_dense_shared_experts_params():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 0
-        numpy.copyto(out, 0.0)
+    for block in call.blocks():
+        _params_dense_shared_experts_params_block(*block)
     return call.out
+
+
+def _params_dense_shared_experts_params_block(out,):
+    """params_dense_shared_experts_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0
+    numpy.copyto(out, 0.0)
+
+
+params_dense_shared_experts_params.kernel = _runtime.Kernel(
+    _params_dense_shared_experts_params_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias):
@@ -223,20 +279,7 @@ def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = h + qkv_bias
-            tmp2 = a*tmp0
-            tmp3 = 0.25*n_attMM
-            inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias) = _runtime.reals("params_standard_moe_non_expert_params", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            tmp1 = h + qkv_bias
-            tmp2 = a*tmp0
-            tmp3 = 0.25*n_attMM
-            inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
+        (inv0,) = _params_standard_moe_non_expert_params_invariants(a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias)
         call = _runtime.Call(
             "params_standard_moe_non_expert_params",
             ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "inv0"),
@@ -244,10 +287,45 @@ def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, 
             reals=0,
             masks=0,
         )
-        for out, a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _params_standard_moe_non_expert_params_block(*block)
     return call.out
+
+
+def _params_standard_moe_non_expert_params_invariants(a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias):
+    """What params_standard_moe_non_expert_params computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = h + qkv_bias
+        tmp2 = a*tmp0
+        tmp3 = 0.25*n_attMM
+        inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias) = _runtime.reals("params_standard_moe_non_expert_params", ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias"), (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        tmp1 = h + qkv_bias
+        tmp2 = a*tmp0
+        tmp3 = 0.25*n_attMM
+        inv0 = attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + h*tmp3*(o_bias + tmp2) + 0.5*(n_attMM*n_kv*tmp0*tmp1) + 2*n_qknorm*tmp0 + tmp1*tmp2*tmp3*(attn_output_gate + 1)
+    return (inv0,)
+
+
+def _params_standard_moe_non_expert_params_block(out, a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, inv0):
+    """params_standard_moe_non_expert_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+params_standard_moe_non_expert_params.kernel = _runtime.Kernel(
+    _params_standard_moe_non_expert_params_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias"),
+    passed=("inv0",),
+    invariants=_params_standard_moe_non_expert_params_invariants,
+    widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias"),
+    quiet=True,
+)
 
 
 def params_moe_routed_experts_params(*, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM):
@@ -281,14 +359,7 @@ def params_moe_routed_experts_params(*, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM
         tmp0 = hff_exp/xp.maximum(1, etp)
         out = n_exp*(h*n_ffMM*tmp0 + mlp_bias*(h + tmp0*(n_ffMM - 1)))
         return _runtime.broadcast(xp, out, (etp, h, hff_exp, mlp_bias, n_exp, n_ffMM))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = n_ffMM - 1
-        inv1 = h*n_ffMM
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (h, n_ffMM) = _runtime.reals("params_moe_routed_experts_params", ("h", "n_ffMM"), (h, n_ffMM))
-        inv0 = n_ffMM - 1
-        inv1 = h*n_ffMM
+    (inv0, inv1) = _params_moe_routed_experts_params_invariants(h, n_ffMM)
     call = _runtime.Call(
         "params_moe_routed_experts_params",
         ("etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "inv0", "inv1"),
@@ -296,18 +367,47 @@ def params_moe_routed_experts_params(*, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM
         reals=2,
         masks=0,
     )
-    for out, r0, r1, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, inv0, inv1 in call.blocks():
-        # tmp0 = hff_exp/numpy.maximum(1, etp) -> r0
-        numpy.maximum(1.0, etp, out=r0)
-        numpy.divide(hff_exp, r0, out=r0)
-        # out = n_exp*(inv1*tmp0 + mlp_bias*(h + inv0*tmp0))
-        numpy.multiply(inv0, r0, out=out)
-        numpy.add(out, h, out=out)
-        numpy.multiply(out, mlp_bias, out=out)
-        numpy.multiply(inv1, r0, out=r1)
-        numpy.add(out, r1, out=out)
-        numpy.multiply(out, n_exp, out=out)
+    for block in call.blocks():
+        _params_moe_routed_experts_params_block(*block)
     return call.out
+
+
+def _params_moe_routed_experts_params_invariants(h, n_ffMM):
+    """What params_moe_routed_experts_params computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, n_ffMM) = _runtime.reals("params_moe_routed_experts_params", ("h", "n_ffMM"), (h, n_ffMM))
+        inv0 = n_ffMM - 1
+        inv1 = h*n_ffMM
+    return (inv0, inv1)
+
+
+def _params_moe_routed_experts_params_block(out, r0, r1, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, inv0, inv1):
+    """params_moe_routed_experts_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # tmp0 = hff_exp/numpy.maximum(1, etp) -> r0
+    numpy.maximum(1.0, etp, out=r0)
+    numpy.divide(hff_exp, r0, out=r0)
+    # out = n_exp*(inv1*tmp0 + mlp_bias*(h + inv0*tmp0))
+    numpy.multiply(inv0, r0, out=out)
+    numpy.add(out, h, out=out)
+    numpy.multiply(out, mlp_bias, out=out)
+    numpy.multiply(inv1, r0, out=r1)
+    numpy.add(out, r1, out=out)
+    numpy.multiply(out, n_exp, out=out)
+
+
+params_moe_routed_experts_params.kernel = _runtime.Kernel(
+    _params_moe_routed_experts_params_block,
+    reals=2,
+    masks=0,
+    arguments=("etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM"),
+    passed=("inv0", "inv1"),
+    invariants=_params_moe_routed_experts_params_invariants,
+    widened=("h", "n_ffMM"),
+    quiet=False,
+)
 
 
 def params_moe_shared_experts_params(*, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate):
@@ -352,23 +452,40 @@ def params_moe_shared_experts_params(*, h, hff_exp, mlp_bias, n_ffMM, n_shared_e
             reals=2,
             masks=1,
         )
-        for out, r0, r1, m0, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate in call.blocks():
-            # out = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-            #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
-            numpy.subtract(n_ffMM, 1.0, out=out)
-            numpy.multiply(out, hff_exp, out=out)
-            numpy.add(out, h, out=out)
-            numpy.multiply(out, mlp_bias, out=out)
-            numpy.multiply(hff_exp, n_ffMM, out=r0)
-            numpy.multiply(r0, h, out=r0)
-            numpy.add(out, r0, out=out)
-            numpy.multiply(out, n_shared_exp, out=out)
-            numpy.copyto(r0, 0.0)
-            numpy.not_equal(n_shared_exp, 0.0, out=m0)
-            numpy.multiply(shared_expert_gate, h, out=r1)
-            numpy.copyto(r0, r1, where=m0)
-            numpy.add(out, r0, out=out)
+        for block in call.blocks():
+            _params_moe_shared_experts_params_block(*block)
     return call.out
+
+
+def _params_moe_shared_experts_params_block(out, r0, r1, m0, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate):
+    """params_moe_shared_experts_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
+    #     numpy.where(numpy.not_equal(n_shared_exp, 0), h*shared_expert_gate, 0)
+    numpy.subtract(n_ffMM, 1.0, out=out)
+    numpy.multiply(out, hff_exp, out=out)
+    numpy.add(out, h, out=out)
+    numpy.multiply(out, mlp_bias, out=out)
+    numpy.multiply(hff_exp, n_ffMM, out=r0)
+    numpy.multiply(r0, h, out=r0)
+    numpy.add(out, r0, out=out)
+    numpy.multiply(out, n_shared_exp, out=out)
+    numpy.copyto(r0, 0.0)
+    numpy.not_equal(n_shared_exp, 0.0, out=m0)
+    numpy.multiply(shared_expert_gate, h, out=r1)
+    numpy.copyto(r0, r1, where=m0)
+    numpy.add(out, r0, out=out)
+
+
+params_moe_shared_experts_params.kernel = _runtime.Kernel(
+    _params_moe_shared_experts_params_block,
+    reals=2,
+    masks=1,
+    arguments=("h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim):
@@ -422,14 +539,7 @@ def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, h
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_latent_dense_non_expert_params", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        (inv0,) = _params_mla_q_latent_dense_non_expert_params_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim)
         call = _runtime.Call(
             "params_mla_q_latent_dense_non_expert_params",
             ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "inv0"),
@@ -437,10 +547,39 @@ def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, h
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _params_mla_q_latent_dense_non_expert_params_block(*block)
     return call.out
+
+
+def _params_mla_q_latent_dense_non_expert_params_invariants(a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim):
+    """What params_mla_q_latent_dense_non_expert_params computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_latent_dense_non_expert_params", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    return (inv0,)
+
+
+def _params_mla_q_latent_dense_non_expert_params_block(out, a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0):
+    """params_mla_q_latent_dense_non_expert_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+params_mla_q_latent_dense_non_expert_params.kernel = _runtime.Kernel(
+    _params_mla_q_latent_dense_non_expert_params_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
+    passed=("inv0",),
+    invariants=_params_mla_q_latent_dense_non_expert_params_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
+    quiet=True,
+)
 
 
 def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim):
@@ -489,14 +628,7 @@ def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, lay
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_latent_moe_non_expert_params", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
-            tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        (inv0,) = _params_mla_q_latent_moe_non_expert_params_invariants(a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim)
         call = _runtime.Call(
             "params_mla_q_latent_moe_non_expert_params",
             ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "inv0"),
@@ -504,10 +636,39 @@ def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, lay
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _params_mla_q_latent_moe_non_expert_params_block(*block)
     return call.out
+
+
+def _params_mla_q_latent_moe_non_expert_params_invariants(a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim):
+    """What params_mla_q_latent_moe_non_expert_params computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_latent_moe_non_expert_params", ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
+        tmp0 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(a*dc_q*(dhr + tmp0) + a*dh*h + dc_kv*n_kv*(dh + tmp0) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+    return (inv0,)
+
+
+def _params_mla_q_latent_moe_non_expert_params_block(out, a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0):
+    """params_mla_q_latent_moe_non_expert_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+params_mla_q_latent_moe_non_expert_params.kernel = _runtime.Kernel(
+    _params_mla_q_latent_moe_non_expert_params_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),
+    passed=("inv0",),
+    invariants=_params_mla_q_latent_moe_non_expert_params_invariants,
+    widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),
+    quiet=True,
+)
 
 
 def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim):
@@ -561,16 +722,7 @@ def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, la
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = a*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_direct_dense_non_expert_params", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
-            tmp0 = a*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+        (inv0,) = _params_mla_q_direct_dense_non_expert_params_invariants(a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim)
         call = _runtime.Call(
             "params_mla_q_direct_dense_non_expert_params",
             ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "inv0"),
@@ -578,10 +730,41 @@ def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, la
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _params_mla_q_direct_dense_non_expert_params_block(*block)
     return call.out
+
+
+def _params_mla_q_direct_dense_non_expert_params_invariants(a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim):
+    """What params_mla_q_direct_dense_non_expert_params computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = a*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_direct_dense_non_expert_params", ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
+        tmp0 = a*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = h*layer_norms*(norm_bias + 1) + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
+    return (inv0,)
+
+
+def _params_mla_q_direct_dense_non_expert_params_block(out, a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0):
+    """params_mla_q_direct_dense_non_expert_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+params_mla_q_direct_dense_non_expert_params.kernel = _runtime.Kernel(
+    _params_mla_q_direct_dense_non_expert_params_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
+    passed=("inv0",),
+    invariants=_params_mla_q_direct_dense_non_expert_params_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
+    quiet=True,
+)
 
 
 def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim):
@@ -630,16 +813,7 @@ def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_nor
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = a*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_direct_moe_non_expert_params", ("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
-            tmp0 = a*h
-            tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
-            inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        (inv0,) = _params_mla_q_direct_moe_non_expert_params_invariants(a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim)
         call = _runtime.Call(
             "params_mla_q_direct_moe_non_expert_params",
             ("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "inv0"),
@@ -647,7 +821,38 @@ def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_nor
             reals=0,
             masks=0,
         )
-        for out, a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0 in call.blocks():
-            # out = inv0
-            numpy.copyto(out, inv0)
+        for block in call.blocks():
+            _params_mla_q_direct_moe_non_expert_params_block(*block)
     return call.out
+
+
+def _params_mla_q_direct_moe_non_expert_params_invariants(a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim):
+    """What params_mla_q_direct_moe_non_expert_params computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = a*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim) = _runtime.reals("params_mla_q_direct_moe_non_expert_params", ("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"), (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
+        tmp0 = a*h
+        tmp1 = numpy.where(numpy.not_equal(qk_nope_head_dim, 0), qk_nope_head_dim, dh)
+        inv0 = h*layer_norms*(norm_bias + 1) + h*n_exp + 0.25*(n_attMM*(dc_kv*n_kv*(dh + tmp1) + dc_kv + dh*tmp0 + h*(dc_kv + dhr) + tmp0*(dhr + tmp1))) + 2*n_qknorm*numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+    return (inv0,)
+
+
+def _params_mla_q_direct_moe_non_expert_params_block(out, a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0):
+    """params_mla_q_direct_moe_non_expert_params on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0
+    numpy.copyto(out, inv0)
+
+
+params_mla_q_direct_moe_non_expert_params.kernel = _runtime.Kernel(
+    _params_mla_q_direct_moe_non_expert_params_block,
+    reals=0,
+    masks=0,
+    arguments=("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),
+    passed=("inv0",),
+    invariants=_params_mla_q_direct_moe_non_expert_params_invariants,
+    widened=("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),
+    quiet=True,
+)

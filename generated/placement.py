@@ -58,13 +58,30 @@ def placement_group_ranks_per_node_count(*, gpus_per_node, group_size, group_str
         reals=1,
         masks=0,
     )
-    for out, r0, gpus_per_node, group_size, group_stride in call.blocks():
-        # out = numpy.maximum(1, numpy.minimum(group_size, numpy.floor(gpus_per_node/group_stride)))
-        numpy.divide(gpus_per_node, group_stride, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.minimum(out, group_size, out=out)
-        numpy.maximum(out, 1.0, out=out)
+    for block in call.blocks():
+        _placement_group_ranks_per_node_count_block(*block)
     return call.out
+
+
+def _placement_group_ranks_per_node_count_block(out, r0, gpus_per_node, group_size, group_stride):
+    """placement_group_ranks_per_node_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.maximum(1, numpy.minimum(group_size, numpy.floor(gpus_per_node/group_stride)))
+    numpy.divide(gpus_per_node, group_stride, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.minimum(out, group_size, out=out)
+    numpy.maximum(out, 1.0, out=out)
+
+
+placement_group_ranks_per_node_count.kernel = _runtime.Kernel(
+    _placement_group_ranks_per_node_count_block,
+    reals=1,
+    masks=0,
+    arguments=("gpus_per_node", "group_size", "group_stride"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def placement_group_nodes_count(*, gpus_per_node, group_size, group_stride):
@@ -102,16 +119,33 @@ def placement_group_nodes_count(*, gpus_per_node, group_size, group_stride):
         reals=1,
         masks=0,
     )
-    for out, r0, gpus_per_node, group_size, group_stride in call.blocks():
-        # out = numpy.ceil(group_size/numpy.maximum(1, numpy.minimum(group_size,
-        #     numpy.floor(gpus_per_node/group_stride))))
-        numpy.divide(gpus_per_node, group_stride, out=r0)
-        numpy.floor(r0, out=r0)
-        numpy.minimum(r0, group_size, out=r0)
-        numpy.maximum(r0, 1.0, out=r0)
-        numpy.divide(group_size, r0, out=r0)
-        numpy.ceil(r0, out=out)
+    for block in call.blocks():
+        _placement_group_nodes_count_block(*block)
     return call.out
+
+
+def _placement_group_nodes_count_block(out, r0, gpus_per_node, group_size, group_stride):
+    """placement_group_nodes_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.ceil(group_size/numpy.maximum(1, numpy.minimum(group_size,
+    #     numpy.floor(gpus_per_node/group_stride))))
+    numpy.divide(gpus_per_node, group_stride, out=r0)
+    numpy.floor(r0, out=r0)
+    numpy.minimum(r0, group_size, out=r0)
+    numpy.maximum(r0, 1.0, out=r0)
+    numpy.divide(group_size, r0, out=r0)
+    numpy.ceil(r0, out=out)
+
+
+placement_group_nodes_count.kernel = _runtime.Kernel(
+    _placement_group_nodes_count_block,
+    reals=1,
+    masks=0,
+    arguments=("gpus_per_node", "group_size", "group_stride"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def placement_group_nics_used_count(*, gpus_per_node, group_size, group_stride, nics_per_node):
@@ -146,12 +180,7 @@ def placement_group_nics_used_count(*, gpus_per_node, group_size, group_stride, 
         (gpus_per_node, group_size, group_stride, nics_per_node) = _runtime.floats(xp, (gpus_per_node, group_size, group_stride, nics_per_node))
         out = xp.maximum(1, nics_per_node*xp.maximum(1, xp.minimum(group_size, xp.floor(gpus_per_node/group_stride)))/gpus_per_node)
         return _runtime.broadcast(xp, out, (gpus_per_node, group_size, group_stride, nics_per_node))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = nics_per_node/gpus_per_node
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (gpus_per_node, nics_per_node) = _runtime.reals("placement_group_nics_used_count", ("gpus_per_node", "nics_per_node"), (gpus_per_node, nics_per_node))
-        inv0 = nics_per_node/gpus_per_node
+    (inv0,) = _placement_group_nics_used_count_invariants(gpus_per_node, nics_per_node)
     call = _runtime.Call(
         "placement_group_nics_used_count",
         ("gpus_per_node", "group_size", "group_stride", "nics_per_node", "inv0"),
@@ -159,13 +188,40 @@ def placement_group_nics_used_count(*, gpus_per_node, group_size, group_stride, 
         reals=1,
         masks=0,
     )
-    for out, r0, gpus_per_node, group_size, group_stride, nics_per_node, inv0 in call.blocks():
-        # out = numpy.maximum(1, inv0*numpy.maximum(1, numpy.minimum(group_size,
-        #     numpy.floor(gpus_per_node/group_stride))))
-        numpy.divide(gpus_per_node, group_stride, out=r0)
-        numpy.floor(r0, out=out)
-        numpy.minimum(out, group_size, out=out)
-        numpy.maximum(out, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.maximum(out, 1.0, out=out)
+    for block in call.blocks():
+        _placement_group_nics_used_count_block(*block)
     return call.out
+
+
+def _placement_group_nics_used_count_invariants(gpus_per_node, nics_per_node):
+    """What placement_group_nics_used_count computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = nics_per_node/gpus_per_node
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (gpus_per_node, nics_per_node) = _runtime.reals("placement_group_nics_used_count", ("gpus_per_node", "nics_per_node"), (gpus_per_node, nics_per_node))
+        inv0 = nics_per_node/gpus_per_node
+    return (inv0,)
+
+
+def _placement_group_nics_used_count_block(out, r0, gpus_per_node, group_size, group_stride, nics_per_node, inv0):
+    """placement_group_nics_used_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.maximum(1, inv0*numpy.maximum(1, numpy.minimum(group_size,
+    #     numpy.floor(gpus_per_node/group_stride))))
+    numpy.divide(gpus_per_node, group_stride, out=r0)
+    numpy.floor(r0, out=out)
+    numpy.minimum(out, group_size, out=out)
+    numpy.maximum(out, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.maximum(out, 1.0, out=out)
+
+
+placement_group_nics_used_count.kernel = _runtime.Kernel(
+    _placement_group_nics_used_count_block,
+    reals=1,
+    masks=0,
+    arguments=("gpus_per_node", "group_size", "group_stride", "nics_per_node"),
+    passed=("inv0",),
+    invariants=_placement_group_nics_used_count_invariants,
+    widened=("gpus_per_node", "nics_per_node"),
+    quiet=False,
+)

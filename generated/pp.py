@@ -62,12 +62,7 @@ def pp_send_recv_msg_bytes(*, b, bytes_compute, cp, h, s, t):
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = b*bytes_compute*h*s/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _pp_send_recv_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "pp_send_recv_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -75,12 +70,39 @@ def pp_send_recv_msg_bytes(*, b, bytes_compute, cp, h, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_msg_bytes_block(*block)
     return call.out
+
+
+def _pp_send_recv_msg_bytes_invariants(bytes_compute, h, s):
+    """What pp_send_recv_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _pp_send_recv_msg_bytes_block(out, r0, b, bytes_compute, cp, h, s, t, inv0):
+    """pp_send_recv_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+pp_send_recv_msg_bytes.kernel = _runtime.Kernel(
+    _pp_send_recv_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def pp_send_recv_calls_count(*, m, vp):
@@ -116,11 +138,28 @@ def pp_send_recv_calls_count(*, m, vp):
         reals=0,
         masks=0,
     )
-    for out, m, vp in call.blocks():
-        # out = 2*m*vp
-        numpy.multiply(m, vp, out=out)
-        numpy.multiply(out, 2.0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_calls_count_block(*block)
     return call.out
+
+
+def _pp_send_recv_calls_count_block(out, m, vp):
+    """pp_send_recv_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2*m*vp
+    numpy.multiply(m, vp, out=out)
+    numpy.multiply(out, 2.0, out=out)
+
+
+pp_send_recv_calls_count.kernel = _runtime.Kernel(
+    _pp_send_recv_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m", "vp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def pp_send_recv_step_bytes(*, b, bytes_compute, cp, h, m, s, t, vp):
@@ -154,12 +193,7 @@ def pp_send_recv_step_bytes(*, b, bytes_compute, cp, h, m, s, t, vp):
         (b, bytes_compute, cp, h, m, s, t, vp) = _runtime.floats(xp, (b, bytes_compute, cp, h, m, s, t, vp))
         out = 2*b*bytes_compute*h*m*s*vp/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, m, s, t, vp))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 2*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 2*bytes_compute*h*s
+    (inv0,) = _pp_send_recv_step_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "pp_send_recv_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "s", "t", "vp", "inv0"),
@@ -167,14 +201,41 @@ def pp_send_recv_step_bytes(*, b, bytes_compute, cp, h, m, s, t, vp):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, m, s, t, vp, inv0 in call.blocks():
-        # out = b*inv0*m*vp/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(out, vp, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_step_bytes_block(*block)
     return call.out
+
+
+def _pp_send_recv_step_bytes_invariants(bytes_compute, h, s):
+    """What pp_send_recv_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 2*bytes_compute*h*s
+    return (inv0,)
+
+
+def _pp_send_recv_step_bytes_block(out, r0, b, bytes_compute, cp, h, m, s, t, vp, inv0):
+    """pp_send_recv_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*vp/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, vp, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+pp_send_recv_step_bytes.kernel = _runtime.Kernel(
+    _pp_send_recv_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "t", "vp"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def pp_send_recv_stage_calls_count(*, m, p, vp):
@@ -215,15 +276,32 @@ def pp_send_recv_stage_calls_count(*, m, p, vp):
             reals=0,
             masks=1,
         )
-        for out, m0, m, p, vp in call.blocks():
-            # out = 2*m*vp*numpy.where(numpy.less(p, 1.5), 0, 1)
-            numpy.copyto(out, 1.0)
-            numpy.less(p, 1.5, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, vp, out=out)
-            numpy.multiply(out, 2.0, out=out)
+        for block in call.blocks():
+            _pp_send_recv_stage_calls_count_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_calls_count_block(out, m0, m, p, vp):
+    """pp_send_recv_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2*m*vp*numpy.where(numpy.less(p, 1.5), 0, 1)
+    numpy.copyto(out, 1.0)
+    numpy.less(p, 1.5, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, vp, out=out)
+    numpy.multiply(out, 2.0, out=out)
+
+
+pp_send_recv_stage_calls_count.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_calls_count_block,
+    reals=0,
+    masks=1,
+    arguments=("m", "p", "vp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def pp_send_recv_stage_msg_bytes(*, b, bytes_compute, cp, h, s, t):
@@ -257,12 +335,7 @@ def pp_send_recv_stage_msg_bytes(*, b, bytes_compute, cp, h, s, t):
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = b*bytes_compute*h*s/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _pp_send_recv_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "pp_send_recv_stage_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -270,12 +343,39 @@ def pp_send_recv_stage_msg_bytes(*, b, bytes_compute, cp, h, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_msg_bytes_invariants(bytes_compute, h, s):
+    """What pp_send_recv_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _pp_send_recv_stage_msg_bytes_block(out, r0, b, bytes_compute, cp, h, s, t, inv0):
+    """pp_send_recv_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+pp_send_recv_stage_msg_bytes.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_msg_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_stage_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def pp_send_recv_stage_step_bytes(*, b, bytes_compute, cp, h, m, p, s, t, vp):
@@ -315,12 +415,7 @@ def pp_send_recv_stage_step_bytes(*, b, bytes_compute, cp, h, m, p, s, t, vp):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-            inv0 = 2*bytes_compute*h*s
+        (inv0,) = _pp_send_recv_stage_step_bytes_invariants(bytes_compute, h, s)
         call = _runtime.Call(
             "pp_send_recv_stage_step_bytes",
             ("b", "bytes_compute", "cp", "h", "m", "p", "s", "t", "vp", "inv0"),
@@ -328,18 +423,45 @@ def pp_send_recv_stage_step_bytes(*, b, bytes_compute, cp, h, m, p, s, t, vp):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, h, m, p, s, t, vp, inv0 in call.blocks():
-            # out = b*inv0*m*vp*numpy.where(numpy.less(p, 1.5), 0, 1)/(cp*t)
-            numpy.copyto(out, 1.0)
-            numpy.less(p, 1.5, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, vp, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _pp_send_recv_stage_step_bytes_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_step_bytes_invariants(bytes_compute, h, s):
+    """What pp_send_recv_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 2*bytes_compute*h*s
+    return (inv0,)
+
+
+def _pp_send_recv_stage_step_bytes_block(out, r0, m0, b, bytes_compute, cp, h, m, p, s, t, vp, inv0):
+    """pp_send_recv_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*vp*numpy.where(numpy.less(p, 1.5), 0, 1)/(cp*t)
+    numpy.copyto(out, 1.0)
+    numpy.less(p, 1.5, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, vp, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+pp_send_recv_stage_step_bytes.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "p", "s", "t", "vp"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_stage_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=True,
+)
 
 
 def pp_send_recv_stage_ranks_count():
@@ -367,10 +489,27 @@ def pp_send_recv_stage_ranks_count():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 2
-        numpy.copyto(out, 2.0)
+    for block in call.blocks():
+        _pp_send_recv_stage_ranks_count_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_ranks_count_block(out,):
+    """pp_send_recv_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2
+    numpy.copyto(out, 2.0)
+
+
+pp_send_recv_stage_ranks_count.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def pp_send_recv_stage_calls_count__d_m(*, p, vp):
@@ -411,14 +550,31 @@ def pp_send_recv_stage_calls_count__d_m(*, p, vp):
             reals=0,
             masks=1,
         )
-        for out, m0, p, vp in call.blocks():
-            # out = 2*vp*numpy.where(numpy.less(p, 1.5), 0, 1)
-            numpy.copyto(out, 1.0)
-            numpy.less(p, 1.5, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, vp, out=out)
-            numpy.multiply(out, 2.0, out=out)
+        for block in call.blocks():
+            _pp_send_recv_stage_calls_count__d_m_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_calls_count__d_m_block(out, m0, p, vp):
+    """pp_send_recv_stage_calls_count__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 2*vp*numpy.where(numpy.less(p, 1.5), 0, 1)
+    numpy.copyto(out, 1.0)
+    numpy.less(p, 1.5, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, vp, out=out)
+    numpy.multiply(out, 2.0, out=out)
+
+
+pp_send_recv_stage_calls_count__d_m.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_calls_count__d_m_block,
+    reals=0,
+    masks=1,
+    arguments=("p", "vp"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def pp_send_recv_stage_msg_bytes__d_t(*, b, bytes_compute, cp, h, s, t):
@@ -453,12 +609,7 @@ def pp_send_recv_stage_msg_bytes__d_t(*, b, bytes_compute, cp, h, s, t):
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = -b*bytes_compute*h*s/(cp*(t*t))
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_msg_bytes__d_t", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = -bytes_compute*h*s
+    (inv0,) = _pp_send_recv_stage_msg_bytes__d_t_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "pp_send_recv_stage_msg_bytes__d_t",
         ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -466,13 +617,40 @@ def pp_send_recv_stage_msg_bytes__d_t(*, b, bytes_compute, cp, h, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*(t*t))
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(t, t, out=r0)
-        numpy.multiply(r0, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_stage_msg_bytes__d_t_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_msg_bytes__d_t_invariants(bytes_compute, h, s):
+    """What pp_send_recv_stage_msg_bytes__d_t computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_msg_bytes__d_t", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = -bytes_compute*h*s
+    return (inv0,)
+
+
+def _pp_send_recv_stage_msg_bytes__d_t_block(out, r0, b, bytes_compute, cp, h, s, t, inv0):
+    """pp_send_recv_stage_msg_bytes__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*(t*t))
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(t, t, out=r0)
+    numpy.multiply(r0, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+pp_send_recv_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_msg_bytes__d_t_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_stage_msg_bytes__d_t_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def pp_send_recv_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s, t):
@@ -507,12 +685,7 @@ def pp_send_recv_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s, t):
         (b, bytes_compute, cp, h, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, s, t))
         out = -b*bytes_compute*h*s/((cp*cp)*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_msg_bytes__d_cp", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = -bytes_compute*h*s
+    (inv0,) = _pp_send_recv_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "pp_send_recv_stage_msg_bytes__d_cp",
         ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -520,13 +693,40 @@ def pp_send_recv_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-        # out = b*inv0/((cp*cp)*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.multiply(r0, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_stage_msg_bytes__d_cp_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s):
+    """What pp_send_recv_stage_msg_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_msg_bytes__d_cp", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = -bytes_compute*h*s
+    return (inv0,)
+
+
+def _pp_send_recv_stage_msg_bytes__d_cp_block(out, r0, b, bytes_compute, cp, h, s, t, inv0):
+    """pp_send_recv_stage_msg_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/((cp*cp)*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.multiply(r0, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+pp_send_recv_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_msg_bytes__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_stage_msg_bytes__d_cp_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def pp_send_recv_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s, t):
@@ -560,12 +760,7 @@ def pp_send_recv_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s, t):
         (bytes_compute, cp, h, s, t) = _runtime.floats(xp, (bytes_compute, cp, h, s, t))
         out = bytes_compute*h*s/(cp*t)
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_msg_bytes__d_b", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _pp_send_recv_stage_msg_bytes__d_b_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "pp_send_recv_stage_msg_bytes__d_b",
         ("bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -573,11 +768,38 @@ def pp_send_recv_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-        # out = inv0/(cp*t)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(inv0, r0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_stage_msg_bytes__d_b_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_msg_bytes__d_b_invariants(bytes_compute, h, s):
+    """What pp_send_recv_stage_msg_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("pp_send_recv_stage_msg_bytes__d_b", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _pp_send_recv_stage_msg_bytes__d_b_block(out, r0, bytes_compute, cp, h, s, t, inv0):
+    """pp_send_recv_stage_msg_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/(cp*t)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(inv0, r0, out=out)
+
+
+pp_send_recv_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_msg_bytes__d_b_block,
+    reals=1,
+    masks=0,
+    arguments=("bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_stage_msg_bytes__d_b_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def pp_send_recv_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h, t):
@@ -611,12 +833,7 @@ def pp_send_recv_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h, t):
         (b, bytes_compute, cp, h, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, t))
         out = b*bytes_compute*h/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h) = _runtime.reals("pp_send_recv_stage_msg_bytes__d_s", ("bytes_compute", "h"), (bytes_compute, h))
-        inv0 = bytes_compute*h
+    (inv0,) = _pp_send_recv_stage_msg_bytes__d_s_invariants(bytes_compute, h)
     call = _runtime.Call(
         "pp_send_recv_stage_msg_bytes__d_s",
         ("b", "bytes_compute", "cp", "h", "t", "inv0"),
@@ -624,9 +841,36 @@ def pp_send_recv_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, t, inv0 in call.blocks():
-        # out = b*inv0/(cp*t)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _pp_send_recv_stage_msg_bytes__d_s_block(*block)
     return call.out
+
+
+def _pp_send_recv_stage_msg_bytes__d_s_invariants(bytes_compute, h):
+    """What pp_send_recv_stage_msg_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h) = _runtime.reals("pp_send_recv_stage_msg_bytes__d_s", ("bytes_compute", "h"), (bytes_compute, h))
+        inv0 = bytes_compute*h
+    return (inv0,)
+
+
+def _pp_send_recv_stage_msg_bytes__d_s_block(out, r0, b, bytes_compute, cp, h, t, inv0):
+    """pp_send_recv_stage_msg_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*t)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+pp_send_recv_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
+    _pp_send_recv_stage_msg_bytes__d_s_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "t"),
+    passed=("inv0",),
+    invariants=_pp_send_recv_stage_msg_bytes__d_s_invariants,
+    widened=("bytes_compute", "h"),
+    quiet=False,
+)

@@ -78,12 +78,7 @@ def recompute_tp_dense_full_elements(*, b, comm_t, cp, h, hff, n_gather, s):
         (b, comm_t, cp, h, hff, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, h, hff, n_gather, s))
         out = 0.25*(b*comm_t*n_gather*s*(h + hff)/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, cp, h, hff, n_gather, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 0.25*(n_gather*s*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (h, hff, n_gather, s) = _runtime.reals("recompute_tp_dense_full_elements", ("h", "hff", "n_gather", "s"), (h, hff, n_gather, s))
-        inv0 = 0.25*(n_gather*s*(h + hff))
+    (inv0,) = _recompute_tp_dense_full_elements_invariants(h, hff, n_gather, s)
     call = _runtime.Call(
         "recompute_tp_dense_full_elements",
         ("b", "comm_t", "cp", "h", "hff", "n_gather", "s", "inv0"),
@@ -91,12 +86,39 @@ def recompute_tp_dense_full_elements(*, b, comm_t, cp, h, hff, n_gather, s):
         reals=0,
         masks=0,
     )
-    for out, b, comm_t, cp, h, hff, n_gather, s, inv0 in call.blocks():
-        # out = b*comm_t*inv0/cp
-        numpy.multiply(inv0, comm_t, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _recompute_tp_dense_full_elements_block(*block)
     return call.out
+
+
+def _recompute_tp_dense_full_elements_invariants(h, hff, n_gather, s):
+    """What recompute_tp_dense_full_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.25*(n_gather*s*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, hff, n_gather, s) = _runtime.reals("recompute_tp_dense_full_elements", ("h", "hff", "n_gather", "s"), (h, hff, n_gather, s))
+        inv0 = 0.25*(n_gather*s*(h + hff))
+    return (inv0,)
+
+
+def _recompute_tp_dense_full_elements_block(out, b, comm_t, cp, h, hff, n_gather, s, inv0):
+    """recompute_tp_dense_full_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv0/cp
+    numpy.multiply(inv0, comm_t, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+recompute_tp_dense_full_elements.kernel = _runtime.Kernel(
+    _recompute_tp_dense_full_elements_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "comm_t", "cp", "h", "hff", "n_gather", "s"),
+    passed=("inv0",),
+    invariants=_recompute_tp_dense_full_elements_invariants,
+    widened=("h", "hff", "n_gather", "s"),
+    quiet=False,
+)
 
 
 def recompute_tp_dense_selective_elements(*, b, comm_t, cp, gather, h, hff, n_gather, s):
@@ -133,12 +155,7 @@ def recompute_tp_dense_selective_elements(*, b, comm_t, cp, gather, h, hff, n_ga
         (b, comm_t, cp, gather, h, hff, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, gather, h, hff, n_gather, s))
         out = 0.25*(b*comm_t*n_gather*s*(1 - gather)*(h + hff)/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, cp, gather, h, hff, n_gather, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 0.25*(n_gather*s*(1 - gather)*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (gather, h, hff, n_gather, s) = _runtime.reals("recompute_tp_dense_selective_elements", ("gather", "h", "hff", "n_gather", "s"), (gather, h, hff, n_gather, s))
-        inv0 = 0.25*(n_gather*s*(1 - gather)*(h + hff))
+    (inv0,) = _recompute_tp_dense_selective_elements_invariants(gather, h, hff, n_gather, s)
     call = _runtime.Call(
         "recompute_tp_dense_selective_elements",
         ("b", "comm_t", "cp", "gather", "h", "hff", "n_gather", "s", "inv0"),
@@ -146,12 +163,39 @@ def recompute_tp_dense_selective_elements(*, b, comm_t, cp, gather, h, hff, n_ga
         reals=0,
         masks=0,
     )
-    for out, b, comm_t, cp, gather, h, hff, n_gather, s, inv0 in call.blocks():
-        # out = b*comm_t*inv0/cp
-        numpy.multiply(inv0, comm_t, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _recompute_tp_dense_selective_elements_block(*block)
     return call.out
+
+
+def _recompute_tp_dense_selective_elements_invariants(gather, h, hff, n_gather, s):
+    """What recompute_tp_dense_selective_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.25*(n_gather*s*(1 - gather)*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (gather, h, hff, n_gather, s) = _runtime.reals("recompute_tp_dense_selective_elements", ("gather", "h", "hff", "n_gather", "s"), (gather, h, hff, n_gather, s))
+        inv0 = 0.25*(n_gather*s*(1 - gather)*(h + hff))
+    return (inv0,)
+
+
+def _recompute_tp_dense_selective_elements_block(out, b, comm_t, cp, gather, h, hff, n_gather, s, inv0):
+    """recompute_tp_dense_selective_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv0/cp
+    numpy.multiply(inv0, comm_t, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+recompute_tp_dense_selective_elements.kernel = _runtime.Kernel(
+    _recompute_tp_dense_selective_elements_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "comm_t", "cp", "gather", "h", "hff", "n_gather", "s"),
+    passed=("inv0",),
+    invariants=_recompute_tp_dense_selective_elements_invariants,
+    widened=("gather", "h", "hff", "n_gather", "s"),
+    quiet=False,
+)
 
 
 def recompute_tp_moe_full_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
@@ -193,7 +237,21 @@ def recompute_tp_moe_full_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_
         tmp0 = 0.25*(bytes_compute*n_gather)
         out = comm_t*((h*h)*n_attMM*tmp0 + h*n_ffMM*tmp0*(hff_exp*n_shared_exp + hff_exp*n_exp/ep))/cp
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2, inv3) = _recompute_tp_moe_full_bytes_invariants(bytes_compute, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp)
+    call = _runtime.Call(
+        "recompute_tp_moe_full_bytes",
+        ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3),
+        reals=0,
+        masks=0,
+    )
+    for block in call.blocks():
+        _recompute_tp_moe_full_bytes_block(*block)
+    return call.out
+
+
+def _recompute_tp_moe_full_bytes_invariants(bytes_compute, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
+    """What recompute_tp_moe_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         tmp0 = 0.25*(bytes_compute*n_gather)
         inv0 = hff_exp*n_exp
@@ -207,22 +265,30 @@ def recompute_tp_moe_full_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_
         inv1 = hff_exp*n_shared_exp
         inv2 = h*n_ffMM*tmp0
         inv3 = (h*h)*n_attMM*tmp0
-    call = _runtime.Call(
-        "recompute_tp_moe_full_bytes",
-        ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3),
-        reals=0,
-        masks=0,
-    )
-    for out, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3 in call.blocks():
-        # out = comm_t*(inv2*(inv1 + inv0/ep) + inv3)/cp
-        numpy.divide(inv0, ep, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(out, inv2, out=out)
-        numpy.add(out, inv3, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.divide(out, cp, out=out)
-    return call.out
+    return (inv0, inv1, inv2, inv3)
+
+
+def _recompute_tp_moe_full_bytes_block(out, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3):
+    """recompute_tp_moe_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*(inv2*(inv1 + inv0/ep) + inv3)/cp
+    numpy.divide(inv0, ep, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.add(out, inv3, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+recompute_tp_moe_full_bytes.kernel = _runtime.Kernel(
+    _recompute_tp_moe_full_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_recompute_tp_moe_full_bytes_invariants,
+    widened=("bytes_compute", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
+    quiet=False,
+)
 
 
 def recompute_tp_moe_selective_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
@@ -264,7 +330,21 @@ def recompute_tp_moe_selective_bytes(*, bytes_compute, comm_t, cp, ep, gather, h
         (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.floats(xp, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
         out = 0.25*(bytes_compute*comm_t*h*n_gather*(1 - gather)*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2) = _recompute_tp_moe_selective_bytes_invariants(bytes_compute, gather, h, hff_exp, n_attMM, n_ffMM, n_gather)
+    call = _runtime.Call(
+        "recompute_tp_moe_selective_bytes",
+        ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2"),
+        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2),
+        reals=0,
+        masks=0,
+    )
+    for block in call.blocks():
+        _recompute_tp_moe_selective_bytes_block(*block)
+    return call.out
+
+
+def _recompute_tp_moe_selective_bytes_invariants(bytes_compute, gather, h, hff_exp, n_attMM, n_ffMM, n_gather):
+    """What recompute_tp_moe_selective_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
@@ -274,23 +354,31 @@ def recompute_tp_moe_selective_bytes(*, bytes_compute, comm_t, cp, ep, gather, h
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
         inv2 = 0.25*(bytes_compute*h*n_gather*(1 - gather))
-    call = _runtime.Call(
-        "recompute_tp_moe_selective_bytes",
-        ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2"),
-        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2),
-        reals=0,
-        masks=0,
-    )
-    for out, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2 in call.blocks():
-        # out = comm_t*inv2*(inv0*(n_shared_exp + n_exp/ep) + inv1)/cp
-        numpy.divide(n_exp, ep, out=out)
-        numpy.add(out, n_shared_exp, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(out, inv2, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.divide(out, cp, out=out)
-    return call.out
+    return (inv0, inv1, inv2)
+
+
+def _recompute_tp_moe_selective_bytes_block(out, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2):
+    """recompute_tp_moe_selective_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv2*(inv0*(n_shared_exp + n_exp/ep) + inv1)/cp
+    numpy.divide(n_exp, ep, out=out)
+    numpy.add(out, n_shared_exp, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+recompute_tp_moe_selective_bytes.kernel = _runtime.Kernel(
+    _recompute_tp_moe_selective_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_recompute_tp_moe_selective_bytes_invariants,
+    widened=("bytes_compute", "gather", "h", "hff_exp", "n_attMM", "n_ffMM", "n_gather"),
+    quiet=False,
+)
 
 
 def recompute_ep_balanced_full_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s):
@@ -330,12 +418,7 @@ def recompute_ep_balanced_full_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, n_
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*h*n_chosen_exp*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, n_chosen_exp, s) = _runtime.reals("recompute_ep_balanced_full_bytes", ("bytes_compute", "h", "n_chosen_exp", "s"), (bytes_compute, h, n_chosen_exp, s))
-            inv0 = 2*bytes_compute*h*n_chosen_exp*s
+        (inv0,) = _recompute_ep_balanced_full_bytes_invariants(bytes_compute, h, n_chosen_exp, s)
         call = _runtime.Call(
             "recompute_ep_balanced_full_bytes",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "n_chosen_exp", "s", "inv0"),
@@ -343,21 +426,48 @@ def recompute_ep_balanced_full_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, n_
             reals=1,
             masks=2,
         )
-        for out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s, inv0 in call.blocks():
-            # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
-            #     0, b*comm_ep*inv0*(ep - 1)/(cp*ep))
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, comm_ep, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, ep, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _recompute_ep_balanced_full_bytes_block(*block)
     return call.out
+
+
+def _recompute_ep_balanced_full_bytes_invariants(bytes_compute, h, n_chosen_exp, s):
+    """What recompute_ep_balanced_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*h*n_chosen_exp*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, n_chosen_exp, s) = _runtime.reals("recompute_ep_balanced_full_bytes", ("bytes_compute", "h", "n_chosen_exp", "s"), (bytes_compute, h, n_chosen_exp, s))
+        inv0 = 2*bytes_compute*h*n_chosen_exp*s
+    return (inv0,)
+
+
+def _recompute_ep_balanced_full_bytes_block(out, r0, m0, m1, b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s, inv0):
+    """recompute_ep_balanced_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)), 0,
+    #     b*comm_ep*inv0*(ep - 1)/(cp*ep))
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, comm_ep, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, ep, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+recompute_ep_balanced_full_bytes.kernel = _runtime.Kernel(
+    _recompute_ep_balanced_full_bytes_block,
+    reals=1,
+    masks=2,
+    arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "n_chosen_exp", "s"),
+    passed=("inv0",),
+    invariants=_recompute_ep_balanced_full_bytes_invariants,
+    widened=("bytes_compute", "h", "n_chosen_exp", "s"),
+    quiet=True,
+)
 
 
 def recompute_ep_imbalanced_full_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens):
@@ -394,12 +504,7 @@ def recompute_ep_imbalanced_full_bytes(*, bytes_compute, comm_ep, ep, h, max_ran
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*h
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h) = _runtime.reals("recompute_ep_imbalanced_full_bytes", ("bytes_compute", "h"), (bytes_compute, h))
-            inv0 = 2*bytes_compute*h
+        (inv0,) = _recompute_ep_imbalanced_full_bytes_invariants(bytes_compute, h)
         call = _runtime.Call(
             "recompute_ep_imbalanced_full_bytes",
             ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "inv0"),
@@ -407,20 +512,47 @@ def recompute_ep_imbalanced_full_bytes(*, bytes_compute, comm_ep, ep, h, max_ran
             reals=0,
             masks=2,
         )
-        for out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, inv0 in call.blocks():
-            # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)),
-            #     0, comm_ep*inv0*max_rank_tokens*(ep - 1)/ep)
-            numpy.equal(comm_ep, 0.0, out=m0)
-            numpy.less_equal(ep, 1.0, out=m1)
-            numpy.logical_or(m0, m1, out=m0)
-            if not m0.all():
-                numpy.subtract(ep, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, comm_ep, out=out)
-                numpy.multiply(out, max_rank_tokens, out=out)
-                numpy.divide(out, ep, out=out)
-            numpy.copyto(out, 0.0, where=m0)
+        for block in call.blocks():
+            _recompute_ep_imbalanced_full_bytes_block(*block)
     return call.out
+
+
+def _recompute_ep_imbalanced_full_bytes_invariants(bytes_compute, h):
+    """What recompute_ep_imbalanced_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h) = _runtime.reals("recompute_ep_imbalanced_full_bytes", ("bytes_compute", "h"), (bytes_compute, h))
+        inv0 = 2*bytes_compute*h
+    return (inv0,)
+
+
+def _recompute_ep_imbalanced_full_bytes_block(out, m0, m1, bytes_compute, comm_ep, ep, h, max_rank_tokens, inv0):
+    """recompute_ep_imbalanced_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = numpy.where(numpy.logical_or(numpy.equal(comm_ep, 0), numpy.less_equal(ep, 1)), 0,
+    #     comm_ep*inv0*max_rank_tokens*(ep - 1)/ep)
+    numpy.equal(comm_ep, 0.0, out=m0)
+    numpy.less_equal(ep, 1.0, out=m1)
+    numpy.logical_or(m0, m1, out=m0)
+    if not m0.all():
+        numpy.subtract(ep, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, comm_ep, out=out)
+        numpy.multiply(out, max_rank_tokens, out=out)
+        numpy.divide(out, ep, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+
+
+recompute_ep_imbalanced_full_bytes.kernel = _runtime.Kernel(
+    _recompute_ep_imbalanced_full_bytes_block,
+    reals=0,
+    masks=2,
+    arguments=("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens"),
+    passed=("inv0",),
+    invariants=_recompute_ep_imbalanced_full_bytes_invariants,
+    widened=("bytes_compute", "h"),
+    quiet=True,
+)
 
 
 def recompute_ep_selective_bytes():
@@ -446,10 +578,27 @@ def recompute_ep_selective_bytes():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 0
-        numpy.copyto(out, 0.0)
+    for block in call.blocks():
+        _recompute_ep_selective_bytes_block(*block)
     return call.out
+
+
+def _recompute_ep_selective_bytes_block(out,):
+    """recompute_ep_selective_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0
+    numpy.copyto(out, 0.0)
+
+
+recompute_ep_selective_bytes.kernel = _runtime.Kernel(
+    _recompute_ep_selective_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def recompute_cp_ring_mha_full_bytes(*, b, bytes_compute, cp, h, s, t):
@@ -486,12 +635,7 @@ def recompute_cp_ring_mha_full_bytes(*, b, bytes_compute, cp, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, s) = _runtime.reals("recompute_cp_ring_mha_full_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-            inv0 = 4*bytes_compute*h*s
+        (inv0,) = _recompute_cp_ring_mha_full_bytes_invariants(bytes_compute, h, s)
         call = _runtime.Call(
             "recompute_cp_ring_mha_full_bytes",
             ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
@@ -499,18 +643,45 @@ def recompute_cp_ring_mha_full_bytes(*, b, bytes_compute, cp, h, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, h, s, t, inv0 in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, 0.5, out=out)
+        for block in call.blocks():
+            _recompute_cp_ring_mha_full_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ring_mha_full_bytes_invariants(bytes_compute, h, s):
+    """What recompute_cp_ring_mha_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("recompute_cp_ring_mha_full_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 4*bytes_compute*h*s
+    return (inv0,)
+
+
+def _recompute_cp_ring_mha_full_bytes_block(out, r0, m0, b, bytes_compute, cp, h, s, t, inv0):
+    """recompute_cp_ring_mha_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, 0.5, out=out)
+
+
+recompute_cp_ring_mha_full_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ring_mha_full_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_recompute_cp_ring_mha_full_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ring_mha_selective_bytes(*, b, bytes_compute, cp, gather, h, s, t):
@@ -548,14 +719,7 @@ def recompute_cp_ring_mha_selective_bytes(*, b, bytes_compute, cp, gather, h, s,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*h*s
-            inv1 = 0.5 - 0.5*gather
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, gather, h, s) = _runtime.reals("recompute_cp_ring_mha_selective_bytes", ("bytes_compute", "gather", "h", "s"), (bytes_compute, gather, h, s))
-            inv0 = 4*bytes_compute*h*s
-            inv1 = 0.5 - 0.5*gather
+        (inv0, inv1) = _recompute_cp_ring_mha_selective_bytes_invariants(bytes_compute, gather, h, s)
         call = _runtime.Call(
             "recompute_cp_ring_mha_selective_bytes",
             ("b", "bytes_compute", "cp", "gather", "h", "s", "t", "inv0", "inv1"),
@@ -563,18 +727,47 @@ def recompute_cp_ring_mha_selective_bytes(*, b, bytes_compute, cp, gather, h, s,
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, gather, h, s, t, inv0, inv1 in call.blocks():
-            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, inv1, out=out)
+        for block in call.blocks():
+            _recompute_cp_ring_mha_selective_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ring_mha_selective_bytes_invariants(bytes_compute, gather, h, s):
+    """What recompute_cp_ring_mha_selective_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*h*s
+        inv1 = 0.5 - 0.5*gather
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, gather, h, s) = _runtime.reals("recompute_cp_ring_mha_selective_bytes", ("bytes_compute", "gather", "h", "s"), (bytes_compute, gather, h, s))
+        inv0 = 4*bytes_compute*h*s
+        inv1 = 0.5 - 0.5*gather
+    return (inv0, inv1)
+
+
+def _recompute_cp_ring_mha_selective_bytes_block(out, r0, m0, b, bytes_compute, cp, gather, h, s, t, inv0, inv1):
+    """recompute_cp_ring_mha_selective_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, inv1, out=out)
+
+
+recompute_cp_ring_mha_selective_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ring_mha_selective_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "gather", "h", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_recompute_cp_ring_mha_selective_bytes_invariants,
+    widened=("bytes_compute", "gather", "h", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_linear_state_full_bytes(*, a, cp, dh, h, t):
@@ -610,12 +803,7 @@ def recompute_cp_linear_state_full_bytes(*, a, cp, dh, h, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, h) = _runtime.reals("recompute_cp_linear_state_full_bytes", ("a", "dh", "h"), (a, dh, h))
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        (inv0,) = _recompute_cp_linear_state_full_bytes_invariants(a, dh, h)
         call = _runtime.Call(
             "recompute_cp_linear_state_full_bytes",
             ("a", "cp", "dh", "h", "t", "inv0"),
@@ -623,13 +811,40 @@ def recompute_cp_linear_state_full_bytes(*, a, cp, dh, h, t):
             reals=0,
             masks=1,
         )
-        for out, m0, a, cp, dh, h, t, inv0 in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
-            numpy.divide(inv0, t, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, 0.5, out=out)
+        for block in call.blocks():
+            _recompute_cp_linear_state_full_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_linear_state_full_bytes_invariants(a, dh, h):
+    """What recompute_cp_linear_state_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, h) = _runtime.reals("recompute_cp_linear_state_full_bytes", ("a", "dh", "h"), (a, dh, h))
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+    return (inv0,)
+
+
+def _recompute_cp_linear_state_full_bytes_block(out, m0, a, cp, dh, h, t, inv0):
+    """recompute_cp_linear_state_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
+    numpy.divide(inv0, t, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, 0.5, out=out)
+
+
+recompute_cp_linear_state_full_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_linear_state_full_bytes_block,
+    reals=0,
+    masks=1,
+    arguments=("a", "cp", "dh", "h", "t"),
+    passed=("inv0",),
+    invariants=_recompute_cp_linear_state_full_bytes_invariants,
+    widened=("a", "dh", "h"),
+    quiet=True,
+)
 
 
 def recompute_cp_linear_state_selective_bytes(*, a, cp, dh, gather, h, t):
@@ -667,14 +882,7 @@ def recompute_cp_linear_state_selective_bytes(*, a, cp, dh, gather, h, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-            inv1 = 0.5 - 0.5*gather
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, dh, gather, h) = _runtime.reals("recompute_cp_linear_state_selective_bytes", ("a", "dh", "gather", "h"), (a, dh, gather, h))
-            inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
-            inv1 = 0.5 - 0.5*gather
+        (inv0, inv1) = _recompute_cp_linear_state_selective_bytes_invariants(a, dh, gather, h)
         call = _runtime.Call(
             "recompute_cp_linear_state_selective_bytes",
             ("a", "cp", "dh", "gather", "h", "t", "inv0", "inv1"),
@@ -682,13 +890,42 @@ def recompute_cp_linear_state_selective_bytes(*, a, cp, dh, gather, h, t):
             reals=0,
             masks=1,
         )
-        for out, m0, a, cp, dh, gather, h, t, inv0, inv1 in call.blocks():
-            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
-            numpy.divide(inv0, t, out=out)
-            numpy.less_equal(cp, 1.0, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, inv1, out=out)
+        for block in call.blocks():
+            _recompute_cp_linear_state_selective_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_linear_state_selective_bytes_invariants(a, dh, gather, h):
+    """What recompute_cp_linear_state_selective_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        inv1 = 0.5 - 0.5*gather
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, dh, gather, h) = _runtime.reals("recompute_cp_linear_state_selective_bytes", ("a", "dh", "gather", "h"), (a, dh, gather, h))
+        inv0 = 8*a*numpy.where(numpy.not_equal(dh, 0), (dh*dh), (h*h)/(a*a))
+        inv1 = 0.5 - 0.5*gather
+    return (inv0, inv1)
+
+
+def _recompute_cp_linear_state_selective_bytes_block(out, m0, a, cp, dh, gather, h, t, inv0, inv1):
+    """recompute_cp_linear_state_selective_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, inv0/t)
+    numpy.divide(inv0, t, out=out)
+    numpy.less_equal(cp, 1.0, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, inv1, out=out)
+
+
+recompute_cp_linear_state_selective_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_linear_state_selective_bytes_block,
+    reals=0,
+    masks=1,
+    arguments=("a", "cp", "dh", "gather", "h", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_recompute_cp_linear_state_selective_bytes_invariants,
+    widened=("a", "dh", "gather", "h"),
+    quiet=True,
+)
 
 
 def recompute_cp_ring_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
@@ -728,12 +965,7 @@ def recompute_cp_ring_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t)
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, n_kv, s) = _runtime.reals("recompute_cp_ring_gqa_full_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        (inv0,) = _recompute_cp_ring_gqa_full_bytes_invariants(a, bytes_compute, dh, n_kv, s)
         call = _runtime.Call(
             "recompute_cp_ring_gqa_full_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
@@ -741,18 +973,45 @@ def recompute_cp_ring_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t)
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0 in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, 0.5, out=out)
+        for block in call.blocks():
+            _recompute_cp_ring_gqa_full_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ring_gqa_full_bytes_invariants(a, bytes_compute, dh, n_kv, s):
+    """What recompute_cp_ring_gqa_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, n_kv, s) = _runtime.reals("recompute_cp_ring_gqa_full_bytes", ("a", "bytes_compute", "dh", "n_kv", "s"), (a, bytes_compute, dh, n_kv, s))
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+    return (inv0,)
+
+
+def _recompute_cp_ring_gqa_full_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, n_kv, s, t, inv0):
+    """recompute_cp_ring_gqa_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, 0.5, out=out)
+
+
+recompute_cp_ring_gqa_full_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ring_gqa_full_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_recompute_cp_ring_gqa_full_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ring_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather, n_kv, s, t):
@@ -793,14 +1052,7 @@ def recompute_cp_ring_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv1 = 0.5 - 0.5*gather
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, n_kv, s) = _runtime.reals("recompute_cp_ring_gqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "n_kv", "s"), (a, bytes_compute, dh, gather, n_kv, s))
-            inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
-            inv1 = 0.5 - 0.5*gather
+        (inv0, inv1) = _recompute_cp_ring_gqa_selective_bytes_invariants(a, bytes_compute, dh, gather, n_kv, s)
         call = _runtime.Call(
             "recompute_cp_ring_gqa_selective_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "n_kv", "s", "t", "inv0", "inv1"),
@@ -808,18 +1060,47 @@ def recompute_cp_ring_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, gather, n_kv, s, t, inv0, inv1 in call.blocks():
-            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, inv1, out=out)
+        for block in call.blocks():
+            _recompute_cp_ring_gqa_selective_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ring_gqa_selective_bytes_invariants(a, bytes_compute, dh, gather, n_kv, s):
+    """What recompute_cp_ring_gqa_selective_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv1 = 0.5 - 0.5*gather
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, n_kv, s) = _runtime.reals("recompute_cp_ring_gqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "n_kv", "s"), (a, bytes_compute, dh, gather, n_kv, s))
+        inv0 = 4*bytes_compute*dh*s*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a)
+        inv1 = 0.5 - 0.5*gather
+    return (inv0, inv1)
+
+
+def _recompute_cp_ring_gqa_selective_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, gather, n_kv, s, t, inv0, inv1):
+    """recompute_cp_ring_gqa_selective_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, inv1, out=out)
+
+
+recompute_cp_ring_gqa_selective_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ring_gqa_selective_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_recompute_cp_ring_gqa_selective_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ring_mqa_full_bytes(*, b, bytes_compute, cp, dh, s, t):
@@ -856,12 +1137,7 @@ def recompute_cp_ring_mqa_full_bytes(*, b, bytes_compute, cp, dh, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*dh*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, s) = _runtime.reals("recompute_cp_ring_mqa_full_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
-            inv0 = 4*bytes_compute*dh*s
+        (inv0,) = _recompute_cp_ring_mqa_full_bytes_invariants(bytes_compute, dh, s)
         call = _runtime.Call(
             "recompute_cp_ring_mqa_full_bytes",
             ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
@@ -869,18 +1145,45 @@ def recompute_cp_ring_mqa_full_bytes(*, b, bytes_compute, cp, dh, s, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, dh, s, t, inv0 in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, 0.5, out=out)
+        for block in call.blocks():
+            _recompute_cp_ring_mqa_full_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ring_mqa_full_bytes_invariants(bytes_compute, dh, s):
+    """What recompute_cp_ring_mqa_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, s) = _runtime.reals("recompute_cp_ring_mqa_full_bytes", ("bytes_compute", "dh", "s"), (bytes_compute, dh, s))
+        inv0 = 4*bytes_compute*dh*s
+    return (inv0,)
+
+
+def _recompute_cp_ring_mqa_full_bytes_block(out, r0, m0, b, bytes_compute, cp, dh, s, t, inv0):
+    """recompute_cp_ring_mqa_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, 0.5, out=out)
+
+
+recompute_cp_ring_mqa_full_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ring_mqa_full_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "s", "t"),
+    passed=("inv0",),
+    invariants=_recompute_cp_ring_mqa_full_bytes_invariants,
+    widened=("bytes_compute", "dh", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ring_mqa_selective_bytes(*, b, bytes_compute, cp, dh, gather, s, t):
@@ -918,14 +1221,7 @@ def recompute_cp_ring_mqa_selective_bytes(*, b, bytes_compute, cp, dh, gather, s
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*dh*s
-            inv1 = 0.5 - 0.5*gather
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, gather, s) = _runtime.reals("recompute_cp_ring_mqa_selective_bytes", ("bytes_compute", "dh", "gather", "s"), (bytes_compute, dh, gather, s))
-            inv0 = 4*bytes_compute*dh*s
-            inv1 = 0.5 - 0.5*gather
+        (inv0, inv1) = _recompute_cp_ring_mqa_selective_bytes_invariants(bytes_compute, dh, gather, s)
         call = _runtime.Call(
             "recompute_cp_ring_mqa_selective_bytes",
             ("b", "bytes_compute", "cp", "dh", "gather", "s", "t", "inv0", "inv1"),
@@ -933,18 +1229,47 @@ def recompute_cp_ring_mqa_selective_bytes(*, b, bytes_compute, cp, dh, gather, s
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, dh, gather, s, t, inv0, inv1 in call.blocks():
-            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, inv1, out=out)
+        for block in call.blocks():
+            _recompute_cp_ring_mqa_selective_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ring_mqa_selective_bytes_invariants(bytes_compute, dh, gather, s):
+    """What recompute_cp_ring_mqa_selective_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*dh*s
+        inv1 = 0.5 - 0.5*gather
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, gather, s) = _runtime.reals("recompute_cp_ring_mqa_selective_bytes", ("bytes_compute", "dh", "gather", "s"), (bytes_compute, dh, gather, s))
+        inv0 = 4*bytes_compute*dh*s
+        inv1 = 0.5 - 0.5*gather
+    return (inv0, inv1)
+
+
+def _recompute_cp_ring_mqa_selective_bytes_block(out, r0, m0, b, bytes_compute, cp, dh, gather, s, t, inv0, inv1):
+    """recompute_cp_ring_mqa_selective_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, inv1, out=out)
+
+
+recompute_cp_ring_mqa_selective_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ring_mqa_selective_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "gather", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_recompute_cp_ring_mqa_selective_bytes_invariants,
+    widened=("bytes_compute", "dh", "gather", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ring_mla_full_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
@@ -983,12 +1308,7 @@ def recompute_cp_ring_mla_full_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("recompute_cp_ring_mla_full_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
-            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        (inv0,) = _recompute_cp_ring_mla_full_bytes_invariants(bytes_compute, dh, dhr, n_kv, s)
         call = _runtime.Call(
             "recompute_cp_ring_mla_full_bytes",
             ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
@@ -996,18 +1316,45 @@ def recompute_cp_ring_mla_full_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, 
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0 in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, 0.5, out=out)
+        for block in call.blocks():
+            _recompute_cp_ring_mla_full_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ring_mla_full_bytes_invariants(bytes_compute, dh, dhr, n_kv, s):
+    """What recompute_cp_ring_mla_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, n_kv, s) = _runtime.reals("recompute_cp_ring_mla_full_bytes", ("bytes_compute", "dh", "dhr", "n_kv", "s"), (bytes_compute, dh, dhr, n_kv, s))
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+    return (inv0,)
+
+
+def _recompute_cp_ring_mla_full_bytes_block(out, r0, m0, b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0):
+    """recompute_cp_ring_mla_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, 0.5, out=out)
+
+
+recompute_cp_ring_mla_full_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ring_mla_full_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_recompute_cp_ring_mla_full_bytes_invariants,
+    widened=("bytes_compute", "dh", "dhr", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ring_mla_selective_bytes(*, b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t):
@@ -1048,14 +1395,7 @@ def recompute_cp_ring_mla_selective_bytes(*, b, bytes_compute, cp, dh, dhr, gath
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv1 = 0.5 - 0.5*gather
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, dh, dhr, gather, n_kv, s) = _runtime.reals("recompute_cp_ring_mla_selective_bytes", ("bytes_compute", "dh", "dhr", "gather", "n_kv", "s"), (bytes_compute, dh, dhr, gather, n_kv, s))
-            inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
-            inv1 = 0.5 - 0.5*gather
+        (inv0, inv1) = _recompute_cp_ring_mla_selective_bytes_invariants(bytes_compute, dh, dhr, gather, n_kv, s)
         call = _runtime.Call(
             "recompute_cp_ring_mla_selective_bytes",
             ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "n_kv", "s", "t", "inv0", "inv1"),
@@ -1063,18 +1403,47 @@ def recompute_cp_ring_mla_selective_bytes(*, b, bytes_compute, cp, dh, dhr, gath
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t, inv0, inv1 in call.blocks():
-            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, inv1, out=out)
+        for block in call.blocks():
+            _recompute_cp_ring_mla_selective_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ring_mla_selective_bytes_invariants(bytes_compute, dh, dhr, gather, n_kv, s):
+    """What recompute_cp_ring_mla_selective_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv1 = 0.5 - 0.5*gather
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, dh, dhr, gather, n_kv, s) = _runtime.reals("recompute_cp_ring_mla_selective_bytes", ("bytes_compute", "dh", "dhr", "gather", "n_kv", "s"), (bytes_compute, dh, dhr, gather, n_kv, s))
+        inv0 = 2*bytes_compute*n_kv*s*(2*dh + dhr)
+        inv1 = 0.5 - 0.5*gather
+    return (inv0, inv1)
+
+
+def _recompute_cp_ring_mla_selective_bytes_block(out, r0, m0, b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t, inv0, inv1):
+    """recompute_cp_ring_mla_selective_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/(cp*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, inv1, out=out)
+
+
+recompute_cp_ring_mla_selective_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ring_mla_selective_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "gather", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_recompute_cp_ring_mla_selective_bytes_invariants,
+    widened=("bytes_compute", "dh", "dhr", "gather", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ulysses_mha_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
@@ -1114,12 +1483,7 @@ def recompute_cp_ulysses_mha_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, s) = _runtime.reals("recompute_cp_ulysses_mha_full_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        (inv0,) = _recompute_cp_ulysses_mha_full_bytes_invariants(a, bytes_compute, dh, h, s)
         call = _runtime.Call(
             "recompute_cp_ulysses_mha_full_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
@@ -1127,19 +1491,46 @@ def recompute_cp_ulysses_mha_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, 0.5, out=out)
+        for block in call.blocks():
+            _recompute_cp_ulysses_mha_full_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ulysses_mha_full_bytes_invariants(a, bytes_compute, dh, h, s):
+    """What recompute_cp_ulysses_mha_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, s) = _runtime.reals("recompute_cp_ulysses_mha_full_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+    return (inv0,)
+
+
+def _recompute_cp_ulysses_mha_full_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0):
+    """recompute_cp_ulysses_mha_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, 0.5, out=out)
+
+
+recompute_cp_ulysses_mha_full_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ulysses_mha_full_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_recompute_cp_ulysses_mha_full_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ulysses_mha_selective_bytes(*, a, b, bytes_compute, cp, dh, gather, h, s, t):
@@ -1180,14 +1571,7 @@ def recompute_cp_ulysses_mha_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv1 = 0.5 - 0.5*gather
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, h, s) = _runtime.reals("recompute_cp_ulysses_mha_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "s"), (a, bytes_compute, dh, gather, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
-            inv1 = 0.5 - 0.5*gather
+        (inv0, inv1) = _recompute_cp_ulysses_mha_selective_bytes_invariants(a, bytes_compute, dh, gather, h, s)
         call = _runtime.Call(
             "recompute_cp_ulysses_mha_selective_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t", "inv0", "inv1"),
@@ -1195,19 +1579,48 @@ def recompute_cp_ulysses_mha_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1 in call.blocks():
-            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, inv1, out=out)
+        for block in call.blocks():
+            _recompute_cp_ulysses_mha_selective_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ulysses_mha_selective_bytes_invariants(a, bytes_compute, dh, gather, h, s):
+    """What recompute_cp_ulysses_mha_selective_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv1 = 0.5 - 0.5*gather
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, h, s) = _runtime.reals("recompute_cp_ulysses_mha_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "s"), (a, bytes_compute, dh, gather, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + h)
+        inv1 = 0.5 - 0.5*gather
+    return (inv0, inv1)
+
+
+def _recompute_cp_ulysses_mha_selective_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1):
+    """recompute_cp_ulysses_mha_selective_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, inv1, out=out)
+
+
+recompute_cp_ulysses_mha_selective_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ulysses_mha_selective_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_recompute_cp_ulysses_mha_selective_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "h", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ulysses_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
@@ -1248,12 +1661,7 @@ def recompute_cp_ulysses_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv,
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_gqa_full_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        (inv0,) = _recompute_cp_ulysses_gqa_full_bytes_invariants(a, bytes_compute, dh, h, n_kv, s)
         call = _runtime.Call(
             "recompute_cp_ulysses_gqa_full_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
@@ -1261,19 +1669,46 @@ def recompute_cp_ulysses_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv,
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0 in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, 0.5, out=out)
+        for block in call.blocks():
+            _recompute_cp_ulysses_gqa_full_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ulysses_gqa_full_bytes_invariants(a, bytes_compute, dh, h, n_kv, s):
+    """What recompute_cp_ulysses_gqa_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_gqa_full_bytes", ("a", "bytes_compute", "dh", "h", "n_kv", "s"), (a, bytes_compute, dh, h, n_kv, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+    return (inv0,)
+
+
+def _recompute_cp_ulysses_gqa_full_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0):
+    """recompute_cp_ulysses_gqa_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, 0.5, out=out)
+
+
+recompute_cp_ulysses_gqa_full_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ulysses_gqa_full_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_recompute_cp_ulysses_gqa_full_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ulysses_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t):
@@ -1316,14 +1751,7 @@ def recompute_cp_ulysses_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-            inv1 = 0.5 - 0.5*gather
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_gqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "n_kv", "s"), (a, bytes_compute, dh, gather, h, n_kv, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
-            inv1 = 0.5 - 0.5*gather
+        (inv0, inv1) = _recompute_cp_ulysses_gqa_selective_bytes_invariants(a, bytes_compute, dh, gather, h, n_kv, s)
         call = _runtime.Call(
             "recompute_cp_ulysses_gqa_selective_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "n_kv", "s", "t", "inv0", "inv1"),
@@ -1331,19 +1759,48 @@ def recompute_cp_ulysses_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t, inv0, inv1 in call.blocks():
-            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, inv1, out=out)
+        for block in call.blocks():
+            _recompute_cp_ulysses_gqa_selective_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ulysses_gqa_selective_bytes_invariants(a, bytes_compute, dh, gather, h, n_kv, s):
+    """What recompute_cp_ulysses_gqa_selective_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        inv1 = 0.5 - 0.5*gather
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_gqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "n_kv", "s"), (a, bytes_compute, dh, gather, h, n_kv, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh*numpy.where(numpy.greater(n_kv, 0), numpy.minimum(a, n_kv), a))
+        inv1 = 0.5 - 0.5*gather
+    return (inv0, inv1)
+
+
+def _recompute_cp_ulysses_gqa_selective_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t, inv0, inv1):
+    """recompute_cp_ulysses_gqa_selective_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, inv1, out=out)
+
+
+recompute_cp_ulysses_gqa_selective_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ulysses_gqa_selective_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_recompute_cp_ulysses_gqa_selective_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ulysses_mqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
@@ -1383,12 +1840,7 @@ def recompute_cp_ulysses_mqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, h, s) = _runtime.reals("recompute_cp_ulysses_mqa_full_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        (inv0,) = _recompute_cp_ulysses_mqa_full_bytes_invariants(a, bytes_compute, dh, h, s)
         call = _runtime.Call(
             "recompute_cp_ulysses_mqa_full_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
@@ -1396,19 +1848,46 @@ def recompute_cp_ulysses_mqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0 in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, 0.5, out=out)
+        for block in call.blocks():
+            _recompute_cp_ulysses_mqa_full_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ulysses_mqa_full_bytes_invariants(a, bytes_compute, dh, h, s):
+    """What recompute_cp_ulysses_mqa_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, h, s) = _runtime.reals("recompute_cp_ulysses_mqa_full_bytes", ("a", "bytes_compute", "dh", "h", "s"), (a, bytes_compute, dh, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+    return (inv0,)
+
+
+def _recompute_cp_ulysses_mqa_full_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, h, s, t, inv0):
+    """recompute_cp_ulysses_mqa_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, 0.5, out=out)
+
+
+recompute_cp_ulysses_mqa_full_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ulysses_mqa_full_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_recompute_cp_ulysses_mqa_full_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ulysses_mqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather, h, s, t):
@@ -1449,14 +1928,7 @@ def recompute_cp_ulysses_mqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-            inv1 = 0.5 - 0.5*gather
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, gather, h, s) = _runtime.reals("recompute_cp_ulysses_mqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "s"), (a, bytes_compute, dh, gather, h, s))
-            inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
-            inv1 = 0.5 - 0.5*gather
+        (inv0, inv1) = _recompute_cp_ulysses_mqa_selective_bytes_invariants(a, bytes_compute, dh, gather, h, s)
         call = _runtime.Call(
             "recompute_cp_ulysses_mqa_selective_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t", "inv0", "inv1"),
@@ -1464,19 +1936,48 @@ def recompute_cp_ulysses_mqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1 in call.blocks():
-            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, inv1, out=out)
+        for block in call.blocks():
+            _recompute_cp_ulysses_mqa_selective_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ulysses_mqa_selective_bytes_invariants(a, bytes_compute, dh, gather, h, s):
+    """What recompute_cp_ulysses_mqa_selective_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        inv1 = 0.5 - 0.5*gather
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, gather, h, s) = _runtime.reals("recompute_cp_ulysses_mqa_selective_bytes", ("a", "bytes_compute", "dh", "gather", "h", "s"), (a, bytes_compute, dh, gather, h, s))
+        inv0 = 4*bytes_compute*s*(a*numpy.where(numpy.not_equal(dh, 0), dh, h/a) + dh)
+        inv1 = 0.5 - 0.5*gather
+    return (inv0, inv1)
+
+
+def _recompute_cp_ulysses_mqa_selective_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1):
+    """recompute_cp_ulysses_mqa_selective_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, inv1, out=out)
+
+
+recompute_cp_ulysses_mqa_selective_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ulysses_mqa_selective_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_recompute_cp_ulysses_mqa_selective_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "h", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t):
@@ -1520,14 +2021,7 @@ def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, 
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_mla_full_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        (inv0,) = _recompute_cp_ulysses_mla_full_bytes_invariants(a, bytes_compute, dh, dhr, h, n_kv, s)
         call = _runtime.Call(
             "recompute_cp_ulysses_mla_full_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
@@ -1535,19 +2029,48 @@ def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, 
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0 in call.blocks():
-            # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, 0.5, out=out)
+        for block in call.blocks():
+            _recompute_cp_ulysses_mla_full_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ulysses_mla_full_bytes_invariants(a, bytes_compute, dh, dhr, h, n_kv, s):
+    """What recompute_cp_ulysses_mla_full_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_mla_full_bytes", ("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, h, n_kv, s))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+    return (inv0,)
+
+
+def _recompute_cp_ulysses_mla_full_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0):
+    """recompute_cp_ulysses_mla_full_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 0.5*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, 0.5, out=out)
+
+
+recompute_cp_ulysses_mla_full_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ulysses_mla_full_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
+    passed=("inv0",),
+    invariants=_recompute_cp_ulysses_mla_full_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"),
+    quiet=True,
+)
 
 
 def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t):
@@ -1592,16 +2115,7 @@ def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv1 = 0.5 - 0.5*gather
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (a, bytes_compute, dh, dhr, gather, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_mla_selective_bytes", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, gather, h, n_kv, s))
-            tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
-            inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
-            inv1 = 0.5 - 0.5*gather
+        (inv0, inv1) = _recompute_cp_ulysses_mla_selective_bytes_invariants(a, bytes_compute, dh, dhr, gather, h, n_kv, s)
         call = _runtime.Call(
             "recompute_cp_ulysses_mla_selective_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "n_kv", "s", "t", "inv0", "inv1"),
@@ -1609,16 +2123,47 @@ def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr
             reals=1,
             masks=1,
         )
-        for out, r0, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t, inv0, inv1 in call.blocks():
-            # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
-            numpy.less_equal(cp, 1.0, out=m0)
-            if not m0.all():
-                numpy.subtract(cp, 1.0, out=out)
-                numpy.multiply(out, inv0, out=out)
-                numpy.multiply(out, b, out=out)
-                numpy.multiply(cp, cp, out=r0)
-                numpy.multiply(r0, t, out=r0)
-                numpy.divide(out, r0, out=out)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.multiply(out, inv1, out=out)
+        for block in call.blocks():
+            _recompute_cp_ulysses_mla_selective_bytes_block(*block)
     return call.out
+
+
+def _recompute_cp_ulysses_mla_selective_bytes_invariants(a, bytes_compute, dh, dhr, gather, h, n_kv, s):
+    """What recompute_cp_ulysses_mla_selective_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv1 = 0.5 - 0.5*gather
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (a, bytes_compute, dh, dhr, gather, h, n_kv, s) = _runtime.reals("recompute_cp_ulysses_mla_selective_bytes", ("a", "bytes_compute", "dh", "dhr", "gather", "h", "n_kv", "s"), (a, bytes_compute, dh, dhr, gather, h, n_kv, s))
+        tmp0 = numpy.where(numpy.not_equal(dh, 0), dh, h/a)
+        inv0 = 2*bytes_compute*s*(a*tmp0 + a*(dhr + tmp0) + n_kv*(2*dh + dhr))
+        inv1 = 0.5 - 0.5*gather
+    return (inv0, inv1)
+
+
+def _recompute_cp_ulysses_mla_selective_bytes_block(out, r0, m0, a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t, inv0, inv1):
+    """recompute_cp_ulysses_mla_selective_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv1*numpy.where(numpy.less_equal(cp, 1), 0, b*inv0*(cp - 1)/((cp*cp)*t))
+    numpy.less_equal(cp, 1.0, out=m0)
+    if not m0.all():
+        numpy.subtract(cp, 1.0, out=out)
+        numpy.multiply(out, inv0, out=out)
+        numpy.multiply(out, b, out=out)
+        numpy.multiply(cp, cp, out=r0)
+        numpy.multiply(r0, t, out=r0)
+        numpy.divide(out, r0, out=out)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.multiply(out, inv1, out=out)
+
+
+recompute_cp_ulysses_mla_selective_bytes.kernel = _runtime.Kernel(
+    _recompute_cp_ulysses_mla_selective_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "n_kv", "s", "t"),
+    passed=("inv0", "inv1"),
+    invariants=_recompute_cp_ulysses_mla_selective_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "gather", "h", "n_kv", "s"),
+    quiet=True,
+)

@@ -54,12 +54,7 @@ def score_levels1_comm_score(*, comm_volume, level_assign_0, level_bw_0, overlap
         (comm_volume, level_assign_0, level_bw_0, overlap) = _runtime.floats(xp, (comm_volume, level_assign_0, level_bw_0, overlap))
         out = comm_volume*(1 - overlap)*(level_assign_0 - 1)/level_bw_0
         return _runtime.broadcast(xp, out, (comm_volume, level_assign_0, level_bw_0, overlap))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bw_0
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (level_bw_0,) = _runtime.reals("score_levels1_comm_score", ("level_bw_0",), (level_bw_0,))
-        inv0 = 1/level_bw_0
+    (inv0,) = _score_levels1_comm_score_invariants(level_bw_0)
     call = _runtime.Call(
         "score_levels1_comm_score",
         ("comm_volume", "level_assign_0", "level_bw_0", "overlap", "inv0"),
@@ -67,14 +62,41 @@ def score_levels1_comm_score(*, comm_volume, level_assign_0, level_bw_0, overlap
         reals=1,
         masks=0,
     )
-    for out, r0, comm_volume, level_assign_0, level_bw_0, overlap, inv0 in call.blocks():
-        # out = comm_volume*inv0*(1 - overlap)*(level_assign_0 - 1)
-        numpy.subtract(1.0, overlap, out=out)
-        numpy.subtract(level_assign_0, 1.0, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, comm_volume, out=out)
+    for block in call.blocks():
+        _score_levels1_comm_score_block(*block)
     return call.out
+
+
+def _score_levels1_comm_score_invariants(level_bw_0):
+    """What score_levels1_comm_score computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bw_0
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (level_bw_0,) = _runtime.reals("score_levels1_comm_score", ("level_bw_0",), (level_bw_0,))
+        inv0 = 1/level_bw_0
+    return (inv0,)
+
+
+def _score_levels1_comm_score_block(out, r0, comm_volume, level_assign_0, level_bw_0, overlap, inv0):
+    """score_levels1_comm_score on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_volume*inv0*(1 - overlap)*(level_assign_0 - 1)
+    numpy.subtract(1.0, overlap, out=out)
+    numpy.subtract(level_assign_0, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, comm_volume, out=out)
+
+
+score_levels1_comm_score.kernel = _runtime.Kernel(
+    _score_levels1_comm_score_block,
+    reals=1,
+    masks=0,
+    arguments=("comm_volume", "level_assign_0", "level_bw_0", "overlap"),
+    passed=("inv0",),
+    invariants=_score_levels1_comm_score_invariants,
+    widened=("level_bw_0",),
+    quiet=False,
+)
 
 
 def score_levels2_comm_score(*, comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap):
@@ -112,14 +134,7 @@ def score_levels2_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
         (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap) = _runtime.floats(xp, (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap))
         out = comm_volume*(1 - overlap)*(level_bound_0*(level_assign_1 - 1)/level_bw_1 + (level_assign_0 - 1)/level_bw_0)
         return _runtime.broadcast(xp, out, (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1/level_bw_0
-        inv1 = level_bound_0/level_bw_1
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (level_bound_0, level_bw_0, level_bw_1) = _runtime.reals("score_levels2_comm_score", ("level_bound_0", "level_bw_0", "level_bw_1"), (level_bound_0, level_bw_0, level_bw_1))
-        inv0 = 1/level_bw_0
-        inv1 = level_bound_0/level_bw_1
+    (inv0, inv1) = _score_levels2_comm_score_invariants(level_bound_0, level_bw_0, level_bw_1)
     call = _runtime.Call(
         "score_levels2_comm_score",
         ("comm_volume", "level_assign_0", "level_assign_1", "level_bound_0", "level_bw_0", "level_bw_1", "overlap", "inv0", "inv1"),
@@ -127,17 +142,46 @@ def score_levels2_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
         reals=2,
         masks=0,
     )
-    for out, r0, r1, comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap, inv0, inv1 in call.blocks():
-        # out = comm_volume*(1 - overlap)*(inv0*(level_assign_0 - 1) + inv1*(level_assign_1 - 1))
-        numpy.subtract(1.0, overlap, out=out)
-        numpy.subtract(level_assign_0, 1.0, out=r0)
-        numpy.multiply(r0, inv0, out=r0)
-        numpy.subtract(level_assign_1, 1.0, out=r1)
-        numpy.multiply(r1, inv1, out=r1)
-        numpy.add(r0, r1, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, comm_volume, out=out)
+    for block in call.blocks():
+        _score_levels2_comm_score_block(*block)
     return call.out
+
+
+def _score_levels2_comm_score_invariants(level_bound_0, level_bw_0, level_bw_1):
+    """What score_levels2_comm_score computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1/level_bw_0
+        inv1 = level_bound_0/level_bw_1
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (level_bound_0, level_bw_0, level_bw_1) = _runtime.reals("score_levels2_comm_score", ("level_bound_0", "level_bw_0", "level_bw_1"), (level_bound_0, level_bw_0, level_bw_1))
+        inv0 = 1/level_bw_0
+        inv1 = level_bound_0/level_bw_1
+    return (inv0, inv1)
+
+
+def _score_levels2_comm_score_block(out, r0, r1, comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap, inv0, inv1):
+    """score_levels2_comm_score on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_volume*(1 - overlap)*(inv0*(level_assign_0 - 1) + inv1*(level_assign_1 - 1))
+    numpy.subtract(1.0, overlap, out=out)
+    numpy.subtract(level_assign_0, 1.0, out=r0)
+    numpy.multiply(r0, inv0, out=r0)
+    numpy.subtract(level_assign_1, 1.0, out=r1)
+    numpy.multiply(r1, inv1, out=r1)
+    numpy.add(r0, r1, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, comm_volume, out=out)
+
+
+score_levels2_comm_score.kernel = _runtime.Kernel(
+    _score_levels2_comm_score_block,
+    reals=2,
+    masks=0,
+    arguments=("comm_volume", "level_assign_0", "level_assign_1", "level_bound_0", "level_bw_0", "level_bw_1", "overlap"),
+    passed=("inv0", "inv1"),
+    invariants=_score_levels2_comm_score_invariants,
+    widened=("level_bound_0", "level_bw_0", "level_bw_1"),
+    quiet=False,
+)
 
 
 def score_levels3_comm_score(*, comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap):
@@ -178,7 +222,21 @@ def score_levels3_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
         (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap) = _runtime.floats(xp, (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap))
         out = comm_volume*(1 - overlap)*(level_bound_0*level_bound_1*(level_assign_2 - 1)/level_bw_2 + level_bound_0*(level_assign_1 - 1)/level_bw_1 + (level_assign_0 - 1)/level_bw_0)
         return _runtime.broadcast(xp, out, (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2) = _score_levels3_comm_score_invariants(level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2)
+    call = _runtime.Call(
+        "score_levels3_comm_score",
+        ("comm_volume", "level_assign_0", "level_assign_1", "level_assign_2", "level_bound_0", "level_bound_1", "level_bw_0", "level_bw_1", "level_bw_2", "overlap", "inv0", "inv1", "inv2"),
+        (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap, inv0, inv1, inv2),
+        reals=2,
+        masks=0,
+    )
+    for block in call.blocks():
+        _score_levels3_comm_score_block(*block)
+    return call.out
+
+
+def _score_levels3_comm_score_invariants(level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2):
+    """What score_levels3_comm_score computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = 1/level_bw_0
         inv1 = level_bound_0/level_bw_1
@@ -188,25 +246,33 @@ def score_levels3_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
         inv0 = 1/level_bw_0
         inv1 = level_bound_0/level_bw_1
         inv2 = level_bound_0*level_bound_1/level_bw_2
-    call = _runtime.Call(
-        "score_levels3_comm_score",
-        ("comm_volume", "level_assign_0", "level_assign_1", "level_assign_2", "level_bound_0", "level_bound_1", "level_bw_0", "level_bw_1", "level_bw_2", "overlap", "inv0", "inv1", "inv2"),
-        (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap, inv0, inv1, inv2),
-        reals=2,
-        masks=0,
-    )
-    for out, r0, r1, comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap, inv0, inv1, inv2 in call.blocks():
-        # out = comm_volume*(1 - overlap)*(inv0*(level_assign_0 - 1) + inv1*(level_assign_1 - 1) +
-        #     inv2*(level_assign_2 - 1))
-        numpy.subtract(1.0, overlap, out=out)
-        numpy.subtract(level_assign_0, 1.0, out=r0)
-        numpy.multiply(r0, inv0, out=r0)
-        numpy.subtract(level_assign_1, 1.0, out=r1)
-        numpy.multiply(r1, inv1, out=r1)
-        numpy.add(r0, r1, out=r0)
-        numpy.subtract(level_assign_2, 1.0, out=r1)
-        numpy.multiply(r1, inv2, out=r1)
-        numpy.add(r0, r1, out=r0)
-        numpy.multiply(out, r0, out=out)
-        numpy.multiply(out, comm_volume, out=out)
-    return call.out
+    return (inv0, inv1, inv2)
+
+
+def _score_levels3_comm_score_block(out, r0, r1, comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap, inv0, inv1, inv2):
+    """score_levels3_comm_score on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_volume*(1 - overlap)*(inv0*(level_assign_0 - 1) + inv1*(level_assign_1 - 1) +
+    #     inv2*(level_assign_2 - 1))
+    numpy.subtract(1.0, overlap, out=out)
+    numpy.subtract(level_assign_0, 1.0, out=r0)
+    numpy.multiply(r0, inv0, out=r0)
+    numpy.subtract(level_assign_1, 1.0, out=r1)
+    numpy.multiply(r1, inv1, out=r1)
+    numpy.add(r0, r1, out=r0)
+    numpy.subtract(level_assign_2, 1.0, out=r1)
+    numpy.multiply(r1, inv2, out=r1)
+    numpy.add(r0, r1, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, comm_volume, out=out)
+
+
+score_levels3_comm_score.kernel = _runtime.Kernel(
+    _score_levels3_comm_score_block,
+    reals=2,
+    masks=0,
+    arguments=("comm_volume", "level_assign_0", "level_assign_1", "level_assign_2", "level_bound_0", "level_bound_1", "level_bw_0", "level_bw_1", "level_bw_2", "overlap"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_score_levels3_comm_score_invariants,
+    widened=("level_bound_0", "level_bound_1", "level_bw_0", "level_bw_1", "level_bw_2"),
+    quiet=False,
+)

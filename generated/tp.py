@@ -93,12 +93,7 @@ def tp_dense_layer_elements(*, b, comm_t, cp, h, hff, mb, n_gather, s):
         (b, comm_t, cp, h, hff, mb, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, h, hff, mb, n_gather, s))
         out = 0.25*(b*comm_t*mb*n_gather*s*(h + hff)/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, cp, h, hff, mb, n_gather, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 0.25*(n_gather*s*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (h, hff, n_gather, s) = _runtime.reals("tp_dense_layer_elements", ("h", "hff", "n_gather", "s"), (h, hff, n_gather, s))
-        inv0 = 0.25*(n_gather*s*(h + hff))
+    (inv0,) = _tp_dense_layer_elements_invariants(h, hff, n_gather, s)
     call = _runtime.Call(
         "tp_dense_layer_elements",
         ("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s", "inv0"),
@@ -106,13 +101,40 @@ def tp_dense_layer_elements(*, b, comm_t, cp, h, hff, mb, n_gather, s):
         reals=0,
         masks=0,
     )
-    for out, b, comm_t, cp, h, hff, mb, n_gather, s, inv0 in call.blocks():
-        # out = b*comm_t*inv0*mb/cp
-        numpy.multiply(inv0, comm_t, out=out)
-        numpy.multiply(out, mb, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_dense_layer_elements_block(*block)
     return call.out
+
+
+def _tp_dense_layer_elements_invariants(h, hff, n_gather, s):
+    """What tp_dense_layer_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.25*(n_gather*s*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (h, hff, n_gather, s) = _runtime.reals("tp_dense_layer_elements", ("h", "hff", "n_gather", "s"), (h, hff, n_gather, s))
+        inv0 = 0.25*(n_gather*s*(h + hff))
+    return (inv0,)
+
+
+def _tp_dense_layer_elements_block(out, b, comm_t, cp, h, hff, mb, n_gather, s, inv0):
+    """tp_dense_layer_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv0*mb/cp
+    numpy.multiply(inv0, comm_t, out=out)
+    numpy.multiply(out, mb, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_dense_layer_elements.kernel = _runtime.Kernel(
+    _tp_dense_layer_elements_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s"),
+    passed=("inv0",),
+    invariants=_tp_dense_layer_elements_invariants,
+    widened=("h", "hff", "n_gather", "s"),
+    quiet=False,
+)
 
 
 def tp_dense_selective_layer_elements(*, b, comm_t, cp, gather, h, hff, mb, n_gather, s):
@@ -149,12 +171,7 @@ def tp_dense_selective_layer_elements(*, b, comm_t, cp, gather, h, hff, mb, n_ga
         (b, comm_t, cp, gather, h, hff, mb, n_gather, s) = _runtime.floats(xp, (b, comm_t, cp, gather, h, hff, mb, n_gather, s))
         out = 0.25*(b*comm_t*gather*mb*n_gather*s*(h + hff)/cp)
         return _runtime.broadcast(xp, out, (b, comm_t, cp, gather, h, hff, mb, n_gather, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 0.25*(gather*n_gather*s*(h + hff))
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (gather, h, hff, n_gather, s) = _runtime.reals("tp_dense_selective_layer_elements", ("gather", "h", "hff", "n_gather", "s"), (gather, h, hff, n_gather, s))
-        inv0 = 0.25*(gather*n_gather*s*(h + hff))
+    (inv0,) = _tp_dense_selective_layer_elements_invariants(gather, h, hff, n_gather, s)
     call = _runtime.Call(
         "tp_dense_selective_layer_elements",
         ("b", "comm_t", "cp", "gather", "h", "hff", "mb", "n_gather", "s", "inv0"),
@@ -162,13 +179,40 @@ def tp_dense_selective_layer_elements(*, b, comm_t, cp, gather, h, hff, mb, n_ga
         reals=0,
         masks=0,
     )
-    for out, b, comm_t, cp, gather, h, hff, mb, n_gather, s, inv0 in call.blocks():
-        # out = b*comm_t*inv0*mb/cp
-        numpy.multiply(inv0, comm_t, out=out)
-        numpy.multiply(out, mb, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_dense_selective_layer_elements_block(*block)
     return call.out
+
+
+def _tp_dense_selective_layer_elements_invariants(gather, h, hff, n_gather, s):
+    """What tp_dense_selective_layer_elements computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 0.25*(gather*n_gather*s*(h + hff))
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (gather, h, hff, n_gather, s) = _runtime.reals("tp_dense_selective_layer_elements", ("gather", "h", "hff", "n_gather", "s"), (gather, h, hff, n_gather, s))
+        inv0 = 0.25*(gather*n_gather*s*(h + hff))
+    return (inv0,)
+
+
+def _tp_dense_selective_layer_elements_block(out, b, comm_t, cp, gather, h, hff, mb, n_gather, s, inv0):
+    """tp_dense_selective_layer_elements on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*comm_t*inv0*mb/cp
+    numpy.multiply(inv0, comm_t, out=out)
+    numpy.multiply(out, mb, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_dense_selective_layer_elements.kernel = _runtime.Kernel(
+    _tp_dense_selective_layer_elements_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "comm_t", "cp", "gather", "h", "hff", "mb", "n_gather", "s"),
+    passed=("inv0",),
+    invariants=_tp_dense_selective_layer_elements_invariants,
+    widened=("gather", "h", "hff", "n_gather", "s"),
+    quiet=False,
+)
 
 
 def tp_moe_layer_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
@@ -209,7 +253,21 @@ def tp_moe_layer_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_
         tmp0 = 0.25*(bytes_compute*n_gather)
         out = comm_t*((h*h)*n_attMM*tmp0 + h*n_ffMM*tmp0*(hff_exp*n_shared_exp + hff_exp*n_exp/ep))/cp
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2, inv3) = _tp_moe_layer_bytes_invariants(bytes_compute, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp)
+    call = _runtime.Call(
+        "tp_moe_layer_bytes",
+        ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2", "inv3"),
+        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3),
+        reals=0,
+        masks=0,
+    )
+    for block in call.blocks():
+        _tp_moe_layer_bytes_block(*block)
+    return call.out
+
+
+def _tp_moe_layer_bytes_invariants(bytes_compute, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
+    """What tp_moe_layer_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         tmp0 = 0.25*(bytes_compute*n_gather)
         inv0 = hff_exp*n_exp
@@ -223,22 +281,30 @@ def tp_moe_layer_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_
         inv1 = hff_exp*n_shared_exp
         inv2 = h*n_ffMM*tmp0
         inv3 = (h*h)*n_attMM*tmp0
-    call = _runtime.Call(
-        "tp_moe_layer_bytes",
-        ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2", "inv3"),
-        (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3),
-        reals=0,
-        masks=0,
-    )
-    for out, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3 in call.blocks():
-        # out = comm_t*(inv2*(inv1 + inv0/ep) + inv3)/cp
-        numpy.divide(inv0, ep, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(out, inv2, out=out)
-        numpy.add(out, inv3, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.divide(out, cp, out=out)
-    return call.out
+    return (inv0, inv1, inv2, inv3)
+
+
+def _tp_moe_layer_bytes_block(out, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3):
+    """tp_moe_layer_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*(inv2*(inv1 + inv0/ep) + inv3)/cp
+    numpy.divide(inv0, ep, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.add(out, inv3, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_moe_layer_bytes.kernel = _runtime.Kernel(
+    _tp_moe_layer_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
+    passed=("inv0", "inv1", "inv2", "inv3"),
+    invariants=_tp_moe_layer_bytes_invariants,
+    widened=("bytes_compute", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
+    quiet=False,
+)
 
 
 def tp_moe_selective_layer_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
@@ -279,7 +345,21 @@ def tp_moe_selective_layer_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hf
         (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp) = _runtime.floats(xp, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
         out = 0.25*(bytes_compute*comm_t*gather*h*n_gather*(h*n_attMM + hff_exp*n_ffMM*(n_shared_exp + n_exp/ep))/cp)
         return _runtime.broadcast(xp, out, (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
-    # Once per call: what depends on the model's and the run's fields alone.
+    (inv0, inv1, inv2) = _tp_moe_selective_layer_bytes_invariants(bytes_compute, gather, h, hff_exp, n_attMM, n_ffMM, n_gather)
+    call = _runtime.Call(
+        "tp_moe_selective_layer_bytes",
+        ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2"),
+        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2),
+        reals=0,
+        masks=0,
+    )
+    for block in call.blocks():
+        _tp_moe_selective_layer_bytes_block(*block)
+    return call.out
+
+
+def _tp_moe_selective_layer_bytes_invariants(bytes_compute, gather, h, hff_exp, n_attMM, n_ffMM, n_gather):
+    """What tp_moe_selective_layer_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
     try:  # Python floats, the usual case, cost least
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
@@ -289,23 +369,31 @@ def tp_moe_selective_layer_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hf
         inv0 = hff_exp*n_ffMM
         inv1 = h*n_attMM
         inv2 = 0.25*(bytes_compute*gather*h*n_gather)
-    call = _runtime.Call(
-        "tp_moe_selective_layer_bytes",
-        ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2"),
-        (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2),
-        reals=0,
-        masks=0,
-    )
-    for out, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2 in call.blocks():
-        # out = comm_t*inv2*(inv0*(n_shared_exp + n_exp/ep) + inv1)/cp
-        numpy.divide(n_exp, ep, out=out)
-        numpy.add(out, n_shared_exp, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.add(out, inv1, out=out)
-        numpy.multiply(out, inv2, out=out)
-        numpy.multiply(out, comm_t, out=out)
-        numpy.divide(out, cp, out=out)
-    return call.out
+    return (inv0, inv1, inv2)
+
+
+def _tp_moe_selective_layer_bytes_block(out, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2):
+    """tp_moe_selective_layer_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = comm_t*inv2*(inv0*(n_shared_exp + n_exp/ep) + inv1)/cp
+    numpy.divide(n_exp, ep, out=out)
+    numpy.add(out, n_shared_exp, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.add(out, inv1, out=out)
+    numpy.multiply(out, inv2, out=out)
+    numpy.multiply(out, comm_t, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_moe_selective_layer_bytes.kernel = _runtime.Kernel(
+    _tp_moe_selective_layer_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
+    passed=("inv0", "inv1", "inv2"),
+    invariants=_tp_moe_selective_layer_bytes_invariants,
+    widened=("bytes_compute", "gather", "h", "hff_exp", "n_attMM", "n_ffMM", "n_gather"),
+    quiet=False,
+)
 
 
 def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
@@ -340,12 +428,7 @@ def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = bytes_compute*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, s) = _runtime.reals("tp_legacy_gather_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-            inv0 = bytes_compute*h*s
+        (inv0,) = _tp_legacy_gather_bytes_invariants(bytes_compute, h, s)
         call = _runtime.Call(
             "tp_legacy_gather_bytes",
             ("b", "bytes_compute", "h", "s", "t", "inv0"),
@@ -353,14 +436,41 @@ def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
             reals=0,
             masks=1,
         )
-        for out, m0, b, bytes_compute, h, s, t, inv0 in call.blocks():
-            # out = b*inv0*numpy.where(numpy.greater_equal(t, 8), 0.6875, 1)
-            numpy.copyto(out, 1.0)
-            numpy.greater_equal(t, 8.0, out=m0)
-            numpy.copyto(out, 0.6875, where=m0)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
+        for block in call.blocks():
+            _tp_legacy_gather_bytes_block(*block)
     return call.out
+
+
+def _tp_legacy_gather_bytes_invariants(bytes_compute, h, s):
+    """What tp_legacy_gather_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_legacy_gather_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_legacy_gather_bytes_block(out, m0, b, bytes_compute, h, s, t, inv0):
+    """tp_legacy_gather_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*numpy.where(numpy.greater_equal(t, 8), 0.6875, 1)
+    numpy.copyto(out, 1.0)
+    numpy.greater_equal(t, 8.0, out=m0)
+    numpy.copyto(out, 0.6875, where=m0)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+
+
+tp_legacy_gather_bytes.kernel = _runtime.Kernel(
+    _tp_legacy_gather_bytes_block,
+    reals=0,
+    masks=1,
+    arguments=("b", "bytes_compute", "h", "s", "t"),
+    passed=("inv0",),
+    invariants=_tp_legacy_gather_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=True,
+)
 
 
 def tp_legacy_exp_gather_bytes(*, b, bytes_compute, d, ep, h, s):
@@ -392,12 +502,7 @@ def tp_legacy_exp_gather_bytes(*, b, bytes_compute, d, ep, h, s):
         (b, bytes_compute, d, ep, h, s) = _runtime.floats(xp, (b, bytes_compute, d, ep, h, s))
         out = 1.5*(b*bytes_compute*ep*h*s/d)
         return _runtime.broadcast(xp, out, (b, bytes_compute, d, ep, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 1.5*(bytes_compute*h*s)
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_legacy_exp_gather_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 1.5*(bytes_compute*h*s)
+    (inv0,) = _tp_legacy_exp_gather_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_legacy_exp_gather_bytes",
         ("b", "bytes_compute", "d", "ep", "h", "s", "inv0"),
@@ -405,12 +510,39 @@ def tp_legacy_exp_gather_bytes(*, b, bytes_compute, d, ep, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, d, ep, h, s, inv0 in call.blocks():
-        # out = b*ep*inv0/d
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(out, ep, out=out)
-        numpy.divide(out, d, out=out)
+    for block in call.blocks():
+        _tp_legacy_exp_gather_bytes_block(*block)
     return call.out
+
+
+def _tp_legacy_exp_gather_bytes_invariants(bytes_compute, h, s):
+    """What tp_legacy_exp_gather_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 1.5*(bytes_compute*h*s)
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_legacy_exp_gather_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 1.5*(bytes_compute*h*s)
+    return (inv0,)
+
+
+def _tp_legacy_exp_gather_bytes_block(out, b, bytes_compute, d, ep, h, s, inv0):
+    """tp_legacy_exp_gather_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*ep*inv0/d
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(out, ep, out=out)
+    numpy.divide(out, d, out=out)
+
+
+tp_legacy_exp_gather_bytes.kernel = _runtime.Kernel(
+    _tp_legacy_exp_gather_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "d", "ep", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_legacy_exp_gather_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_sp_collective_msg_bytes(*, b, bytes_compute, cp, h, s):
@@ -443,12 +575,7 @@ def tp_sp_collective_msg_bytes(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = b*bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_sp_collective_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_sp_collective_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_sp_collective_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -456,11 +583,38 @@ def tp_sp_collective_msg_bytes(*, b, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_sp_collective_msg_bytes_block(*block)
     return call.out
+
+
+def _tp_sp_collective_msg_bytes_invariants(bytes_compute, h, s):
+    """What tp_sp_collective_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_sp_collective_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_sp_collective_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
+    """tp_sp_collective_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_sp_collective_msg_bytes.kernel = _runtime.Kernel(
+    _tp_sp_collective_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_sp_collective_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_sp_all_gather_calls_count(*, m, n_layers_stage):
@@ -497,11 +651,28 @@ def tp_sp_all_gather_calls_count(*, m, n_layers_stage):
         reals=0,
         masks=0,
     )
-    for out, m, n_layers_stage in call.blocks():
-        # out = 4*m*n_layers_stage
-        numpy.multiply(n_layers_stage, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _tp_sp_all_gather_calls_count_block(*block)
     return call.out
+
+
+def _tp_sp_all_gather_calls_count_block(out, m, n_layers_stage):
+    """tp_sp_all_gather_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*n_layers_stage
+    numpy.multiply(n_layers_stage, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_sp_all_gather_calls_count.kernel = _runtime.Kernel(
+    _tp_sp_all_gather_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m", "n_layers_stage"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_sp_reduce_scatter_calls_count(*, m, n_layers_stage):
@@ -537,11 +708,28 @@ def tp_sp_reduce_scatter_calls_count(*, m, n_layers_stage):
         reals=0,
         masks=0,
     )
-    for out, m, n_layers_stage in call.blocks():
-        # out = 4*m*n_layers_stage
-        numpy.multiply(n_layers_stage, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _tp_sp_reduce_scatter_calls_count_block(*block)
     return call.out
+
+
+def _tp_sp_reduce_scatter_calls_count_block(out, m, n_layers_stage):
+    """tp_sp_reduce_scatter_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*n_layers_stage
+    numpy.multiply(n_layers_stage, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_sp_reduce_scatter_calls_count.kernel = _runtime.Kernel(
+    _tp_sp_reduce_scatter_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m", "n_layers_stage"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_sp_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
@@ -577,12 +765,7 @@ def tp_sp_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
         (b, bytes_compute, cp, h, m, n_layers_stage, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, m, n_layers_stage, s, t))
         out = 8*b*bytes_compute*h*m*n_layers_stage*s*(t - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, m, n_layers_stage, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 8*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_sp_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 8*bytes_compute*h*s
+    (inv0,) = _tp_sp_step_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_sp_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t", "inv0"),
@@ -590,16 +773,43 @@ def tp_sp_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0 in call.blocks():
-        # out = b*inv0*m*n_layers_stage*(t - 1)/(cp*t)
-        numpy.subtract(t, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _tp_sp_step_bytes_block(*block)
     return call.out
+
+
+def _tp_sp_step_bytes_invariants(bytes_compute, h, s):
+    """What tp_sp_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_sp_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 8*bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_sp_step_bytes_block(out, r0, b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0):
+    """tp_sp_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*n_layers_stage*(t - 1)/(cp*t)
+    numpy.subtract(t, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+tp_sp_step_bytes.kernel = _runtime.Kernel(
+    _tp_sp_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t"),
+    passed=("inv0",),
+    invariants=_tp_sp_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_reduce_msg_bytes(*, b, bytes_compute, cp, h, s):
@@ -631,12 +841,7 @@ def tp_all_reduce_msg_bytes(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = b*bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_all_reduce_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_reduce_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -644,11 +849,38 @@ def tp_all_reduce_msg_bytes(*, b, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_msg_bytes_block(*block)
     return call.out
+
+
+def _tp_all_reduce_msg_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_reduce_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_reduce_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
+    """tp_all_reduce_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_all_reduce_msg_bytes.kernel = _runtime.Kernel(
+    _tp_all_reduce_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_all_reduce_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_reduce_calls_count(*, m, n_layers_stage):
@@ -684,11 +916,28 @@ def tp_all_reduce_calls_count(*, m, n_layers_stage):
         reals=0,
         masks=0,
     )
-    for out, m, n_layers_stage in call.blocks():
-        # out = 4*m*n_layers_stage
-        numpy.multiply(n_layers_stage, m, out=out)
-        numpy.multiply(out, 4.0, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_calls_count_block(*block)
     return call.out
+
+
+def _tp_all_reduce_calls_count_block(out, m, n_layers_stage):
+    """tp_all_reduce_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*n_layers_stage
+    numpy.multiply(n_layers_stage, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_all_reduce_calls_count.kernel = _runtime.Kernel(
+    _tp_all_reduce_calls_count_block,
+    reals=0,
+    masks=0,
+    arguments=("m", "n_layers_stage"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_all_reduce_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
@@ -722,12 +971,7 @@ def tp_all_reduce_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t
         (b, bytes_compute, cp, h, m, n_layers_stage, s, t) = _runtime.floats(xp, (b, bytes_compute, cp, h, m, n_layers_stage, s, t))
         out = 8*b*bytes_compute*h*m*n_layers_stage*s*(t - 1)/(cp*t)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, m, n_layers_stage, s, t))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = 8*bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = 8*bytes_compute*h*s
+    (inv0,) = _tp_all_reduce_step_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_reduce_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t", "inv0"),
@@ -735,16 +979,43 @@ def tp_all_reduce_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0 in call.blocks():
-        # out = b*inv0*m*n_layers_stage*(t - 1)/(cp*t)
-        numpy.subtract(t, 1.0, out=out)
-        numpy.multiply(out, inv0, out=out)
-        numpy.multiply(out, n_layers_stage, out=out)
-        numpy.multiply(out, b, out=out)
-        numpy.multiply(out, m, out=out)
-        numpy.multiply(cp, t, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_step_bytes_block(*block)
     return call.out
+
+
+def _tp_all_reduce_step_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_reduce_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 8*bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_reduce_step_bytes_block(out, r0, b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0):
+    """tp_all_reduce_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*n_layers_stage*(t - 1)/(cp*t)
+    numpy.subtract(t, 1.0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, n_layers_stage, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+tp_all_reduce_step_bytes.kernel = _runtime.Kernel(
+    _tp_all_reduce_step_bytes_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t"),
+    passed=("inv0",),
+    invariants=_tp_all_reduce_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_gather_stage_calls_count(*, m, sp, t):
@@ -785,18 +1056,35 @@ def tp_all_gather_stage_calls_count(*, m, sp, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, m, sp, t in call.blocks():
-            # out = 4*m*numpy.where(numpy.less(sp, 1.5), 0, 1)*numpy.where(numpy.less(t, 1.5), 0, 1)
-            numpy.copyto(out, 1.0)
-            numpy.less(sp, 1.5, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.copyto(r0, 1.0)
-            numpy.less(t, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _tp_all_gather_stage_calls_count_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_calls_count_block(out, r0, m0, m, sp, t):
+    """tp_all_gather_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*numpy.where(numpy.less(sp, 1.5), 0, 1)*numpy.where(numpy.less(t, 1.5), 0, 1)
+    numpy.copyto(out, 1.0)
+    numpy.less(sp, 1.5, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.copyto(r0, 1.0)
+    numpy.less(t, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_all_gather_stage_calls_count.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_calls_count_block,
+    reals=1,
+    masks=1,
+    arguments=("m", "sp", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def tp_all_gather_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
@@ -828,12 +1116,7 @@ def tp_all_gather_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = b*bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_all_gather_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_gather_stage_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -841,11 +1124,38 @@ def tp_all_gather_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_all_gather_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_msg_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_gather_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_gather_stage_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
+    """tp_all_gather_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_all_gather_stage_msg_bytes.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_all_gather_stage_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_gather_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
@@ -885,12 +1195,7 @@ def tp_all_gather_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-            inv0 = 4*bytes_compute*h*s
+        (inv0,) = _tp_all_gather_stage_step_bytes_invariants(bytes_compute, h, s)
         call = _runtime.Call(
             "tp_all_gather_stage_step_bytes",
             ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t", "inv0"),
@@ -898,24 +1203,51 @@ def tp_all_gather_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, h, m, s, sp, t, inv0 in call.blocks():
-            # out = b*inv0*m*(t - 1)*numpy.where(numpy.less(sp, 1.5), 0,
-            #     1)*numpy.where(numpy.less(t, 1.5), 0, 1)/(cp*t)
-            numpy.subtract(t, 1.0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(sp, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(t, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _tp_all_gather_stage_step_bytes_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_step_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_gather_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 4*bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_gather_stage_step_bytes_block(out, r0, m0, b, bytes_compute, cp, h, m, s, sp, t, inv0):
+    """tp_all_gather_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*(t - 1)*numpy.where(numpy.less(sp, 1.5), 0, 1)*numpy.where(numpy.less(t, 1.5),
+    #     0, 1)/(cp*t)
+    numpy.subtract(t, 1.0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(sp, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(t, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+tp_all_gather_stage_step_bytes.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
+    passed=("inv0",),
+    invariants=_tp_all_gather_stage_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=True,
+)
 
 
 def tp_all_gather_stage_ranks_count(*, t):
@@ -952,10 +1284,27 @@ def tp_all_gather_stage_ranks_count(*, t):
         reals=0,
         masks=0,
     )
-    for out, t in call.blocks():
-        # out = t
-        numpy.copyto(out, t)
+    for block in call.blocks():
+        _tp_all_gather_stage_ranks_count_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_ranks_count_block(out, t):
+    """tp_all_gather_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = t
+    numpy.copyto(out, t)
+
+
+tp_all_gather_stage_ranks_count.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=("t",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_reduce_scatter_stage_calls_count(*, m, sp, t):
@@ -996,18 +1345,35 @@ def tp_reduce_scatter_stage_calls_count(*, m, sp, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, m, sp, t in call.blocks():
-            # out = 4*m*numpy.where(numpy.less(sp, 1.5), 0, 1)*numpy.where(numpy.less(t, 1.5), 0, 1)
-            numpy.copyto(out, 1.0)
-            numpy.less(sp, 1.5, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.copyto(r0, 1.0)
-            numpy.less(t, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _tp_reduce_scatter_stage_calls_count_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_calls_count_block(out, r0, m0, m, sp, t):
+    """tp_reduce_scatter_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*numpy.where(numpy.less(sp, 1.5), 0, 1)*numpy.where(numpy.less(t, 1.5), 0, 1)
+    numpy.copyto(out, 1.0)
+    numpy.less(sp, 1.5, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.copyto(r0, 1.0)
+    numpy.less(t, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_reduce_scatter_stage_calls_count.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_calls_count_block,
+    reals=1,
+    masks=1,
+    arguments=("m", "sp", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def tp_reduce_scatter_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
@@ -1040,12 +1406,7 @@ def tp_reduce_scatter_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = b*bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_reduce_scatter_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_reduce_scatter_stage_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -1053,11 +1414,38 @@ def tp_reduce_scatter_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_reduce_scatter_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_msg_bytes_invariants(bytes_compute, h, s):
+    """What tp_reduce_scatter_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_reduce_scatter_stage_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
+    """tp_reduce_scatter_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_reduce_scatter_stage_msg_bytes.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_reduce_scatter_stage_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_reduce_scatter_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
@@ -1097,12 +1485,7 @@ def tp_reduce_scatter_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 4*bytes_compute*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-            inv0 = 4*bytes_compute*h*s
+        (inv0,) = _tp_reduce_scatter_stage_step_bytes_invariants(bytes_compute, h, s)
         call = _runtime.Call(
             "tp_reduce_scatter_stage_step_bytes",
             ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t", "inv0"),
@@ -1110,24 +1493,51 @@ def tp_reduce_scatter_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, h, m, s, sp, t, inv0 in call.blocks():
-            # out = b*inv0*m*(t - 1)*numpy.where(numpy.less(sp, 1.5), 0,
-            #     1)*numpy.where(numpy.less(t, 1.5), 0, 1)/(cp*t)
-            numpy.subtract(t, 1.0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(sp, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(t, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _tp_reduce_scatter_stage_step_bytes_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_step_bytes_invariants(bytes_compute, h, s):
+    """What tp_reduce_scatter_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 4*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 4*bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_reduce_scatter_stage_step_bytes_block(out, r0, m0, b, bytes_compute, cp, h, m, s, sp, t, inv0):
+    """tp_reduce_scatter_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*(t - 1)*numpy.where(numpy.less(sp, 1.5), 0, 1)*numpy.where(numpy.less(t, 1.5),
+    #     0, 1)/(cp*t)
+    numpy.subtract(t, 1.0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(sp, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(t, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+tp_reduce_scatter_stage_step_bytes.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
+    passed=("inv0",),
+    invariants=_tp_reduce_scatter_stage_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=True,
+)
 
 
 def tp_reduce_scatter_stage_ranks_count(*, t):
@@ -1164,10 +1574,27 @@ def tp_reduce_scatter_stage_ranks_count(*, t):
         reals=0,
         masks=0,
     )
-    for out, t in call.blocks():
-        # out = t
-        numpy.copyto(out, t)
+    for block in call.blocks():
+        _tp_reduce_scatter_stage_ranks_count_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_ranks_count_block(out, t):
+    """tp_reduce_scatter_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = t
+    numpy.copyto(out, t)
+
+
+tp_reduce_scatter_stage_ranks_count.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=("t",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_all_reduce_stage_calls_count(*, m, sp, t):
@@ -1208,20 +1635,36 @@ def tp_all_reduce_stage_calls_count(*, m, sp, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, m, sp, t in call.blocks():
-            # out = 4*m*(1 - numpy.where(numpy.less(sp, 1.5), 0, 1))*numpy.where(numpy.less(t, 1.5),
-            #     0, 1)
-            numpy.copyto(r0, 1.0)
-            numpy.less(sp, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.subtract(1.0, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(t, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _tp_all_reduce_stage_calls_count_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_calls_count_block(out, r0, m0, m, sp, t):
+    """tp_all_reduce_stage_calls_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*m*(1 - numpy.where(numpy.less(sp, 1.5), 0, 1))*numpy.where(numpy.less(t, 1.5), 0, 1)
+    numpy.copyto(r0, 1.0)
+    numpy.less(sp, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.subtract(1.0, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(t, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_all_reduce_stage_calls_count.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_calls_count_block,
+    reals=1,
+    masks=1,
+    arguments=("m", "sp", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def tp_all_reduce_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
@@ -1253,12 +1696,7 @@ def tp_all_reduce_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = b*bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_all_reduce_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_reduce_stage_msg_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -1266,11 +1704,38 @@ def tp_all_reduce_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_stage_msg_bytes_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_msg_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_reduce_stage_msg_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_msg_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_reduce_stage_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
+    """tp_all_reduce_stage_msg_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_all_reduce_stage_msg_bytes.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_msg_bytes_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_all_reduce_stage_msg_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_reduce_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
@@ -1310,12 +1775,7 @@ def tp_all_reduce_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        # Once per call: what depends on the model's and the run's fields alone.
-        try:  # Python floats, the usual case, cost least
-            inv0 = 8*bytes_compute*h*s
-        except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-            (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-            inv0 = 8*bytes_compute*h*s
+        (inv0,) = _tp_all_reduce_stage_step_bytes_invariants(bytes_compute, h, s)
         call = _runtime.Call(
             "tp_all_reduce_stage_step_bytes",
             ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t", "inv0"),
@@ -1323,25 +1783,52 @@ def tp_all_reduce_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, b, bytes_compute, cp, h, m, s, sp, t, inv0 in call.blocks():
-            # out = b*inv0*m*(1 - numpy.where(numpy.less(sp, 1.5), 0, 1))*(t -
-            #     1)*numpy.where(numpy.less(t, 1.5), 0, 1)/(cp*t)
-            numpy.copyto(r0, 1.0)
-            numpy.less(sp, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.subtract(1.0, r0, out=out)
-            numpy.subtract(t, 1.0, out=r0)
-            numpy.multiply(out, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(t, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, inv0, out=out)
-            numpy.multiply(out, b, out=out)
-            numpy.multiply(out, m, out=out)
-            numpy.multiply(cp, t, out=r0)
-            numpy.divide(out, r0, out=out)
+        for block in call.blocks():
+            _tp_all_reduce_stage_step_bytes_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_step_bytes_invariants(bytes_compute, h, s):
+    """What tp_all_reduce_stage_step_bytes computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = 8*bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_step_bytes", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = 8*bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_reduce_stage_step_bytes_block(out, r0, m0, b, bytes_compute, cp, h, m, s, sp, t, inv0):
+    """tp_all_reduce_stage_step_bytes on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0*m*(1 - numpy.where(numpy.less(sp, 1.5), 0, 1))*(t - 1)*numpy.where(numpy.less(t,
+    #     1.5), 0, 1)/(cp*t)
+    numpy.copyto(r0, 1.0)
+    numpy.less(sp, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.subtract(1.0, r0, out=out)
+    numpy.subtract(t, 1.0, out=r0)
+    numpy.multiply(out, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(t, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, inv0, out=out)
+    numpy.multiply(out, b, out=out)
+    numpy.multiply(out, m, out=out)
+    numpy.multiply(cp, t, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+tp_all_reduce_stage_step_bytes.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_step_bytes_block,
+    reals=1,
+    masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
+    passed=("inv0",),
+    invariants=_tp_all_reduce_stage_step_bytes_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=True,
+)
 
 
 def tp_all_reduce_stage_ranks_count(*, t):
@@ -1378,10 +1865,27 @@ def tp_all_reduce_stage_ranks_count(*, t):
         reals=0,
         masks=0,
     )
-    for out, t in call.blocks():
-        # out = t
-        numpy.copyto(out, t)
+    for block in call.blocks():
+        _tp_all_reduce_stage_ranks_count_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_ranks_count_block(out, t):
+    """tp_all_reduce_stage_ranks_count on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = t
+    numpy.copyto(out, t)
+
+
+tp_all_reduce_stage_ranks_count.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_ranks_count_block,
+    reals=0,
+    masks=0,
+    arguments=("t",),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_all_gather_stage_calls_count__d_m(*, sp, t):
@@ -1422,17 +1926,34 @@ def tp_all_gather_stage_calls_count__d_m(*, sp, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, sp, t in call.blocks():
-            # out = 4*numpy.where(numpy.less(sp, 1.5), 0, 1)*numpy.where(numpy.less(t, 1.5), 0, 1)
-            numpy.copyto(out, 1.0)
-            numpy.less(sp, 1.5, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.copyto(r0, 1.0)
-            numpy.less(t, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _tp_all_gather_stage_calls_count__d_m_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_calls_count__d_m_block(out, r0, m0, sp, t):
+    """tp_all_gather_stage_calls_count__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*numpy.where(numpy.less(sp, 1.5), 0, 1)*numpy.where(numpy.less(t, 1.5), 0, 1)
+    numpy.copyto(out, 1.0)
+    numpy.less(sp, 1.5, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.copyto(r0, 1.0)
+    numpy.less(t, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_all_gather_stage_calls_count__d_m.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_calls_count__d_m_block,
+    reals=1,
+    masks=1,
+    arguments=("sp", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def tp_all_gather_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
@@ -1466,12 +1987,7 @@ def tp_all_gather_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = -b*bytes_compute*h*s/(cp*cp)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_msg_bytes__d_cp", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = -bytes_compute*h*s
+    (inv0,) = _tp_all_gather_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_gather_stage_msg_bytes__d_cp",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -1479,12 +1995,39 @@ def tp_all_gather_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/(cp*cp)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _tp_all_gather_stage_msg_bytes__d_cp_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s):
+    """What tp_all_gather_stage_msg_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_msg_bytes__d_cp", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = -bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_gather_stage_msg_bytes__d_cp_block(out, r0, b, bytes_compute, cp, h, s, inv0):
+    """tp_all_gather_stage_msg_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*cp)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+tp_all_gather_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_msg_bytes__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_all_gather_stage_msg_bytes__d_cp_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_gather_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
@@ -1517,12 +2060,7 @@ def tp_all_gather_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
         (bytes_compute, cp, h, s) = _runtime.floats(xp, (bytes_compute, cp, h, s))
         out = bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_msg_bytes__d_b", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_all_gather_stage_msg_bytes__d_b_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_gather_stage_msg_bytes__d_b",
         ("bytes_compute", "cp", "h", "s", "inv0"),
@@ -1530,10 +2068,37 @@ def tp_all_gather_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = inv0/cp
-        numpy.divide(inv0, cp, out=out)
+    for block in call.blocks():
+        _tp_all_gather_stage_msg_bytes__d_b_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_msg_bytes__d_b_invariants(bytes_compute, h, s):
+    """What tp_all_gather_stage_msg_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_gather_stage_msg_bytes__d_b", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_gather_stage_msg_bytes__d_b_block(out, bytes_compute, cp, h, s, inv0):
+    """tp_all_gather_stage_msg_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/cp
+    numpy.divide(inv0, cp, out=out)
+
+
+tp_all_gather_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_msg_bytes__d_b_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_all_gather_stage_msg_bytes__d_b_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_gather_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
@@ -1566,12 +2131,7 @@ def tp_all_gather_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
         (b, bytes_compute, cp, h) = _runtime.floats(xp, (b, bytes_compute, cp, h))
         out = b*bytes_compute*h/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h) = _runtime.reals("tp_all_gather_stage_msg_bytes__d_s", ("bytes_compute", "h"), (bytes_compute, h))
-        inv0 = bytes_compute*h
+    (inv0,) = _tp_all_gather_stage_msg_bytes__d_s_invariants(bytes_compute, h)
     call = _runtime.Call(
         "tp_all_gather_stage_msg_bytes__d_s",
         ("b", "bytes_compute", "cp", "h", "inv0"),
@@ -1579,11 +2139,38 @@ def tp_all_gather_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_all_gather_stage_msg_bytes__d_s_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_msg_bytes__d_s_invariants(bytes_compute, h):
+    """What tp_all_gather_stage_msg_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h) = _runtime.reals("tp_all_gather_stage_msg_bytes__d_s", ("bytes_compute", "h"), (bytes_compute, h))
+        inv0 = bytes_compute*h
+    return (inv0,)
+
+
+def _tp_all_gather_stage_msg_bytes__d_s_block(out, b, bytes_compute, cp, h, inv0):
+    """tp_all_gather_stage_msg_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_all_gather_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_msg_bytes__d_s_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h"),
+    passed=("inv0",),
+    invariants=_tp_all_gather_stage_msg_bytes__d_s_invariants,
+    widened=("bytes_compute", "h"),
+    quiet=False,
+)
 
 
 def tp_all_gather_stage_ranks_count__d_t():
@@ -1611,10 +2198,27 @@ def tp_all_gather_stage_ranks_count__d_t():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _tp_all_gather_stage_ranks_count__d_t_block(*block)
     return call.out
+
+
+def _tp_all_gather_stage_ranks_count__d_t_block(out,):
+    """tp_all_gather_stage_ranks_count__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+tp_all_gather_stage_ranks_count__d_t.kernel = _runtime.Kernel(
+    _tp_all_gather_stage_ranks_count__d_t_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_reduce_scatter_stage_calls_count__d_m(*, sp, t):
@@ -1655,17 +2259,34 @@ def tp_reduce_scatter_stage_calls_count__d_m(*, sp, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, sp, t in call.blocks():
-            # out = 4*numpy.where(numpy.less(sp, 1.5), 0, 1)*numpy.where(numpy.less(t, 1.5), 0, 1)
-            numpy.copyto(out, 1.0)
-            numpy.less(sp, 1.5, out=m0)
-            numpy.copyto(out, 0.0, where=m0)
-            numpy.copyto(r0, 1.0)
-            numpy.less(t, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _tp_reduce_scatter_stage_calls_count__d_m_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_calls_count__d_m_block(out, r0, m0, sp, t):
+    """tp_reduce_scatter_stage_calls_count__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*numpy.where(numpy.less(sp, 1.5), 0, 1)*numpy.where(numpy.less(t, 1.5), 0, 1)
+    numpy.copyto(out, 1.0)
+    numpy.less(sp, 1.5, out=m0)
+    numpy.copyto(out, 0.0, where=m0)
+    numpy.copyto(r0, 1.0)
+    numpy.less(t, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_reduce_scatter_stage_calls_count__d_m.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_calls_count__d_m_block,
+    reals=1,
+    masks=1,
+    arguments=("sp", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def tp_reduce_scatter_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
@@ -1699,12 +2320,7 @@ def tp_reduce_scatter_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = -b*bytes_compute*h*s/(cp*cp)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_msg_bytes__d_cp", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = -bytes_compute*h*s
+    (inv0,) = _tp_reduce_scatter_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_reduce_scatter_stage_msg_bytes__d_cp",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -1712,12 +2328,39 @@ def tp_reduce_scatter_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/(cp*cp)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _tp_reduce_scatter_stage_msg_bytes__d_cp_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s):
+    """What tp_reduce_scatter_stage_msg_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_msg_bytes__d_cp", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = -bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_reduce_scatter_stage_msg_bytes__d_cp_block(out, r0, b, bytes_compute, cp, h, s, inv0):
+    """tp_reduce_scatter_stage_msg_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*cp)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+tp_reduce_scatter_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_msg_bytes__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_reduce_scatter_stage_msg_bytes__d_cp_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_reduce_scatter_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
@@ -1750,12 +2393,7 @@ def tp_reduce_scatter_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
         (bytes_compute, cp, h, s) = _runtime.floats(xp, (bytes_compute, cp, h, s))
         out = bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_msg_bytes__d_b", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_reduce_scatter_stage_msg_bytes__d_b_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_reduce_scatter_stage_msg_bytes__d_b",
         ("bytes_compute", "cp", "h", "s", "inv0"),
@@ -1763,10 +2401,37 @@ def tp_reduce_scatter_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = inv0/cp
-        numpy.divide(inv0, cp, out=out)
+    for block in call.blocks():
+        _tp_reduce_scatter_stage_msg_bytes__d_b_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_msg_bytes__d_b_invariants(bytes_compute, h, s):
+    """What tp_reduce_scatter_stage_msg_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_reduce_scatter_stage_msg_bytes__d_b", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_reduce_scatter_stage_msg_bytes__d_b_block(out, bytes_compute, cp, h, s, inv0):
+    """tp_reduce_scatter_stage_msg_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/cp
+    numpy.divide(inv0, cp, out=out)
+
+
+tp_reduce_scatter_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_msg_bytes__d_b_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_reduce_scatter_stage_msg_bytes__d_b_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_reduce_scatter_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
@@ -1799,12 +2464,7 @@ def tp_reduce_scatter_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
         (b, bytes_compute, cp, h) = _runtime.floats(xp, (b, bytes_compute, cp, h))
         out = b*bytes_compute*h/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h) = _runtime.reals("tp_reduce_scatter_stage_msg_bytes__d_s", ("bytes_compute", "h"), (bytes_compute, h))
-        inv0 = bytes_compute*h
+    (inv0,) = _tp_reduce_scatter_stage_msg_bytes__d_s_invariants(bytes_compute, h)
     call = _runtime.Call(
         "tp_reduce_scatter_stage_msg_bytes__d_s",
         ("b", "bytes_compute", "cp", "h", "inv0"),
@@ -1812,11 +2472,38 @@ def tp_reduce_scatter_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_reduce_scatter_stage_msg_bytes__d_s_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_msg_bytes__d_s_invariants(bytes_compute, h):
+    """What tp_reduce_scatter_stage_msg_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h) = _runtime.reals("tp_reduce_scatter_stage_msg_bytes__d_s", ("bytes_compute", "h"), (bytes_compute, h))
+        inv0 = bytes_compute*h
+    return (inv0,)
+
+
+def _tp_reduce_scatter_stage_msg_bytes__d_s_block(out, b, bytes_compute, cp, h, inv0):
+    """tp_reduce_scatter_stage_msg_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_reduce_scatter_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_msg_bytes__d_s_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h"),
+    passed=("inv0",),
+    invariants=_tp_reduce_scatter_stage_msg_bytes__d_s_invariants,
+    widened=("bytes_compute", "h"),
+    quiet=False,
+)
 
 
 def tp_reduce_scatter_stage_ranks_count__d_t():
@@ -1844,10 +2531,27 @@ def tp_reduce_scatter_stage_ranks_count__d_t():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _tp_reduce_scatter_stage_ranks_count__d_t_block(*block)
     return call.out
+
+
+def _tp_reduce_scatter_stage_ranks_count__d_t_block(out,):
+    """tp_reduce_scatter_stage_ranks_count__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+tp_reduce_scatter_stage_ranks_count__d_t.kernel = _runtime.Kernel(
+    _tp_reduce_scatter_stage_ranks_count__d_t_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)
 
 
 def tp_all_reduce_stage_calls_count__d_m(*, sp, t):
@@ -1888,19 +2592,35 @@ def tp_all_reduce_stage_calls_count__d_m(*, sp, t):
             reals=1,
             masks=1,
         )
-        for out, r0, m0, sp, t in call.blocks():
-            # out = 4*(1 - numpy.where(numpy.less(sp, 1.5), 0, 1))*numpy.where(numpy.less(t, 1.5),
-            #     0, 1)
-            numpy.copyto(r0, 1.0)
-            numpy.less(sp, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.subtract(1.0, r0, out=out)
-            numpy.copyto(r0, 1.0)
-            numpy.less(t, 1.5, out=m0)
-            numpy.copyto(r0, 0.0, where=m0)
-            numpy.multiply(out, r0, out=out)
-            numpy.multiply(out, 4.0, out=out)
+        for block in call.blocks():
+            _tp_all_reduce_stage_calls_count__d_m_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_calls_count__d_m_block(out, r0, m0, sp, t):
+    """tp_all_reduce_stage_calls_count__d_m on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 4*(1 - numpy.where(numpy.less(sp, 1.5), 0, 1))*numpy.where(numpy.less(t, 1.5), 0, 1)
+    numpy.copyto(r0, 1.0)
+    numpy.less(sp, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.subtract(1.0, r0, out=out)
+    numpy.copyto(r0, 1.0)
+    numpy.less(t, 1.5, out=m0)
+    numpy.copyto(r0, 0.0, where=m0)
+    numpy.multiply(out, r0, out=out)
+    numpy.multiply(out, 4.0, out=out)
+
+
+tp_all_reduce_stage_calls_count__d_m.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_calls_count__d_m_block,
+    reals=1,
+    masks=1,
+    arguments=("sp", "t"),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=True,
+)
 
 
 def tp_all_reduce_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
@@ -1934,12 +2654,7 @@ def tp_all_reduce_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
         (b, bytes_compute, cp, h, s) = _runtime.floats(xp, (b, bytes_compute, cp, h, s))
         out = -b*bytes_compute*h*s/(cp*cp)
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = -bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_msg_bytes__d_cp", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = -bytes_compute*h*s
+    (inv0,) = _tp_all_reduce_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_reduce_stage_msg_bytes__d_cp",
         ("b", "bytes_compute", "cp", "h", "s", "inv0"),
@@ -1947,12 +2662,39 @@ def tp_all_reduce_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
         reals=1,
         masks=0,
     )
-    for out, r0, b, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = b*inv0/(cp*cp)
-        numpy.multiply(inv0, b, out=out)
-        numpy.multiply(cp, cp, out=r0)
-        numpy.divide(out, r0, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_stage_msg_bytes__d_cp_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s):
+    """What tp_all_reduce_stage_msg_bytes__d_cp computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = -bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_msg_bytes__d_cp", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = -bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_reduce_stage_msg_bytes__d_cp_block(out, r0, b, bytes_compute, cp, h, s, inv0):
+    """tp_all_reduce_stage_msg_bytes__d_cp on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/(cp*cp)
+    numpy.multiply(inv0, b, out=out)
+    numpy.multiply(cp, cp, out=r0)
+    numpy.divide(out, r0, out=out)
+
+
+tp_all_reduce_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_msg_bytes__d_cp_block,
+    reals=1,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_all_reduce_stage_msg_bytes__d_cp_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_reduce_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
@@ -1985,12 +2727,7 @@ def tp_all_reduce_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
         (bytes_compute, cp, h, s) = _runtime.floats(xp, (bytes_compute, cp, h, s))
         out = bytes_compute*h*s/cp
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, s))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h*s
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_msg_bytes__d_b", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
-        inv0 = bytes_compute*h*s
+    (inv0,) = _tp_all_reduce_stage_msg_bytes__d_b_invariants(bytes_compute, h, s)
     call = _runtime.Call(
         "tp_all_reduce_stage_msg_bytes__d_b",
         ("bytes_compute", "cp", "h", "s", "inv0"),
@@ -1998,10 +2735,37 @@ def tp_all_reduce_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
         reals=0,
         masks=0,
     )
-    for out, bytes_compute, cp, h, s, inv0 in call.blocks():
-        # out = inv0/cp
-        numpy.divide(inv0, cp, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_stage_msg_bytes__d_b_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_msg_bytes__d_b_invariants(bytes_compute, h, s):
+    """What tp_all_reduce_stage_msg_bytes__d_b computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h*s
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h, s) = _runtime.reals("tp_all_reduce_stage_msg_bytes__d_b", ("bytes_compute", "h", "s"), (bytes_compute, h, s))
+        inv0 = bytes_compute*h*s
+    return (inv0,)
+
+
+def _tp_all_reduce_stage_msg_bytes__d_b_block(out, bytes_compute, cp, h, s, inv0):
+    """tp_all_reduce_stage_msg_bytes__d_b on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = inv0/cp
+    numpy.divide(inv0, cp, out=out)
+
+
+tp_all_reduce_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_msg_bytes__d_b_block,
+    reals=0,
+    masks=0,
+    arguments=("bytes_compute", "cp", "h", "s"),
+    passed=("inv0",),
+    invariants=_tp_all_reduce_stage_msg_bytes__d_b_invariants,
+    widened=("bytes_compute", "h", "s"),
+    quiet=False,
+)
 
 
 def tp_all_reduce_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
@@ -2034,12 +2798,7 @@ def tp_all_reduce_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
         (b, bytes_compute, cp, h) = _runtime.floats(xp, (b, bytes_compute, cp, h))
         out = b*bytes_compute*h/cp
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h))
-    # Once per call: what depends on the model's and the run's fields alone.
-    try:  # Python floats, the usual case, cost least
-        inv0 = bytes_compute*h
-    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
-        (bytes_compute, h) = _runtime.reals("tp_all_reduce_stage_msg_bytes__d_s", ("bytes_compute", "h"), (bytes_compute, h))
-        inv0 = bytes_compute*h
+    (inv0,) = _tp_all_reduce_stage_msg_bytes__d_s_invariants(bytes_compute, h)
     call = _runtime.Call(
         "tp_all_reduce_stage_msg_bytes__d_s",
         ("b", "bytes_compute", "cp", "h", "inv0"),
@@ -2047,11 +2806,38 @@ def tp_all_reduce_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
         reals=0,
         masks=0,
     )
-    for out, b, bytes_compute, cp, h, inv0 in call.blocks():
-        # out = b*inv0/cp
-        numpy.multiply(inv0, b, out=out)
-        numpy.divide(out, cp, out=out)
+    for block in call.blocks():
+        _tp_all_reduce_stage_msg_bytes__d_s_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_msg_bytes__d_s_invariants(bytes_compute, h):
+    """What tp_all_reduce_stage_msg_bytes__d_s computes once per call: the values that depend on the model's and the run's fields alone."""
+    try:  # Python floats, the usual case, cost least
+        inv0 = bytes_compute*h
+    except (ZeroDivisionError, OverflowError):  # a 0 or a huge field (a dead branch): NumPy's inf, as the blocks give
+        (bytes_compute, h) = _runtime.reals("tp_all_reduce_stage_msg_bytes__d_s", ("bytes_compute", "h"), (bytes_compute, h))
+        inv0 = bytes_compute*h
+    return (inv0,)
+
+
+def _tp_all_reduce_stage_msg_bytes__d_s_block(out, b, bytes_compute, cp, h, inv0):
+    """tp_all_reduce_stage_msg_bytes__d_s on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = b*inv0/cp
+    numpy.multiply(inv0, b, out=out)
+    numpy.divide(out, cp, out=out)
+
+
+tp_all_reduce_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_msg_bytes__d_s_block,
+    reals=0,
+    masks=0,
+    arguments=("b", "bytes_compute", "cp", "h"),
+    passed=("inv0",),
+    invariants=_tp_all_reduce_stage_msg_bytes__d_s_invariants,
+    widened=("bytes_compute", "h"),
+    quiet=False,
+)
 
 
 def tp_all_reduce_stage_ranks_count__d_t():
@@ -2079,7 +2865,24 @@ def tp_all_reduce_stage_ranks_count__d_t():
         reals=0,
         masks=0,
     )
-    for out, in call.blocks():
-        # out = 1
-        numpy.copyto(out, 1.0)
+    for block in call.blocks():
+        _tp_all_reduce_stage_ranks_count__d_t_block(*block)
     return call.out
+
+
+def _tp_all_reduce_stage_ranks_count__d_t_block(out,):
+    """tp_all_reduce_stage_ranks_count__d_t on one block (``_runtime.Call.blocks()``): its statements fill ``out`` in place."""
+    # out = 1
+    numpy.copyto(out, 1.0)
+
+
+tp_all_reduce_stage_ranks_count__d_t.kernel = _runtime.Kernel(
+    _tp_all_reduce_stage_ranks_count__d_t_block,
+    reals=0,
+    masks=0,
+    arguments=(),
+    passed=(),
+    invariants=None,
+    widened=(),
+    quiet=False,
+)

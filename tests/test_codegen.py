@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import importlib
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -248,17 +249,45 @@ def test_rendering_twice_gives_the_same_bytes():
     assert render_tree(subset) == first
 
 
+#: Formulas the hash-seed test renders in a fresh process: per dimension its smallest formula and the
+#: one of at most median size with the most Piecewise/Min/Max nodes (chosen once by that rule; the
+#: whole registry takes minutes to lower from an empty cache). Every dimension must be here.
+HASH_SEED_SAMPLE = (
+    "attention_mqa_kv_width_elements", "collective_broadcast_nccl_busbw_factor_ratio",
+    "collective_all_to_all_p2p_ll_time_s", "compute_output_forward_flop", "compute_mla_q_direct_dense_layer_forward_flop",
+    "cp_ulysses_record_ring_steps_count", "cp_record_topology_code", "dp_none_none_layer_params",
+    "dp_expert_reduce_scatter_stage_calls_count", "ep_all_to_all_calls_count", "ep_all_to_all_stage_calls_count",
+    "fsdp_resharded_layer_gathers_count", "fsdp_embedding_part_computed_count", "memory_embedding_activations_bytes",
+    "memory_mla_q_direct_moe_layer_weights_bytes", "memory_mla_q_direct_moe_stage_total_bytes__d_ep",
+    "memory_standard_moe_stage_total_bytes__d_ep", "model_legacy_output_elements", "params_dense_routed_experts_params",
+    "params_mla_q_direct_moe_non_expert_params", "placement_group_ranks_per_node_count", "pp_send_recv_calls_count",
+    "pp_send_recv_stage_calls_count", "recompute_ep_selective_bytes", "recompute_cp_linear_state_full_bytes",
+    "score_levels1_comm_score", "stage_ep_imbalanced_full_again", "stage_cp_hybrid_cp_gqa_softmax_layer",
+    "stage_cp_colossalai_cp_mqa_softmax_layer__d_b", "stage_cp_hybrid_cp_gqa_softmax_layer__d_s",
+    "tp_all_reduce_calls_count", "tp_reduce_scatter_stage_calls_count",
+)
+
+
+def test_hash_seed_sample_covers_every_dimension_and_branchy_forms():
+    sample = [registry.get(name) for name in HASH_SEED_SAMPLE]  # a renamed formula fails here
+    assert {f.dimension for f in sample} == {f.dimension for f in registry.FORMULAS.values()}
+    assert sum(f.expr.has(sympy.Piecewise) for f in sample) >= 10
+    assert sum(f.expr.has(sympy.Min) or f.expr.has(sympy.Max) for f in sample) >= 5
+
+
 def test_rendering_does_not_depend_on_the_hash_seed(tmp_path):
-    code = ("import hashlib; from symbolic import registry; from codegen.compiler import render_tree; "
-            "files = render_tree([f for f in registry.FORMULAS.values() if f.dimension in ('cp', 'attention')]); "
+    # The other process gets the sample's formulas pickled (building the whole registry there takes
+    # most of a minute): their expressions are rebuilt under its hash seed, and it lowers and renders
+    # them itself from an empty cache (a cached form would hide a dependence on the seed).
+    sample = [registry.get(name) for name in HASH_SEED_SAMPLE]
+    (tmp_path / "sample.pickle").write_bytes(pickle.dumps(sample))
+    code = ("import hashlib, pickle, sys; from codegen.compiler import render_tree; "
+            "files = render_tree(pickle.loads(open(sys.argv[1], 'rb').read())); "
             "print(hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest())")
-    subset = [f for f in registry.FORMULAS.values() if f.dimension in ("cp", "attention")]
-    here = hashlib.sha256(repr(sorted(render_tree(subset).items())).encode()).hexdigest()
-    # An empty cache: the other process lowers every formula itself (a cached form would hide a
-    # dependence on the seed).
+    here = hashlib.sha256(repr(sorted(render_tree(sample).items())).encode()).hexdigest()
     env = dict(os.environ, PYTHONHASHSEED="12345", SYMCOST_CACHE=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "sample.pickle")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == here
 

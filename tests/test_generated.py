@@ -14,7 +14,7 @@ import sympy
 import generated
 from codegen import kernels
 from codegen.backends import NUMPY
-from codegen.compiler import DEFAULT_DIRECTORY, compare_tree, lower_formulas, render_tree
+from codegen.compiler import DEFAULT_DIRECTORY, SPLIT_DIMENSIONS, compare_tree, lower_formulas, module_of, render_tree
 from codegen.lowering import formula_fingerprint
 from symbolic import registry
 from symbolic.symbols import SPECS
@@ -83,8 +83,9 @@ def test_every_registered_formula_is_exported_with_metadata():
         assert meta["ops"] == lowered[name].ops
         assert meta["fingerprint"] == formula_fingerprint(formula)
         assert meta["source"] == " ".join(formula.source.split())
+        assert meta["module"] == module_of(formula)
         fn = getattr(generated, name)
-        assert fn.__module__ == f"generated.{formula.dimension}"
+        assert fn.__module__ == f"generated.{module_of(formula)}"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -153,7 +154,7 @@ def test_bad_arguments_name_the_field():
 
 
 def test_signatures_docstrings_and_op_lines():
-    text = "".join((DEFAULT_DIRECTORY / f"{d}.py").read_text() for d in {f.dimension for f in registry.FORMULAS.values()})
+    text = "".join((DEFAULT_DIRECTORY / f"{m}.py").read_text() for m in {module_of(f) for f in registry.FORMULAS.values()})
     lowered = lower_formulas(list(registry.FORMULAS.values()), [NUMPY])["numpy"]
     for name, formula in registry.FORMULAS.items():
         fn = getattr(generated, name)
@@ -176,6 +177,45 @@ def test_header_says_command_template_fingerprint_and_do_not_edit():
     init_head = (DEFAULT_DIRECTORY / "__init__.py").read_text().splitlines()[1]
     from codegen.lowering import fingerprint
     assert init_head.endswith(fingerprint(registry.FORMULAS.values()))
+
+
+def test_metadata_table_is_json_read_on_first_use():
+    # The table is a JSON file (a Python literal of its size is compiled from source on every start
+    # without a bytecode cache); it holds the registry's fingerprint and reads back with tuples.
+    import json
+
+    from codegen.compiler import TABLE
+    from codegen.lowering import fingerprint
+
+    text = (DEFAULT_DIRECTORY / TABLE).read_text(encoding="utf-8")
+    data = json.loads(text)
+    assert data["fingerprint"] == fingerprint(registry.FORMULAS.values())
+    assert list(data["formulas"]) == NAMES and list(generated.FORMULAS) == NAMES
+    assert len((DEFAULT_DIRECTORY / "__init__.py").read_text()) < 10_000  # no table in the module itself
+    for name, formula in registry.FORMULAS.items():
+        meta = generated.FORMULAS[name]
+        assert type(meta["arguments"]) is tuple
+        assert meta.get("variant", ()) == formula.variant and type(meta.get("variant", ())) is tuple
+    assert generated.__all__ == ["FORMULAS", "MODULES", *NAMES]
+    code = ("import sys, generated; assert 'FORMULAS' not in vars(generated); "
+            "from generated import FORMULAS; assert type(FORMULAS['cp_ring_mla_traffic_bytes']['arguments']) is tuple; "
+            "assert generated.cp_ring_mla_traffic_bytes.__module__ == 'generated.cp'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_stage_terms_are_one_module_per_variant():
+    # A cold pricer compiles the modules of its model's variants only.
+    for name, formula in registry.FORMULAS.items():
+        if formula.dimension in SPLIT_DIMENSIONS:
+            assert module_of(formula) == f"{formula.dimension}__{formula.algorithm}"
+            assert (DEFAULT_DIRECTORY / f"{module_of(formula)}.py").is_file()
+    assert not (DEFAULT_DIRECTORY / "stage.py").exists()
+    code = ("import sys, generated; generated.stage_tp_dense_layer; "
+            "assert not [m for m in sys.modules if m.startswith('generated.stage') and m != 'generated.stage__dense'], "
+            "sorted(sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 def test_import_needs_no_sympy():

@@ -13,7 +13,7 @@ __all__ = ["register", "run"]
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compile", help="compile every registered formula into generated/",
                        description="Render every registered formula into NumPy evaluators (one module per "
-                                   "dimension, __init__.py with the FORMULAS table) and the formula reference "
+                                   "dimension, a model's stage terms one per variant, formulas.json with the FORMULAS table) and the formula reference "
                                    "docs/formulas.md. Writes atomically and removes stale files; --check only "
                                    "compares. DIR must be missing, empty, or written by symcost compile before "
                                    "(it holds the marker file .symcost-generated listing the files it wrote): "

@@ -49,6 +49,7 @@ Public API::
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
@@ -368,6 +369,9 @@ _ARRAY_KEYS = ("d", "t", "p", "m", "cp", "ep", "b", "vp", "etp", "os")
 ARRAY_KEYS = _ARRAY_KEYS
 _SHARED_KEYS = ("op", "grad_shard", "sp", "fsdp", "reshards", "cp_algo", "s", "offset", "recompute")
 
+#: The keys whose product is the devices a layout occupies (:func:`codegen.inputs.check_devices`).
+_DEVICE_KEYS = ("d", "t", "cp", "p")
+
 #: :attr:`LayoutBatch.os` of a layout that shards the optimizer over the whole DP group
 #: (``Layout.os = None``).
 WHOLE_DP_GROUP = 0
@@ -426,8 +430,17 @@ def _pipeline_is(pipeline: tuple[int, int] | None, p: Any, vp: Any) -> Any:
     return (p == pipeline[0]) & (vp == pipeline[1])
 
 
-def _gate_together(batch: Any) -> frozenset[str]:
-    """The keys of *batch* whose columns pass the input gate, found with one reduction over them all.
+def _inherited_os(os: int, d: Any) -> Any:
+    """The ``os`` a layout of DP degree *d* inherits from a default layout's *os*: that value where it
+    divides ``d``, else :data:`WHOLE_DP_GROUP` (as :func:`parse_layout` drops it)."""
+    # For a power of two, d & (os - 1) is d % os (floor modulo, negative d too) without a division.
+    rest = d & (os - 1) if os & (os - 1) == 0 else d % os
+    return np.where(rest == 0, os, WHOLE_DP_GROUP)
+
+
+def _gate_together(batch: Any) -> dict[str, int]:
+    """The keys of *batch* whose columns pass the input gate, found with one reduction over them all,
+    each with its column's largest value.
 
     A batch of N layouts usually arrives as several int64 columns of one length: stacked, their
     minima and maxima come from two reductions instead of two per column. A key is named only
@@ -435,18 +448,28 @@ def _gate_together(batch: Any) -> frozenset[str]:
     other column (and the error message of a bad one) goes through :func:`_int_column` as before.
     """
     names, columns = [], []
+    length = -1
     for name in _ARRAY_KEYS:
         column = getattr(batch, name)
         if (type(column) is np.ndarray and column.dtype == np.int64 and column.ndim == 1 and column.strides != (0,)
                 and id(column) not in _DEFAULT_COLUMN_IDS.get(name, ())):
+            if length < 0:
+                length = len(column)
+            elif len(column) != length:
+                return {}
             names.append(name)
             columns.append(column)
-    if len(columns) < 2 or len({len(c) for c in columns}) != 1 or not len(columns[0]):
-        return frozenset()
+    if len(columns) < 2 or not length:
+        return {}
     stacked = np.stack(columns)
     lows, highs = stacked.min(axis=1).tolist(), stacked.max(axis=1).tolist()
-    return frozenset(name for name, low, high in zip(names, lows, highs)
-                     if (0 if name == "os" else 1) <= low and high <= bound(name))
+    return {name: high for name, low, high in zip(names, lows, highs)
+            if _LOWEST[name] <= low and high <= _HIGHEST[name]}
+
+
+#: Per integer key, the least and the largest value the input gate lets through.
+_LOWEST = {name: 0 if name == "os" else 1 for name in _ARRAY_KEYS}
+_HIGHEST = {name: bound(name) for name in _ARRAY_KEYS}
 
 
 def _default_column(value: int, length: int) -> np.ndarray:
@@ -476,8 +499,10 @@ _DEFAULT_COLUMNS: dict[tuple[int, int], np.ndarray] = {}
 _DEFAULT_COLUMN_IDS: dict[str, set[int]] = {}
 
 
-def _checked_settings(values: tuple[Any, ...]) -> Any:
-    """The normalised offset of run settings (in :data:`_SHARED_KEYS` order) that pass Layout's own checks.
+def _checked_settings(values: tuple[Any, ...], pipelines: tuple[Any, Any] = (None, None)) -> Any:
+    """The normalised offset of run settings (in :data:`_SHARED_KEYS` order) that pass Layout's own checks,
+    with the batch's ``offset_pipeline`` and ``recompute_pipeline`` (*pipelines*: None or pairs of
+    whole numbers >= 1).
 
     A searcher builds many batches with the same settings: each set is checked once. The key holds
     each value's type and repr, so that ``1`` never stands in for ``True`` (they compare equal).
@@ -485,12 +510,19 @@ def _checked_settings(values: tuple[Any, ...]) -> Any:
     Raises:
         LayoutError: as :class:`Layout` does, naming the setting.
     """
-    # Settings hash as they are, with their types (so that 1 and True differ); the offset by its repr,
-    # since a nested True would equal a 1 inside a tuple.
+    # Settings hash as they are, with their types (so that 1 and True differ); the offset and the
+    # pipelines by their repr, since a nested True would equal a 1 inside a tuple.
     key = tuple((type(value), repr(value) if name == "offset" else value) for name, value in zip(_SHARED_KEYS, values))
+    key += (repr(pipelines),)
     offset = _SETTINGS_CHECKED.get(key, _UNCHECKED)
     if offset is _UNCHECKED:
         offset = Layout(d=1, t=1, p=1, m=1, **dict(zip(_SHARED_KEYS, values))).offset
+        for name, pipeline in zip(("offset_pipeline", "recompute_pipeline"), pipelines):
+            if pipeline is not None:
+                if not isinstance(pipeline, tuple) or len(pipeline) != 2:
+                    raise LayoutError(f"{name}: expected None or a pair (p, vp), got {pipeline!r}")
+                for k, value in zip(("p", "vp"), pipeline):
+                    _positive_int(f"{name} {k}", value)
         if len(_SETTINGS_CHECKED) >= 256:
             _SETTINGS_CHECKED.clear()
         _SETTINGS_CHECKED[key] = offset
@@ -550,28 +582,30 @@ class LayoutBatch:
     def __post_init__(self) -> None:
         passed = _gate_together(self)
         length = None
+        tops: dict[str, int] = {}  # the largest value of each gated column, where known without a reduction
         for name in _ARRAY_KEYS:
             column = getattr(self, name)
             if name in passed:
                 column = column.view()  # read-only, the caller's array left writable
                 column.flags.writeable = False
-            elif id(column) not in _DEFAULT_COLUMN_IDS.get(name, ()):  # a default from_arrays made passed already
-                column = _int_column(name, column, minimum=0 if name == "os" else 1)
+                tops[name] = passed[name]
+            elif id(column) in _DEFAULT_COLUMN_IDS.get(name, ()):  # a default from_arrays made passed already
+                if len(column):
+                    tops[name] = int(column[0])
+            else:
+                column = _int_column(name, column, minimum=_LOWEST[name])
             if length is None:
                 length = len(column)
             elif len(column) != length:
                 raise LayoutError(f"{name}: {len(column)} values, but d has {length}: a batch holds one value "
                                   f"of each key per layout")
             object.__setattr__(self, name, column)
-        check_devices(self.d, self.t, self.cp, self.p, error=LayoutError)  # no int64 product may wrap later
-        object.__setattr__(self, "offset", _checked_settings(tuple(getattr(self, name) for name in _SHARED_KEYS)))
-        for name in ("offset_pipeline", "recompute_pipeline"):
-            pipeline = getattr(self, name)
-            if pipeline is not None:
-                if not isinstance(pipeline, tuple) or len(pipeline) != 2:
-                    raise LayoutError(f"{name}: expected None or a pair (p, vp), got {pipeline!r}")
-                for key, value in zip(("p", "vp"), pipeline):
-                    _positive_int(f"{name} {key}", value)
+        object.__setattr__(self, "_tops", tops)  # (a slice of the batch drops them: see subset)
+        if any(name not in tops for name in _DEVICE_KEYS) or (
+                tops["d"] * tops["t"] * tops["cp"] * tops["p"] > DEVICES_MAX):
+            check_devices(self.d, self.t, self.cp, self.p, error=LayoutError)  # no int64 product may wrap later
+        object.__setattr__(self, "offset", _checked_settings(tuple(getattr(self, name) for name in _SHARED_KEYS),
+                                                            (self.offset_pipeline, self.recompute_pipeline)))
 
     @classmethod
     def from_arrays(
@@ -615,13 +649,22 @@ class LayoutBatch:
             template = defaults
         else:
             raise LayoutError(f"defaults: must be a Layout or None, got {defaults!r}")
-        length = next((np.shape(value)[0] for value in given.values() if np.ndim(value) >= 1), 1)
-        columns = {name: (given[name] if np.ndim(given[name]) >= 1 else np.broadcast_to(given[name], (length,)))
-                   if name in given else _default_column(getattr(template, name) or 0, length)
-                   for name in _ARRAY_KEYS}
+        ndim = {name: value.ndim if type(value) is np.ndarray else np.ndim(value) for name, value in given.items()}
+        length = next((np.shape(given[name])[0] for name, k in ndim.items() if k >= 1), 1)
+        columns = {}
+        for name in _ARRAY_KEYS:
+            if name not in given:
+                columns[name] = _default_column(getattr(template, name) or 0, length)
+            elif ndim[name] >= 1:
+                columns[name] = given[name]
+            else:
+                columns[name] = np.broadcast_to(given[name], (length,))
         if "os" not in given and template.os is not None:
-            dp = _int_column("d", columns["d"], minimum=1)
-            columns["os"] = _per_value(lambda d: np.where(d % template.os == 0, template.os, WHOLE_DP_GROUP), dp)
+            dp = columns["d"]
+            if not (type(dp) is np.ndarray and dp.dtype == np.int64 and dp.ndim == 1):
+                # (an int64 column is used as it is: the batch gates it, and rejects it before this os is used)
+                dp = _int_column("d", dp, minimum=1)
+            columns["os"] = _per_value(functools.partial(_inherited_os, template.os), dp)
         stated = {"op": op, "grad_shard": grad_shard, "sp": sp, "fsdp": fsdp, "reshards": reshards,
                   "cp_algo": cp_algo, "s": s}
         settings = {name: getattr(template, name) if value is None else value for name, value in stated.items()}
@@ -664,7 +707,32 @@ class LayoutBatch:
 
     def settings(self) -> tuple[Any, ...]:
         """The run settings every layout of the batch shares (hashable): a key for what they decide."""
-        return tuple(getattr(self, name) for name in _SHARED_KEYS) + (self.offset_pipeline, self.recompute_pipeline)
+        # Made once per batch (the settings never change; a slice of the batch shares them).
+        known = self.__dict__.get("_settings")
+        if known is None:
+            known = (tuple(getattr(self, name) for name in _SHARED_KEYS)
+                     + (self.offset_pipeline, self.recompute_pipeline))
+            object.__setattr__(self, "_settings", known)
+        return known
+
+    def top(self, name: str) -> int:
+        """The largest value of integer key *name* over the batch (known from the input gate, where it
+        ran over that column, without another pass)."""
+        known = self.__dict__.get("_tops")
+        value = known.get(name) if known else None
+        return int(getattr(self, name).max()) if value is None else value
+
+    def shared_keys(self) -> tuple[int | None, ...]:
+        """Per integer key (:data:`ARRAY_KEYS` order), its value where every layout shares it (a broadcast
+        column: a key given as one number or left to the defaults), else ``None``: with
+        :meth:`settings`, what decides which derived values are one number for the whole batch."""
+        known = self.__dict__.get("_shared_keys")
+        if known is None:
+            state = self.__dict__
+            known = tuple(int(column[0]) if column.strides == (0,) and len(column) else None
+                          for column in (state[name] for name in _ARRAY_KEYS))
+            object.__setattr__(self, "_shared_keys", known)
+        return known
 
     @property
     def devices(self) -> np.ndarray:
@@ -709,6 +777,7 @@ class LayoutBatch:
             # Views of columns and settings this batch has checked already: nothing to check again,
             # which matters to a caller walking millions of layouts block by block.
             view = copy.copy(self)
+            view.__dict__.pop("_tops", None)  # the largest values of the whole batch, not of the slice
             for name in _ARRAY_KEYS:
                 object.__setattr__(view, name, getattr(self, name)[selector])
             return view
@@ -742,7 +811,8 @@ def _expert_degrees(d: Any, t: Any, cp: Any, ep: Any, etp: Any) -> tuple[np.ndar
         within_dp, t_exp_dp, d_exp_dp = True, t, d
     else:
         within_dp = d >= ep
-        t_exp_dp, d_exp_dp = np.where(within_dp, t, 1), np.where(within_dp, d // ep, d * t // ep)
+        # (one integer division of what each layout divides: the same numbers as dividing both)
+        t_exp_dp, d_exp_dp = np.where(within_dp, t, 1), np.where(within_dp, d, d * t) // ep
     if np.ndim(expert_tp) == 0 and not expert_tp:
         t_exp, d_exp = t_exp_dp, d_exp_dp
     else:
@@ -772,9 +842,19 @@ def _sequence_split(t: Any, sp: bool) -> np.ndarray:
     return t if sp else np.ones_like(t)
 
 
-def _comm_switches(t: Any, ep: Any, cp: Any, n_exp: int) -> tuple[Any, Any, Any]:
-    """``comm_t = [t > 1]``, ``comm_ep = [ep > 1 or n_exp > 1]``, ``comm_cp = [cp > 1]``."""
-    return t > 1, (ep > 1) | (n_exp > 1), cp > 1
+def _comm_t(t: Any) -> Any:
+    """``comm_t = [t > 1]``: the layer communicates over TP."""
+    return t > 1
+
+
+def _comm_ep(ep: Any, n_exp: int) -> Any:
+    """``comm_ep = [ep > 1 or n_exp > 1]``: the layer communicates over EP."""
+    return (ep > 1) | (n_exp > 1)
+
+
+def _comm_cp(cp: Any) -> Any:
+    """``comm_cp = [cp > 1]``: the layer communicates over CP."""
+    return cp > 1
 
 
 def _dp_comm_level(degree: Any, op: bool, grad_shard: bool) -> np.ndarray:
@@ -826,11 +906,12 @@ def _key_columns(batch: LayoutBatch, compact: bool) -> dict[str, Any]:
     The value is a NumPy integer, so that ``~``, ``&`` and ``|`` on the rules' comparisons stay
     logical, as on arrays.
     """
-    columns: dict[str, Any] = {}
-    for name in _ARRAY_KEYS:
-        column = getattr(batch, name)
-        columns[name] = column[0] if compact and len(column) and column.strides == (0,) else column
-    return columns
+    if not compact:
+        return {name: getattr(batch, name) for name in _ARRAY_KEYS}
+    # (a shared key: a broadcast column, as LayoutBatch.shared_keys finds once per batch)
+    return {name: column if value is None else column[0]
+            for name, column, value in zip(_ARRAY_KEYS, (getattr(batch, name) for name in _ARRAY_KEYS),
+                                           batch.shared_keys())}
 
 
 class _Derivation:
@@ -853,7 +934,6 @@ class _Derivation:
 _RULE_GROUPS: dict[str, Callable[[_Derivation], Any]] = {
     "experts": lambda x: _expert_degrees(x.keys["d"], x.keys["t"], x.keys["cp"], x.keys["ep"], x.keys["etp"]),
     "ranks": lambda x: _optimizer_ranks(x.keys["d"], x.keys["os"], x.batch.op),
-    "switches": lambda x: _comm_switches(x.keys["t"], x.keys["ep"], x.keys["cp"], x.model.n_exp),
     "shards": lambda x: _optimizer_shards(x.group("ranks"), x.keys["t"], x.keys["cp"], *x.group("experts"),
                                           x.model.n_exp, x.batch.op),
 }
@@ -865,9 +945,10 @@ _FIELD_RULES: dict[str, Callable[[_Derivation], Any]] = {
     "d_exp": lambda x: x.group("experts")[1],
     "sp": lambda x: _sequence_split(x.keys["t"], x.batch.sp),
     "os_max_shard": lambda x: x.group("ranks"),
-    "comm_t": lambda x: x.group("switches")[0],
-    "comm_ep": lambda x: x.group("switches")[1],
-    "comm_cp": lambda x: x.group("switches")[2],
+    # (each switch alone: a pricer usually reads one or two of them)
+    "comm_t": lambda x: _comm_t(x.keys["t"]),
+    "comm_ep": lambda x: _comm_ep(x.keys["ep"], x.model.n_exp),
+    "comm_cp": lambda x: _comm_cp(x.keys["cp"]),
     "comm_d_non_exp": lambda x: _dp_comm_level(x.keys["d"], x.batch.op, x.batch.grad_shard),
     "comm_d_exp": lambda x: _dp_comm_level(x.group("experts")[1], x.batch.op, x.batch.grad_shard),
     "shard_p_os_non_exp_partial": lambda x: x.group("shards")[0],
@@ -940,19 +1021,27 @@ def _shared_fields(batch: LayoutBatch, network: System | None) -> dict[str, Any]
 
 def _float_column(value: Any, length: int) -> np.ndarray:
     """*value* (an array over the batch, or one value for all of it) as a fresh float64 array of *length*."""
+    if type(value) is np.ndarray and value.shape == (length,):  # the usual column
+        return value.astype(np.float64)
     array = np.asarray(value)
     return array.astype(np.float64) if array.shape == (length,) else np.full(length, array, dtype=np.float64)
+
+
+@functools.lru_cache(maxsize=256)
+def _layout_only(names: tuple[str, ...]) -> bool:
+    """Whether every one of *names* is a layout field (:data:`LAYOUT_FIELD_NAMES`)."""
+    return all(name in _FIELD_RULES for name in names)
 
 
 def _all_fields(model: ModelConfig, batch: LayoutBatch, network: System | None,
                 names: Sequence[str] | None = None, *, compact: bool = False) -> dict[str, Any]:
     """The fields of :func:`derive_fields_batch` (all, or *names*), without validating the batch."""
     n = len(batch)
-    if names is not None and all(name in _FIELD_RULES for name in names):
+    if names is not None and _layout_only(tuple(names)):
         # Layout fields alone (a pricer that keeps the shared ones from an earlier call of the same
         # settings): nothing of the model or the run settings to assemble.
-        return {name: float(value) if compact and np.ndim(value) == 0 else _float_column(value, n)
-                for name, value in _layout_fields(model, batch, names, compact=compact).items()}
+        return {name: float(value) if compact and (type(value) is not np.ndarray or not value.ndim)
+                else _float_column(value, n) for name, value in _layout_fields(model, batch, names, compact=compact).items()}
     out: dict[str, Any] = model.fields()
     if batch.s is not None:
         out["s"] = float(batch.s)

@@ -28,7 +28,9 @@ beyond a layout's own ``p`` are NaN in the per-stage arrays.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -43,6 +45,8 @@ from .levels import score_factors
 from .stages import BIND_SOURCES, TTYPES, Fields, Terms, bind, stage_outputs, terms_of, variant_of
 
 __all__ = ["StagePricer", "StagePrices"]
+
+_FLOAT64 = np.dtype(np.float64)
 
 #: Layouts per block of the pricing loop: its temporaries (a few float64 arrays of a block) stay in the
 #: processor's cache, and the Python cost per block is spread over enough layouts.
@@ -147,6 +151,8 @@ class _Pipelines:
     """The pipeline shapes a batch can hold: each layout's index into tables over them, and the shapes.
 
     Attributes:
+        key: what decides ``present`` (the ranges of ``p`` and ``vp``, the index's radix and the
+            batch's stage lists): a key for the tables built over them.
         index: per layout, ``p`` (``p·(max vp + 1) + vp`` when vp varies); ``None`` when every
             layout has the same pipeline.
         present: index → ``(p, vp)`` for every pipeline up to the batch's largest ``p`` (and
@@ -156,6 +162,7 @@ class _Pipelines:
 
     index: np.ndarray | None
     present: dict[int, tuple[int, int]]
+    key: tuple[Any, ...] = ()
 
     @classmethod
     def of(cls, batch: LayoutBatch, stage_counts: StageCounts,
@@ -163,11 +170,11 @@ class _Pipelines:
         """The pipelines of *batch*; *known* keeps the shapes found for each range of ``p`` and ``vp``."""
         p, vp = batch.p, batch.vp
         single_p = p.strides == (0,)
-        p_range = (int(p[0]), int(p[0]) + 1) if single_p else (1, int(p.max()) + 1)
+        p_range = (int(p[0]), int(p[0]) + 1) if single_p else (1, batch.top("p") + 1)
         if vp.strides == (0,):
             index, radix, vp_range = (None if single_p else p), 0, (int(vp[0]), int(vp[0]) + 1)
         else:
-            radix = int(vp.max()) + 1
+            radix = batch.top("vp") + 1
             index, vp_range = p * radix + vp, (1, radix)
         key = (p_range, vp_range, single_p, radix, batch.offset, batch.offset_pipeline, batch.recompute,
                batch.recompute_pipeline)
@@ -179,7 +186,7 @@ class _Pipelines:
             present = {where[shape]: shape for shape in shapes if stage_counts(*shape) is not None}
             if known is not None:
                 known[key] = present
-        return cls(index, present)
+        return cls(index, present, key)
 
     def table(self, values: Mapping[int, float]) -> Any:
         """A weight per layout from its value per pipeline: one number when every pipeline has the same."""
@@ -270,6 +277,7 @@ class StagePricer:
         self._counts_used: dict[Any, tuple[str, ...]] = {}
         self._pipelines: dict[Any, dict[int, tuple[int, int]]] = {}
         self._value_plans: dict[Any, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {}
+        self._call_plans: dict[Any, tuple[tuple[Any, ...], frozenset[str], tuple[str, ...]]] = {}
         self._variants: dict[Any, Terms] = {}
 
     def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
@@ -314,9 +322,9 @@ class StagePricer:
             block = batch.subset(rows) if n > _BLOCK else batch
             pipelines = _Pipelines.of(block, functools.partial(self._stage_counts, block), self._pipelines)
             sums, tables = self._plan(terms, block, pipelines)
-            values = self._values(block, _needed(sums))
-            evaluated = {name: function(**{a: values[a] for a in arguments}) for name, function, arguments in _calls(sums)}
-            parts = [_add([evaluated[name] for name in group]) for group in sums.names]
+            evaluated = self._evaluate(block, sums)
+            # Each term is in one group and its array is this call's own: the group's sum goes into it.
+            parts = [_accumulate([evaluated[name] for name in group]) for group in sums.names]
             _combine(parts, tables, pipelines.index, bottleneck[rows], total_sum[rows], *scratch)
         stages = None
         if per_stage:
@@ -358,8 +366,7 @@ class StagePricer:
 
     def _plan(self, terms: Terms, block: LayoutBatch, pipelines: _Pipelines) -> tuple[_Sums, _StageTables]:
         """The term groups and the weight tables for layouts of the *pipelines* present (each built once)."""
-        pipeline_key = (tuple(sorted(pipelines.present.items())), block.offset, block.offset_pipeline,
-                        block.recompute, block.recompute_pipeline)
+        pipeline_key = pipelines.key  # (the batch's offset and recompute lists included)
         stage_counts = functools.partial(self._stage_counts, block)
         counts_used = self._counts_used.get(pipeline_key)
         if counts_used is None:
@@ -395,9 +402,7 @@ class StagePricer:
         arguments that vary per layout.
         """
         needed = frozenset(needed)
-        shape = (needed, batch.settings(),
-                 tuple(int(column[0]) if column.strides == (0,) else None
-                       for column in (getattr(batch, key) for key in ARRAY_KEYS)))
+        shape = (needed, batch.settings(), batch.shared_keys())
         plan = self._value_plans.get(shape)
         if plan is not None:
             shared, varying, fields = plan
@@ -413,6 +418,60 @@ class StagePricer:
         self._value_plans[shape] = ({name: value for name, value in values.items() if name not in varying},
                                     varying, _sources(varying))
         return values
+
+    def _evaluate(self, batch: LayoutBatch, sums: _Sums) -> dict[str, np.ndarray]:
+        """Each generated term the groups of *sums* add, evaluated for the layouts of *batch*.
+
+        As :meth:`_values` (whose plans decide which arguments are one number for a shape of batch),
+        and per such shape each term's shared arguments are bound once: a later call derives, binds
+        and passes only the arguments that vary per layout. A term whose generated function has a
+        kernel (``generated._runtime.Kernel``) then runs its block statements directly: its
+        invariants computed once per shape, the arguments in place, buffers shared by the terms,
+        one ``errstate`` for them all: the function's own steps on the same values, without its
+        per-call checks (the values are the pricer's own floats and float64 columns).
+        """
+        shape = (sums, batch.settings(), batch.shared_keys())
+        plan = self._call_plans.get(shape)
+        if plan is None:
+            values = self._values(batch, _needed(sums))
+            varying = frozenset(name for name, value in values.items() if isinstance(value, np.ndarray) and value.ndim)
+            calls = tuple((name, function, {a: values[a] for a in arguments if a not in varying},
+                           tuple(a for a in arguments if a in varying)) for name, function, arguments in _calls(sums))
+            kernels = [(name, _kernel_plan(function, shared, own)) for name, function, shared, own in calls]
+            kernels = [(name, kernel) for name, kernel in kernels if kernel is not None]
+            if len(self._call_plans) >= 1024:
+                self._call_plans.clear()
+            self._call_plans[shape] = (
+                calls, varying, _sources(varying),
+                tuple((name, kernel) for name, kernel in kernels if not kernel.quiet),
+                tuple((name, kernel) for name, kernel in kernels if kernel.quiet),
+                max((kernel.reals for _name, kernel in kernels), default=0),
+                max((kernel.masks for _name, kernel in kernels), default=0),
+                len(kernels) == len(calls))
+            return {name: function(**shared, **{a: values[a] for a in own}) for name, function, shared, own in calls}
+        calls, varying, fields, loud, quiet, reals, masks, every = plan
+        derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
+        values = bind(Fields(derived), varying, system=self.system, ttype=self.ttype, score=self._score)
+        n = len(batch)
+        evaluated: dict[str, np.ndarray] = {}
+        if n <= _runtime_block() and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
+            buffers = [np.empty(n) for _ in range(reals)]
+            flags = [np.empty(n, dtype=bool) for _ in range(masks)]
+            for name, kernel in loud:
+                evaluated[name] = kernel.run(values, n, buffers, flags)
+            if quiet:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    for name, kernel in quiet:
+                        evaluated[name] = kernel.run(values, n, buffers, flags)
+            if every:
+                return evaluated
+        for name, function, shared, own in calls:
+            if name not in evaluated:
+                arguments = shared.copy()
+                for a in own:
+                    arguments[a] = values[a]
+                evaluated[name] = function(**arguments)
+        return evaluated
 
     def _stages(self, batch: LayoutBatch, terms: Terms, outputs: Sequence[str], *, wrt: str | None = None,
                 only: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -437,6 +496,57 @@ class StagePricer:
             for name, value in stage_outputs(terms, picked, counts, outputs, wrt=wrt).items():
                 stages[name][rows, :p] = value
         return stages
+
+
+class _KernelPlan:
+    """One term's generated kernel with its shared arguments bound (see ``StagePricer._evaluate``)."""
+
+    __slots__ = ("block", "reals", "masks", "template", "slots", "quiet")
+
+    def __init__(self, block: Callable[..., None], reals: int, masks: int, template: list[Any],
+                 slots: tuple[tuple[int, str], ...], quiet: bool):
+        self.block, self.reals, self.masks, self.template, self.slots, self.quiet = (
+            block, reals, masks, template, slots, quiet)
+
+    def run(self, values: Mapping[str, np.ndarray], n: int, reals: Sequence[np.ndarray],
+            masks: Sequence[np.ndarray]) -> np.ndarray:
+        """The term for *n* layouts whose varying arguments are *values* (float64 arrays of length *n*)."""
+        arguments = self.template.copy()
+        for i, name in self.slots:
+            arguments[i] = values[name]
+        out = np.empty(n)
+        self.block(out, *reals[:self.reals], *masks[:self.masks], *arguments)
+        return out
+
+
+def _as_call_value(value: Any) -> Any:
+    """*value* as ``generated._runtime.Call`` hands it to the blocks: a float as it is, else a float64 array."""
+    return value if isinstance(value, float) else np.asarray(value, dtype=np.float64)
+
+
+def _kernel_plan(function: Callable[..., np.ndarray], shared: Mapping[str, Any], own: Sequence[str]
+                 ) -> _KernelPlan | None:
+    """*function*'s kernel with the *shared* arguments and its invariants bound, or None (no kernel, no
+    argument that varies, or invariants that read one)."""
+    kernel = getattr(function, "kernel", None)
+    if kernel is None or not own or any(a not in shared for a in kernel.widened):
+        return None
+    passed: tuple[Any, ...] = ()
+    if kernel.invariants is not None:
+        with np.errstate(divide="ignore", invalid="ignore") if kernel.quiet else contextlib.nullcontext():
+            passed = kernel.invariants(*(shared[a] for a in kernel.widened))
+    template = [_as_call_value(shared[a]) if a in shared else None for a in kernel.arguments]
+    template += [_as_call_value(value) for value in passed]
+    slots = tuple((i, a) for i, a in enumerate(kernel.arguments) if a not in shared)
+    return _KernelPlan(kernel.block, kernel.reals, kernel.masks, template, slots, kernel.quiet)
+
+
+def _runtime_block() -> int:
+    """The most elements the generated functions run as one block (``generated._runtime.BLOCK``)."""
+    runtime = sys.modules.get("generated._runtime")
+    if runtime is None:
+        from generated import _runtime as runtime
+    return runtime.BLOCK
 
 
 @functools.lru_cache(maxsize=64)
@@ -468,11 +578,28 @@ def _arguments(name: str) -> tuple[str, ...]:
     return generated.FORMULAS[name]["arguments"]
 
 
+def _accumulate(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The sum of *parts*, added into the first where it has the sum's shape (the parts are the
+    caller's own fresh float64 arrays); else as :func:`_add`."""
+    out = parts[0]
+    if type(out) is not np.ndarray or out.dtype is not _FLOAT64 or not out.ndim:
+        return _add(parts)
+    for part in parts[1:]:
+        if part.shape != out.shape:
+            return _add(parts)
+    for part in parts[1:]:
+        np.add(out, part, out=out)
+    return out
+
+
 def _add(parts: Sequence[np.ndarray]) -> np.ndarray:
     """The sum of *parts* (a new array; the first part is not written to)."""
     out = np.array(parts[0], dtype=np.float64)
     for part in parts[1:]:
-        out = np.add(out, part, out=out) if out.shape == np.broadcast_shapes(out.shape, part.shape) else out + part
+        if part.shape == out.shape or out.shape == np.broadcast_shapes(out.shape, part.shape):
+            np.add(out, part, out=out)
+        else:
+            out = out + part
     return out
 
 

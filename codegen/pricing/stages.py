@@ -224,6 +224,12 @@ BIND_SOURCES: dict[str, tuple[str, ...]] = {
 }
 
 
+@functools.lru_cache(maxsize=256)
+def _bind_order(names: frozenset[str]) -> tuple[str, ...]:
+    """The names :func:`bind` binds, in its order (sorted; layer counts are no arguments it binds)."""
+    return tuple(sorted(names - set(STAGE_COUNT_NAMES)))
+
+
 def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
          score: Callable[..., Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The values of the terms' arguments *names* (count names excepted): numbers or per-layout arrays.
@@ -240,12 +246,15 @@ def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
     if ttype not in TTYPES:
         raise ValueError(f"ttype: expected one of {', '.join(TTYPES)}, got {ttype!r}")
     values: dict[str, Any] = {}
-    for name in sorted(set(names) - set(STAGE_COUNT_NAMES)):
+    for name in _bind_order(names if isinstance(names, frozenset) else frozenset(names)):
         if name in values:
             continue
         if name.startswith(("zero2_", "zero3_")):
             level, _, which = name.partition("_")
-            values[name] = np.equal(f.num(f"comm_d_{which}"), float(level[-1])).astype(np.float64)
+            level_of = f.num(f"comm_d_{which}")
+            # (an array's 0/1 written straight into float64: one pass, the same numbers as astype)
+            values[name] = (np.equal(level_of, float(level[-1]), out=np.empty(level_of.shape))
+                            if isinstance(level_of, np.ndarray) else np.equal(level_of, float(level[-1])).astype(np.float64))
         elif name == "gather":
             values[name] = gather_switch(f.raw)
         elif name == "max_rank_tokens":
