@@ -229,3 +229,63 @@ def test_repeated_layouts_priced_once_give_each_layouts_own_prices(dsv3):
             for key, value in alone.stages[what].items():
                 got = together.stages[what][key][row, :value.shape[1]]
                 np.testing.assert_array_equal(got, value[0], err_msg=f"{what} {key} row {row}")
+
+
+def _grid_batch(model, *, repeats: int) -> LayoutBatch:
+    """Valid layouts of a small grid (degrees, micro-batches, batch size), each distinct, tiled *repeats* times
+    and shuffled."""
+    import itertools
+
+    values = list(itertools.product([1, 2, 4, 8, 16, 32], [1, 2, 4, 8], [1, 2, 4, 8, 16], [1, 2], [1, 4, 16, 64],
+                                    [1, 2], [1, 8, 32]))
+    arrays = dict(zip(("d", "t", "p", "cp", "ep", "b", "m"), np.array(values, dtype=np.int64).T))
+    ok = validate_batch(model, LayoutBatch.from_arrays(model.layout, **arrays))
+    order = np.random.default_rng(7).permutation(np.tile(np.flatnonzero(ok), repeats))
+    return LayoutBatch.from_arrays(model.layout, **{k: v[order] for k, v in arrays.items()})
+
+
+@pytest.mark.parametrize("repeats", [1, 8])
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-72b"])
+def test_grouped_pricing_equals_ungrouped_to_the_bit(name, repeats, monkeypatch):
+    """Each item is evaluated once per distinct tuple of its own inputs (``time._row_groups``); every number must be
+    the one evaluating each layout's row gives (``_GROUP_FROM`` past the batch: nothing grouped), on a batch whose
+    layouts are all distinct (repeats 1: the items still repeat their few inputs) and on one where each repeats 8×."""
+    import codegen.pricing.time as time_module
+
+    pricer = TimePricer(name, system="dgx_h100")
+    batch = _grid_batch(pricer.model, repeats=repeats)
+    assert len(batch) >= 2 * time_module._GROUP_FROM
+    grouped_rows = []
+    real = time_module._row_groups
+
+    def spy(columns, m):
+        found = real(columns, m)
+        grouped_rows.append(None if found is None else (len(found[0]), m))
+        return found
+
+    monkeypatch.setattr(time_module, "_row_groups", spy)
+    grouped = pricer.price_batch(batch, validated=True, per_stage=True)
+    assert any(g is not None and g[0] < g[1] for g in grouped_rows), "no item was grouped: the test would prove nothing"
+    monkeypatch.setattr(time_module, "_GROUP_FROM", len(batch) + 1)
+    grouped_rows.clear()
+    plain = pricer.price_batch(batch, validated=True, per_stage=True)
+    assert not grouped_rows
+    np.testing.assert_array_equal(grouped.bottleneck_s, plain.bottleneck_s)
+    np.testing.assert_array_equal(grouped.bottleneck_stage, plain.bottleneck_stage)
+    for dim in TIME_DIMENSIONS:
+        np.testing.assert_array_equal(grouped.by_dimension[dim], plain.by_dimension[dim], err_msg=dim)
+    for what in (*WHATS, "total_s"):
+        table = {"": plain.stages[what]} if what == "total_s" else plain.stages[what]
+        for key in table:
+            want = plain.stages[what] if what == "total_s" else plain.stages[what][key]
+            got = grouped.stages[what] if what == "total_s" else grouped.stages[what][key]
+            np.testing.assert_array_equal(got, want, err_msg=f"{what} {key}")
+
+
+def test_only_whole_columns_are_group_keys():
+    from codegen.pricing.time import _whole
+
+    np.testing.assert_array_equal(_whole(np.array([1.0, 8.0, 4096.0])), [1, 8, 4096])
+    assert _whole(np.array([1.0, 2.5])) is None
+    assert _whole(np.array([1.0, np.nan])) is None
+    assert _whole(np.array([np.inf, 2.0])) is None

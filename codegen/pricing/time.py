@@ -43,6 +43,7 @@ from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
 from .collective import LEVEL_PARAMETERS, arguments as collective_arguments, choose, slopes as collective_slopes
 from .placement import DEFAULT_ORDER, group_strides
+from .memory import _group
 from .stages import BIND_SOURCES, Fields, bind
 
 __all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS"]
@@ -60,6 +61,8 @@ FORMS = ("calls_count", "msg_bytes", "step_bytes", "ranks_count")
 #: Layouts per block: the temporaries of the collective forms stay in cache.
 _BLOCK = 1 << 13
 _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
+#: Fewest rows an item is grouped from (below, finding the repeats costs about what it saves).
+_GROUP_FROM = 1 << 8
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,30 @@ def _layer_params(f: Fields) -> dict[str, Any]:
     return {"P_ne": out["P_ne"] + out["P_s"], "P_r": out["P_r"]}
 
 
+def _whole(value: Any) -> np.ndarray | None:
+    """*value* (a ``(m,)`` column) as int64 when every entry is a whole number, else ``None``."""
+    with np.errstate(invalid="ignore"):  # NaN or ±inf: not whole
+        whole = value.astype(np.int64)
+    return whole if np.array_equal(whole, value) else None
+
+
+def _row_groups(columns: Mapping[str, np.ndarray], m: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """One representative row per group of the *m* rows with equal *columns* (int64, ``(m,)``) and each row's
+    group (0 … groups − 1), or ``None`` when grouping does not pay (more than half the rows distinct).
+
+    The columns are read as the digits of one number per row (``codegen.pricing.memory._group``: mixed
+    radix over the values present, table lookups, no sort).
+    """
+    groups = _group(columns, m)
+    if groups is None or 2 * len(groups.present) > m:
+        return None
+    at = np.empty(groups.size, dtype=np.int64)
+    at[groups.number] = np.arange(m)
+    reps = at[groups.present]
+    at[groups.present] = np.arange(len(groups.present))
+    return reps, np.take(at, groups.number)
+
+
 class TimePricer:
     """Prices the communication seconds of arrays of layouts of one model on one catalog system.
 
@@ -179,6 +206,7 @@ class TimePricer:
         self.order = order
         self.fsdp, self.recompute = fsdp, recompute
         self._counts: dict[Any, Mapping[str, np.ndarray]] = {}
+        self._columns: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
         for op in set(OPS.values()):  # the collective forms read the hardware, the placement, S and n only
             extra = collective_arguments(op) - TIME_SYMBOLS - set(_GROUP_SYMBOLS) - set(_CALL_SYMBOLS)
             if extra:
@@ -285,7 +313,8 @@ class TimePricer:
         Returns:
             ``layers`` and ``moe_layers`` of shape (M, U) (a layout's distinct counts, padded with its
             first), ``where`` (M, P_max): each stage's column (0 past the layout's last stage), and
-            ``inside`` (M, P_max): True for the layout's own stages.
+            ``inside`` (M, P_max): True for the layout's own stages. All four are functions of the
+            layout's pipeline shape ``(p, vp)`` (the batch's run settings shared).
         """
         p, vp = batch.p, batch.vp
         key = p * (int(vp.max()) + 1) + vp
@@ -295,11 +324,7 @@ class TimePricer:
         tables = []
         for shape in shapes:
             first = int(np.flatnonzero(key == shape)[0])
-            counts = self._stage_counts(batch, int(p[first]), int(vp[first]))
-            layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]  # (P,) body and MTP layers
-            both = np.stack([layers, layers if moe else np.zeros_like(layers)])
-            distinct, where = np.unique(both, axis=1, return_inverse=True)
-            tables.append((distinct, np.asarray(where).reshape(-1)))
+            tables.append(self._stage_columns(batch, int(p[first]), int(vp[first]), moe))
         u_max = max(t[0].shape[1] for t in tables)
         lay = np.empty((len(shapes), u_max))
         moe_lay = np.empty((len(shapes), u_max))
@@ -313,29 +338,76 @@ class TimePricer:
             inside[j, :len(w)] = True
         return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
 
-    def _item_values(self, dim: str, coll: str, weight: str, args: Mapping[str, Any], placement: Mapping[str, Any],
-                     forms: list[str], timed: bool, m: int) -> dict[str, np.ndarray]:
-        """One item's forms (and with *timed* its seconds per layer or stage) over *m* rows.
+    def _stage_columns(self, batch: LayoutBatch, p: int, vp: int, moe: bool) -> tuple[np.ndarray, np.ndarray]:
+        """One pipeline's distinct (layers, MoE layers) columns (2, U) and each stage's column, once per pricer."""
+        offset_applies, list_applies = batch.stage_lists_apply(p, vp)
+        key = (p, vp, batch.recompute if list_applies else batch.recompute.uniform(),
+               batch.offset if offset_applies else None, moe)
+        if key not in self._columns:
+            counts = self._stage_counts(batch, p, vp)
+            layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]  # (P,) body and MTP layers
+            both = np.stack([layers, layers if moe else np.zeros_like(layers)])
+            distinct, where = np.unique(both, axis=1, return_inverse=True)
+            self._columns[key] = (distinct, np.asarray(where).reshape(-1))
+        return self._columns[key]
 
-        Returns ``what → (m, 1)`` for per-layer items, ``(m, U)`` (or broadcastable) for per-stage ones.
+    def _item_values(self, dim: str, coll: str, args: Mapping[str, Any], placement: Mapping[str, Any],
+                     forms: list[str], timed: bool, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+        """One item's forms (and with *timed* its seconds per layer or stage), broadcast to *shape*.
+
+        *args* and *placement* hold numbers or arrays that broadcast to *shape*.
         """
         got: dict[str, np.ndarray] = {}
         for what in forms:
             name = _item_name(dim, coll, what)
             value = np.asarray(getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), dtype=float)
-            if weight != "stage":
-                value = np.broadcast_to(value, (m,))[:, None]
-            got[what] = value  # (m, 1) per layer / MoE layer, (m, U) per stage column
+            if value.ndim == 1 and len(shape) == 2:  # a per-layer form over the layouts: one column
+                value = value[:, None]
+            got[what] = np.broadcast_to(value, shape)
         if timed:
             calls = got["calls_count"]
             if not np.any(calls):  # the collective does not run here: 0 s, skip NCCL's model
-                got["time_s"] = np.zeros(calls.shape)
+                got["time_s"] = np.zeros(shape)
             else:
-                grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placement.items()}
-                one = choose(OPS[f"{dim}.{coll}"], dict(self.hardware, **grp, msg_bytes=got["msg_bytes"],
+                one = choose(OPS[f"{dim}.{coll}"], dict(self.hardware, **placement, msg_bytes=got["msg_bytes"],
                                                         ranks=got["ranks_count"])).time_s
                 got["time_s"] = np.where(calls > 0, calls * one, 0.0)
         return got
+
+    def _item(self, dim: str, coll: str, weight: str, args: Mapping[str, Any], placement: Mapping[str, Any],
+              forms: list[str], timed: bool, m: int, u: int, keys: Mapping[str, np.ndarray | None],
+              group: str) -> dict[str, np.ndarray]:
+        """One item's forms (and seconds) over a block of *m* layouts: ``(m, 1)`` per layer or MoE layer,
+        ``(m, U)`` per stage column.
+
+        The item reads few inputs — its forms' arguments that vary over the block, for a per-stage item
+        the pipeline's layer columns (functions of the pipeline shape: keys ``"p@shape"``, ``"vp@shape"``) and, timed,
+        its group's placement — and a block repeats them a lot. With *keys* (each varying value's whole
+        ``(m,)`` column, ``None`` where not whole; a placement's ``"<symbol>@<group>"``) the layouts are grouped by those inputs
+        (:func:`_row_groups`) and the forms and NCCL's pick evaluated once per group, then gathered back
+        with one ``take``: element-wise forms on the same inputs give the same numbers, to the bit.
+        """
+        shape = (m, u) if weight == "stage" else (m, 1)
+        cols = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim == 1 else v) for k, v in placement.items()}
+        needed = {a for w in forms for a in _arguments(_item_name(dim, coll, w))}
+        found = None
+        if m >= _GROUP_FROM and keys:
+            names = [a for a in needed if isinstance(args[a], np.ndarray) and args[a].ndim]
+            names = [a for a in names if a not in ("n_layers_stage", "n_moe_layers_stage")]
+            if weight == "stage":
+                names += ["p@shape", "vp@shape"]
+            if timed:
+                names += [f"{k}@{group}" for k, v in cols.items() if isinstance(v, np.ndarray) and v.ndim]
+            columns = {a: keys.get(a) for a in names}
+            if all(c is not None for c in columns.values()):
+                found = _row_groups(columns, m)
+        if found is None:
+            return self._item_values(dim, coll, args, cols, forms, timed, shape)
+        reps, inverse = found
+        sub = {a: (args[a][reps] if isinstance(args[a], np.ndarray) and args[a].ndim else args[a]) for a in needed}
+        sub_cols = {k: (v[reps] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in cols.items()}
+        got = self._item_values(dim, coll, sub, sub_cols, forms, timed, (len(reps), shape[1]))
+        return {what: np.take(value, inverse, axis=0) for what, value in got.items()}
 
     def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
                      stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None) -> None:
@@ -352,6 +424,13 @@ class TimePricer:
         lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
         u = lay.shape[1]
         col = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
+        keys: dict[str, np.ndarray | None] = {}  # per varying value, its whole (m,) column: the items' group keys
+        if m >= _GROUP_FROM:
+            keys = {k: _whole(v) for k, v in values.items() if isinstance(v, np.ndarray) and v.ndim == 1}
+            keys["p@shape"], keys["vp@shape"] = batch.p, batch.vp  # the layer columns' keys (_layer_columns)
+            for group, placement in placed.items():
+                keys.update({f"{k}@{group}": _whole(v) for k, v in placement.items()
+                             if isinstance(v, np.ndarray) and v.ndim == 1})
         per_column: dict[tuple[str, str], np.ndarray] = {}  # (item, what) -> (M, U)
         forms = [w for w in FORMS if w in whats]
         if timed:
@@ -363,7 +442,7 @@ class TimePricer:
             else:
                 args = dict(values, n_layers_stage=1.0, n_moe_layers_stage=1.0)
             grp = placed[group] if timed else {}
-            got = self._item_values(dim, coll, weight, args, grp, forms, timed, m)
+            got = self._item(dim, coll, weight, args, grp, forms, timed, m, u, keys, group)
             for what in whats:
                 value = got[what]
                 if weight != "stage" and what != "msg_bytes":
