@@ -58,8 +58,10 @@ TIME_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 WHATS = ("calls_count", "msg_bytes", "step_bytes", "time_s")
 #: The generated forms of one item (``symbolic.stage_time``): the first three of ``WHATS`` and the group's ranks.
 FORMS = ("calls_count", "msg_bytes", "step_bytes", "ranks_count")
-#: Layouts per block: the temporaries of the collective forms stay in cache.
-_BLOCK = 1 << 13
+#: Layouts per block. The generated forms block their own temporaries (``generated._runtime``); a block
+#: this large repeats each item's inputs more (fewer groups, fewer calls of NCCL's pick per layout), at
+#: about 10 % more per layout where nothing repeats (measured against 8,192: docs/time.md).
+_BLOCK = 1 << 15
 _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
 #: Fewest rows an item is grouped from (below, finding the repeats costs about what it saves).
 _GROUP_FROM = 1 << 8
@@ -122,6 +124,8 @@ def _arguments(name: str) -> tuple[str, ...]:
 _PARAMS = ("P_ne", "P_r")
 #: What the collective forms read besides the hardware (``TIME_SYMBOLS``) and the group's placement.
 _CALL_SYMBOLS = ("msg_bytes", "ranks")
+#: The stage's layer counts a per-stage form reads (``(M, U)`` columns, functions of the pipeline shape).
+_LAYER_SYMBOLS = ("n_layers_stage", "n_moe_layers_stage")
 
 
 def _layer_params(f: Fields) -> dict[str, Any]:
@@ -147,6 +151,22 @@ def _whole(value: Any) -> np.ndarray | None:
     with np.errstate(invalid="ignore"):  # NaN or ±inf: not whole
         whole = value.astype(np.int64)
     return whole if np.array_equal(whole, value) else None
+
+
+class _Keys:
+    """The varying values of a block by name (``columns``) and, asked for by :meth:`get`, each as a whole int64
+    column (``None`` where not whole), made once."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, np.ndarray] = {}
+        self._whole: dict[str, np.ndarray | None] = {}
+
+    def get(self, name: str) -> np.ndarray | None:
+        if name not in self._whole:
+            column = self.columns.get(name)
+            self._whole[name] = None if column is None else (
+                column if column.dtype == np.int64 else _whole(column))
+        return self._whole[name]
 
 
 def _row_groups(columns: Mapping[str, np.ndarray], m: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -317,10 +337,14 @@ class TimePricer:
             layout's pipeline shape ``(p, vp)`` (the batch's run settings shared).
         """
         p, vp = batch.p, batch.vp
-        key = p * (int(vp.max()) + 1) + vp
-        shapes, inverse = np.unique(key, return_inverse=True)
-        inverse = np.asarray(inverse).reshape(-1)
         p_max = int(p.max())
+        key = p * (int(vp.max()) + 1) + vp
+        seen = np.zeros(p_max * (int(vp.max()) + 1) + int(vp.max()) + 1, dtype=bool)  # a table, no sort
+        seen[key] = True
+        shapes = np.flatnonzero(seen)
+        number = np.empty(len(seen), dtype=np.int64)
+        number[shapes] = np.arange(len(shapes))
+        inverse = np.take(number, key)
         tables = []
         for shape in shapes:
             first = int(np.flatnonzero(key == shape)[0])
@@ -351,63 +375,71 @@ class TimePricer:
             self._columns[key] = (distinct, np.asarray(where).reshape(-1))
         return self._columns[key]
 
-    def _item_values(self, dim: str, coll: str, args: Mapping[str, Any], placement: Mapping[str, Any],
-                     forms: list[str], timed: bool, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-        """One item's forms (and with *timed* its seconds per layer or stage), broadcast to *shape*.
+    def _item(self, dim: str, coll: str, weight: str, args: Mapping[str, Any], placement: Mapping[str, Any],
+              outputs: list[str], timed: bool, m: int, u: int, keys: _Keys, group: str,
+              found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None]) -> dict[str, np.ndarray]:
+        """One item's forms *outputs* (and with *timed* its seconds per layer or stage) over a block of *m*
+        layouts: ``(m, 1)`` per layer or MoE layer, ``(m, U)`` per stage column.
 
-        *args* and *placement* hold numbers or arrays that broadcast to *shape*.
+        Each form reads few inputs (its arguments that vary over the block and, for a per-stage form, the
+        pipeline's layer columns: functions of the pipeline shape, keys ``"p@shape"``, ``"vp@shape"``), and
+        NCCL's pick reads those of S and n and the group's placement (not the micro-batches, say), and a
+        block repeats them a lot. With *keys* (:class:`_Keys`: each varying value's whole ``(m,)`` column,
+        ``None`` where not whole; a placement's ``"<symbol>@<group>"``) the layouts are grouped by those inputs
+        (:func:`_row_groups`; *found_by* keeps the block's groupings by key set, shared by the items) and
+        each form and NCCL's pick evaluated once per group, then gathered back with one ``take``:
+        element-wise forms on the same inputs give the same numbers, to the bit. Seconds are then
+        ``calls × t`` per layout, as without grouping.
         """
-        got: dict[str, np.ndarray] = {}
-        for what in forms:
-            name = _item_name(dim, coll, what)
-            value = np.asarray(getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), dtype=float)
+        shape = (m, u) if weight == "stage" else (m, 1)
+        cols = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim == 1 else v) for k, v in placement.items()}
+
+        def rows(names: set[str], placed: bool) -> tuple[np.ndarray, np.ndarray] | None:
+            if m < _GROUP_FROM or not keys.columns:
+                return None
+            key = {a for a in names if a not in _LAYER_SYMBOLS and isinstance(args[a], np.ndarray) and args[a].ndim}
+            if weight == "stage" and names & set(_LAYER_SYMBOLS):
+                key |= {"p@shape", "vp@shape"}
+            if placed:
+                key |= {f"{k}@{group}" for k, v in cols.items() if isinstance(v, np.ndarray) and v.ndim}
+            frozen = frozenset(key)
+            if frozen not in found_by:
+                columns = {a: keys.get(a) for a in sorted(frozen)}
+                found_by[frozen] = (_row_groups(columns, m) if all(c is not None for c in columns.values())
+                                    else None)
+            return found_by[frozen]
+
+        def evaluate(name: str, values: Mapping[str, Any], found: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+            if found is not None:
+                values = {a: (values[a][found[0]] if isinstance(values[a], np.ndarray) and values[a].ndim
+                              else values[a]) for a in _arguments(name)}
+            value = np.asarray(getattr(generated, name)(**{a: values[a] for a in _arguments(name)}), dtype=float)
             if value.ndim == 1 and len(shape) == 2:  # a per-layer form over the layouts: one column
                 value = value[:, None]
-            got[what] = np.broadcast_to(value, shape)
+            return np.broadcast_to(value, shape if found is None else (len(found[0]), shape[1]))
+
+        def gather(value: np.ndarray, found: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+            return value if found is None else np.take(value, found[1], axis=0)
+
+        got: dict[str, np.ndarray] = {}
+        for what in dict.fromkeys([*outputs, *(["calls_count"] if timed else [])]):
+            name = _item_name(dim, coll, what)
+            found = rows(set(_arguments(name)), False)
+            got[what] = gather(evaluate(name, args, found), found)
         if timed:
             calls = got["calls_count"]
             if not np.any(calls):  # the collective does not run here: 0 s, skip NCCL's model
                 got["time_s"] = np.zeros(shape)
-            else:
-                one = choose(OPS[f"{dim}.{coll}"], dict(self.hardware, **placement, msg_bytes=got["msg_bytes"],
-                                                        ranks=got["ranks_count"])).time_s
-                got["time_s"] = np.where(calls > 0, calls * one, 0.0)
+                return got
+            size_name, ranks_name = _item_name(dim, coll, "msg_bytes"), _item_name(dim, coll, "ranks_count")
+            found = rows(set(_arguments(size_name)) | set(_arguments(ranks_name)), True)
+            sub = cols if found is None else {
+                k: (v[found[0]] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in cols.items()}
+            one = choose(OPS[f"{dim}.{coll}"], dict(self.hardware, **sub, msg_bytes=evaluate(size_name, args, found),
+                                                    ranks=evaluate(ranks_name, args, found))).time_s
+            got["time_s"] = np.where(calls > 0, calls * gather(np.broadcast_to(one, calls.shape if found is None else
+                                                                               (len(found[0]), shape[1])), found), 0.0)
         return got
-
-    def _item(self, dim: str, coll: str, weight: str, args: Mapping[str, Any], placement: Mapping[str, Any],
-              forms: list[str], timed: bool, m: int, u: int, keys: Mapping[str, np.ndarray | None],
-              group: str) -> dict[str, np.ndarray]:
-        """One item's forms (and seconds) over a block of *m* layouts: ``(m, 1)`` per layer or MoE layer,
-        ``(m, U)`` per stage column.
-
-        The item reads few inputs — its forms' arguments that vary over the block, for a per-stage item
-        the pipeline's layer columns (functions of the pipeline shape: keys ``"p@shape"``, ``"vp@shape"``) and, timed,
-        its group's placement — and a block repeats them a lot. With *keys* (each varying value's whole
-        ``(m,)`` column, ``None`` where not whole; a placement's ``"<symbol>@<group>"``) the layouts are grouped by those inputs
-        (:func:`_row_groups`) and the forms and NCCL's pick evaluated once per group, then gathered back
-        with one ``take``: element-wise forms on the same inputs give the same numbers, to the bit.
-        """
-        shape = (m, u) if weight == "stage" else (m, 1)
-        cols = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim == 1 else v) for k, v in placement.items()}
-        needed = {a for w in forms for a in _arguments(_item_name(dim, coll, w))}
-        found = None
-        if m >= _GROUP_FROM and keys:
-            names = [a for a in needed if isinstance(args[a], np.ndarray) and args[a].ndim]
-            names = [a for a in names if a not in ("n_layers_stage", "n_moe_layers_stage")]
-            if weight == "stage":
-                names += ["p@shape", "vp@shape"]
-            if timed:
-                names += [f"{k}@{group}" for k, v in cols.items() if isinstance(v, np.ndarray) and v.ndim]
-            columns = {a: keys.get(a) for a in names}
-            if all(c is not None for c in columns.values()):
-                found = _row_groups(columns, m)
-        if found is None:
-            return self._item_values(dim, coll, args, cols, forms, timed, shape)
-        reps, inverse = found
-        sub = {a: (args[a][reps] if isinstance(args[a], np.ndarray) and args[a].ndim else args[a]) for a in needed}
-        sub_cols = {k: (v[reps] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in cols.items()}
-        got = self._item_values(dim, coll, sub, sub_cols, forms, timed, (len(reps), shape[1]))
-        return {what: np.take(value, inverse, axis=0) for what, value in got.items()}
 
     def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
                      stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None) -> None:
@@ -424,17 +456,16 @@ class TimePricer:
         lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
         u = lay.shape[1]
         col = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
-        keys: dict[str, np.ndarray | None] = {}  # per varying value, its whole (m,) column: the items' group keys
+        keys = _Keys()  # per varying value, its whole (m,) column, made when first asked: the items' group keys
         if m >= _GROUP_FROM:
-            keys = {k: _whole(v) for k, v in values.items() if isinstance(v, np.ndarray) and v.ndim == 1}
-            keys["p@shape"], keys["vp@shape"] = batch.p, batch.vp  # the layer columns' keys (_layer_columns)
+            keys.columns = {k: v for k, v in values.items() if isinstance(v, np.ndarray) and v.ndim == 1}
+            keys.columns["p@shape"], keys.columns["vp@shape"] = batch.p, batch.vp  # the layer columns' (_layer_columns)
             for group, placement in placed.items():
-                keys.update({f"{k}@{group}": _whole(v) for k, v in placement.items()
-                             if isinstance(v, np.ndarray) and v.ndim == 1})
+                keys.columns.update({f"{k}@{group}": v for k, v in placement.items()
+                                     if isinstance(v, np.ndarray) and v.ndim == 1})
         per_column: dict[tuple[str, str], np.ndarray] = {}  # (item, what) -> (M, U)
-        forms = [w for w in FORMS if w in whats]
-        if timed:
-            forms += [w for w in ("calls_count", "msg_bytes", "ranks_count") if w not in forms]
+        outputs = [w for w in FORMS if w in whats]
+        found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None] = {}
         for dim, coll, group, weight in ITEMS:
             key = f"{dim}.{coll}"
             if weight == "stage":
@@ -442,7 +473,7 @@ class TimePricer:
             else:
                 args = dict(values, n_layers_stage=1.0, n_moe_layers_stage=1.0)
             grp = placed[group] if timed else {}
-            got = self._item(dim, coll, weight, args, grp, forms, timed, m, u, keys, group)
+            got = self._item(dim, coll, weight, args, grp, outputs, timed, m, u, keys, group, found_by)
             for what in whats:
                 value = got[what]
                 if weight != "stage" and what != "msg_bytes":
