@@ -343,12 +343,10 @@ class TimePricer:
         seen[key] = True
         shapes = np.flatnonzero(seen)
         number = np.empty(len(seen), dtype=np.int64)
+        number[key] = np.arange(len(key))  # a layout of each shape (the last)
+        tables = [self._stage_columns(batch, int(p[i]), int(vp[i]), moe) for i in number[shapes]]
         number[shapes] = np.arange(len(shapes))
         inverse = np.take(number, key)
-        tables = []
-        for shape in shapes:
-            first = int(np.flatnonzero(key == shape)[0])
-            tables.append(self._stage_columns(batch, int(p[first]), int(vp[first]), moe))
         u_max = max(t[0].shape[1] for t in tables)
         lay = np.empty((len(shapes), u_max))
         moe_lay = np.empty((len(shapes), u_max))
