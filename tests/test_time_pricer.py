@@ -259,9 +259,9 @@ def test_grouped_pricing_equals_ungrouped_to_the_bit(name, repeats, monkeypatch)
     grouped_rows = []
     real = time_module._row_groups
 
-    def spy(columns, m):
-        found = real(columns, m)
-        grouped_rows.append(None if found is None else (len(found[0]), m))
+    def spy(keys, names):
+        found = real(keys, names)
+        grouped_rows.append(None if found is None else (len(found[0]), keys.m))
         return found
 
     monkeypatch.setattr(time_module, "_row_groups", spy)

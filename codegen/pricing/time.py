@@ -43,7 +43,6 @@ from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
 from .collective import LEVEL_PARAMETERS, arguments as collective_arguments, choose, slopes as collective_slopes
 from .placement import DEFAULT_ORDER, group_strides
-from .memory import _group
 from .stages import BIND_SOURCES, Fields, bind
 
 __all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS"]
@@ -156,12 +155,15 @@ def _whole(value: Any) -> np.ndarray | None:
 
 
 class _Keys:
-    """The varying values of a block by name (``columns``) and, asked for by :meth:`get`, each as a whole int64
-    column (``None`` where not whole), made once."""
+    """The varying values of a block of *m* layouts by name (``columns``); asked for, each as a whole int64 column
+    (:meth:`get`, ``None`` where not whole) and as a digit (:meth:`digit`), made once per block and shared by
+    every item that reads it."""
 
-    def __init__(self) -> None:
+    def __init__(self, m: int = 0) -> None:
+        self.m = m
         self.columns: dict[str, np.ndarray] = {}
         self._whole: dict[str, np.ndarray | None] = {}
+        self._digits: dict[str, tuple[np.ndarray, int] | None] = {}
 
     def get(self, name: str) -> np.ndarray | None:
         if name not in self._whole:
@@ -170,22 +172,94 @@ class _Keys:
                 column if column.dtype == np.int64 else _whole(column))
         return self._whole[name]
 
+    def digit(self, name: str) -> tuple[np.ndarray, int] | None:
+        """``(code, k)``: each layout's value as a number ``0 … k − 1``: its offset from the lowest where the
+        range is narrow (``_NARROW``), else numbered by the values present (a table over the column's range,
+        or a sort where the range is wide); ``None`` where the column is not whole."""
+        if name not in self._digits:
+            whole = self.get(name)
+            if whole is None:
+                self._digits[name] = None
+            else:
+                low = int(whole.min())
+                width = int(whole.max()) - low + 1
+                if width <= _NARROW:  # the value's offset itself: a few unused numbers cost less than a table
+                    self._digits[name] = (whole - low if low else whole, width)
+                elif width <= max(4 * len(whole), 1 << 12):
+                    shifted = whole - low
+                    seen = np.zeros(width, dtype=bool)
+                    seen[shifted] = True
+                    present = np.flatnonzero(seen)
+                    table = np.empty(width, dtype=np.int64)
+                    table[present] = np.arange(len(present))
+                    self._digits[name] = (np.take(table, shifted), len(present))
+                else:
+                    distinct, code = np.unique(whole, return_inverse=True)
+                    self._digits[name] = (np.asarray(code, dtype=np.int64).reshape(-1), len(distinct))
+        return self._digits[name]
 
-def _row_groups(columns: Mapping[str, np.ndarray], m: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """One representative row per group of the *m* rows with equal *columns* (int64, ``(m,)``) and each row's
-    group (0 … groups − 1), or ``None`` when grouping does not pay (more than half the rows distinct).
 
-    The columns are read as the digits of one number per row (``codegen.pricing.memory._group``: mixed
-    radix over the values present, table lookups, no sort).
+#: Widest range of a key column read as its offset from the lowest value (not renumbered by the values present).
+_NARROW = 64
+#: Largest table of group numbers (entries) a grouping builds before it renumbers the groups so far.
+_GROUP_TABLE = 1 << 20
+
+
+def _renumber(number: np.ndarray, total: int) -> tuple[np.ndarray, int]:
+    """*number* (below *total*) renumbered ``0 … k − 1`` by the numbers present, and k (a table, no sort)."""
+    seen = np.zeros(total, dtype=bool)
+    seen[number] = True
+    present = np.flatnonzero(seen)
+    table = np.empty(total, dtype=np.int64)
+    table[present] = np.arange(len(present))
+    return np.take(table, number), len(present)
+
+
+def _row_groups(keys: _Keys, names: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """One representative layout per group of the block's layouts with equal values of *names*, and each
+    layout's group (0 … groups − 1); ``None`` when a column is not whole or grouping does not pay (more than
+    half the layouts distinct).
+
+    The columns' digits (:meth:`_Keys.digit`) are read as one mixed-radix number per layout (the radix of a
+    digit: the values its column holds), renumbered by the numbers present whenever the next digit would
+    take the table past ``_GROUP_TABLE`` entries.
     """
-    groups = _group(columns, m)
-    if groups is None or 2 * len(groups.present) > m:
+    m = keys.m
+    number, total = None, 1
+    digit_of_first = None
+    for name in names:
+        digit = keys.digit(name)
+        if digit is None:
+            return None
+        code, k = digit
+        if k == 1:
+            continue
+        if number is None:
+            number, total = code, k
+            digit_of_first = code
+            continue
+        if total * k > _GROUP_TABLE:
+            number, total = _renumber(number, total)
+            if 2 * total > m or total * k > _GROUP_TABLE:
+                return None
+        if number is digit_of_first:  # the first digit is the cached code: a new array once, then in place
+            number = number * k
+        else:
+            np.multiply(number, k, out=number)
+        np.add(number, code, out=number)
+        total *= k
+    if number is None:  # one value each: one group
+        return np.zeros(1, dtype=np.int64), np.zeros(m, dtype=np.int64)
+    seen = np.zeros(total, dtype=bool)
+    seen[number] = True
+    present = np.flatnonzero(seen)
+    if 2 * len(present) > m:
         return None
-    at = np.empty(groups.size, dtype=np.int64)
-    at[groups.number] = np.arange(m)
-    reps = at[groups.present]
-    at[groups.present] = np.arange(len(groups.present))
-    return reps, np.take(at, groups.number)
+    at = np.empty(total, dtype=np.int64)
+    at[number] = np.arange(m)
+    reps = at[present]
+    at[present] = np.arange(len(present))
+    return reps, np.take(at, number)
 
 
 class TimePricer:
@@ -404,9 +478,7 @@ class TimePricer:
                 key |= {f"{k}@{group}" for k, v in cols.items() if isinstance(v, np.ndarray) and v.ndim}
             frozen = frozenset(key)
             if frozen not in found_by:
-                columns = {a: keys.get(a) for a in sorted(frozen)}
-                found_by[frozen] = (_row_groups(columns, m) if all(c is not None for c in columns.values())
-                                    else None)
+                found_by[frozen] = _row_groups(keys, sorted(frozen))
             return found_by[frozen]
 
         def evaluate(name: str, values: Mapping[str, Any], found: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
@@ -456,7 +528,7 @@ class TimePricer:
         lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
         u = lay.shape[1]
         col = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
-        keys = _Keys()  # per varying value, its whole (m,) column, made when first asked: the items' group keys
+        keys = _Keys(m)  # per varying value, its whole (m,) column, made when first asked: the items' group keys
         if m >= _GROUP_FROM:
             keys.columns = {k: v for k, v in values.items() if isinstance(v, np.ndarray) and v.ndim == 1}
             keys.columns["p@shape"], keys.columns["vp@shape"] = batch.p, batch.vp  # the layer columns' (_layer_columns)
