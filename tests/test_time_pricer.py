@@ -290,3 +290,35 @@ def test_only_whole_columns_are_group_keys():
     assert _whole(np.array([1.0, 2.5])) is None
     assert _whole(np.array([1.0, np.nan])) is None
     assert _whole(np.array([np.inf, 2.0])) is None
+
+
+@pytest.mark.parametrize("table", [1 << 20, 80])
+def test_row_groups_partition_the_rows_as_a_sort_does(table, monkeypatch):
+    """Layouts share a group exactly when every key column is equal (narrow columns by offset, others by a table or
+    a sort; *table* 80 forces the renumbering of the groups so far before ``c`` and ``d``), each group's
+    representative is one of its rows."""
+    import codegen.pricing.time as time_module
+
+    monkeypatch.setattr(time_module, "_GROUP_TABLE", table)
+    rng = np.random.default_rng(3)
+    m = 4096
+    a = rng.integers(3, 9, m).astype(float)
+    columns = {"a": a, "b": a * 1000, "c": rng.integers(0, 6, m).astype(float),
+               "d": rng.choice([7, 10**12], m).astype(float), "e": np.full(m, 2.0)}
+    renumbered = []
+    real = time_module._renumber
+    monkeypatch.setattr(time_module, "_renumber", lambda *args: renumbered.append(1) or real(*args))
+    keys = time_module._Keys(m)
+    keys.columns = columns
+    reps, inverse = time_module._row_groups(keys, sorted(columns))
+    rows = np.stack([columns[k] for k in sorted(columns)], axis=1)
+    distinct, want = np.unique(rows, axis=0, return_inverse=True)
+    assert len(reps) == len(distinct)
+    np.testing.assert_array_equal(rows[reps][inverse], rows)  # each row's group holds its own values
+    # the same partition: equal rows share a group, different rows do not
+    np.testing.assert_array_equal(np.unique(np.stack([inverse, want.reshape(-1)], axis=1), axis=0).shape[0], len(reps))
+    assert bool(renumbered) == (table == 80)
+    keys.columns["half"] = a + 0.5
+    assert time_module._row_groups(keys, ["a", "half"]) is None  # not whole: not a key
+    keys.columns["ids"] = np.arange(m, dtype=float)
+    assert time_module._row_groups(keys, ["ids"]) is None  # every row distinct: grouping does not pay
