@@ -27,6 +27,11 @@ How it binds them:
 
 Nothing overlaps: a stage's communication seconds are the sum over its collectives; the
 bottleneck is the stage with the most.
+
+Speed: an item's forms and NCCL's pick read few inputs, which a block of layouts repeats massively, so
+each is evaluated once per distinct tuple of its own inputs (mixed-radix codes of the block's whole
+columns, no sort) and gathered back; the numbers are those of evaluating every layout, to the bit
+(``TimePricer._item``; docs/time.md, "Speed").
 """
 
 from __future__ import annotations
@@ -58,8 +63,9 @@ WHATS = ("calls_count", "msg_bytes", "step_bytes", "time_s")
 #: The generated forms of one item (``symbolic.stage_time``): the first three of ``WHATS`` and the group's ranks.
 FORMS = ("calls_count", "msg_bytes", "step_bytes", "ranks_count")
 #: Layouts per block. The generated forms block their own temporaries (``generated._runtime``); a block
-#: this large repeats each item's inputs more (fewer groups, fewer calls of NCCL's pick per layout), at
-#: about 10 % more per layout where nothing repeats (measured against 8,192: docs/time.md).
+#: this large repeats each item's inputs more (fewer groups, fewer calls of NCCL's pick per layout: the
+#: search's pricing 1.1x faster than at 8,192), at about 10 % more per layout with grouping off (deepseek-v3,
+#: 200,000 layouts: 0.47-0.51 s at 8,192, 0.54 s at 32,768).
 _BLOCK = 1 << 15
 _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
 #: Fewest layouts a block is grouped from: below, finding the repeats costs more than it saves (measured on
