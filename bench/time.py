@@ -5,10 +5,14 @@ pricers take the same ``LayoutBatch`` (``validated=True``, everything else insid
 timed alternately round by round, so that a slow spell of the shared machine hits each alike:
 
 * ``stage``: ``codegen.pricing.pricer.StagePricer`` (FLOP path): the original's stage volumes;
-* ``time``: ``codegen.pricing.time.TimePricer``: each stage's seconds per step on NCCL's model.
+* ``time``: ``codegen.pricing.time.TimePricer``: each stage's seconds per step on NCCL's model;
+* ``ungrouped``: the same pricer with its grouping off (``_GROUP_FROM`` past the batch: every item's
+  forms and NCCL's pick evaluated on every layout's row), the numbers identical (checked).
 
 The target of issue 11 is a time pricer not slower per layout than the stage pricer; the ratio
-``time / stage`` (seconds per layout) is printed, best of the rounds, then one JSON line.
+``time / stage`` (seconds per layout) is printed, best of the rounds, then one JSON line. Two batches
+per model: ``tiled`` (the grid's valid layouts repeated to ``--n``, as before) and ``distinct`` (each
+valid layout once, shuffled: no layout repeats, only the items' inputs do).
 
     python3 bench/time.py [--n 200000] [--rounds 5]
 """
@@ -27,6 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codegen.configs.layouts import LayoutBatch, validate_batch  # noqa: E402
+from codegen.pricing import time as time_module  # noqa: E402
 from codegen.pricing.pricer import StagePricer  # noqa: E402
 from codegen.pricing.time import TimePricer  # noqa: E402
 
@@ -40,28 +45,59 @@ def _layouts(model, n: int) -> LayoutBatch:
     return LayoutBatch.from_arrays(model.layout, **{k: np.tile(v[ok], reps)[:n] for k, v in arrays.items()})
 
 
+def _distinct(model) -> LayoutBatch:
+    """Each valid layout of a wider grid (micro-batches and interleaving too) once, shuffled."""
+    pow2 = [1, 2, 4, 8, 16, 32, 64]
+    grid = np.array(list(itertools.product(pow2, [1, 2, 4, 8], [1, 2, 4, 8, 16], [1, 2], pow2, [1, 2], [1, 4, 16, 64],
+                                           [1, 2])), dtype=np.int64)
+    arrays = dict(zip(("d", "t", "p", "cp", "ep", "b", "m", "vp"), grid.T))
+    ok = validate_batch(model, LayoutBatch.from_arrays(model.layout, **arrays))
+    order = np.random.default_rng(0).permutation(np.flatnonzero(ok))
+    return LayoutBatch.from_arrays(model.layout, **{k: v[order] for k, v in arrays.items()})
+
+
+def _ungrouped(pricer: TimePricer, batch: LayoutBatch):
+    saved = time_module._GROUP_FROM
+    time_module._GROUP_FROM = len(batch) + 1
+    try:
+        return pricer.price_batch(batch, validated=True)
+    finally:
+        time_module._GROUP_FROM = saved
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     out = {}
-    print(f"{'model':<12} {'n':>8} {'stage us/layout':>16} {'time us/layout':>15} {'ratio':>7}")
+    print(f"{'model':<12} {'batch':<9} {'n':>8} {'stage us/layout':>16} {'time us/layout':>15} {'ratio':>7} "
+          f"{'ungrouped us':>13} {'speed-up':>9}")
     for name in ("qwen3-72b", "deepseek-v3"):
         timer = TimePricer(name, system="dgx_h100")
         stage = StagePricer(timer.model, device="dgx_h100")
-        batch = _layouts(timer.model, args.n)
-        timer.price_batch(batch.subset(slice(0, 100)), validated=True)  # warm the caches alike
-        stage.price_batch(batch.subset(slice(0, 100)), validated=True)
-        best = {"stage": np.inf, "time": np.inf}
-        for _ in range(args.rounds):
-            for label, pricer in (("stage", stage), ("time", timer)):
-                start = time.perf_counter()
-                pricer.price_batch(batch, validated=True)
-                best[label] = min(best[label], time.perf_counter() - start)
-        per = {k: v / len(batch) * 1e6 for k, v in best.items()}
-        out[name] = {"n": len(batch), "us_per_layout": per, "ratio": per["time"] / per["stage"]}
-        print(f"{name:<12} {len(batch):>8} {per['stage']:>16.3f} {per['time']:>15.3f} {out[name]['ratio']:>7.1f}")
+        for kind, batch in (("tiled", _layouts(timer.model, args.n)), ("distinct", _distinct(timer.model))):
+            timer.price_batch(batch.subset(slice(0, 100)), validated=True)  # warm the caches alike
+            stage.price_batch(batch.subset(slice(0, 100)), validated=True)
+            a, b = timer.price_batch(batch, validated=True), _ungrouped(timer, batch)
+            if not (np.array_equal(a.bottleneck_s, b.bottleneck_s)
+                    and all(np.array_equal(a.by_dimension[k], b.by_dimension[k]) for k in a.by_dimension)):
+                print(f"{name} {kind}: grouped and ungrouped prices differ", file=sys.stderr)
+                return 1
+            best = {"stage": np.inf, "time": np.inf, "ungrouped": np.inf}
+            for _ in range(args.rounds):
+                for label, run in (("stage", lambda: stage.price_batch(batch, validated=True)),
+                                   ("time", lambda: timer.price_batch(batch, validated=True)),
+                                   ("ungrouped", lambda: _ungrouped(timer, batch))):
+                    start = time.perf_counter()
+                    run()
+                    best[label] = min(best[label], time.perf_counter() - start)
+            per = {k: v / len(batch) * 1e6 for k, v in best.items()}
+            row = {"n": len(batch), "us_per_layout": per, "ratio": per["time"] / per["stage"],
+                   "speedup": per["ungrouped"] / per["time"]}
+            out[f"{name}/{kind}"] = row
+            print(f"{name:<12} {kind:<9} {len(batch):>8} {per['stage']:>16.3f} {per['time']:>15.3f} {row['ratio']:>7.1f} "
+                  f"{per['ungrouped']:>13.3f} {row['speedup']:>9.1f}")
     print(json.dumps(out))
     return 0
 

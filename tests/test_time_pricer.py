@@ -229,3 +229,96 @@ def test_repeated_layouts_priced_once_give_each_layouts_own_prices(dsv3):
             for key, value in alone.stages[what].items():
                 got = together.stages[what][key][row, :value.shape[1]]
                 np.testing.assert_array_equal(got, value[0], err_msg=f"{what} {key} row {row}")
+
+
+def _grid_batch(model, *, repeats: int) -> LayoutBatch:
+    """Valid layouts of a small grid (degrees, micro-batches, batch size), each distinct, tiled *repeats* times
+    and shuffled."""
+    import itertools
+
+    values = list(itertools.product([1, 2, 4, 8, 16, 32], [1, 2, 4, 8], [1, 2, 4, 8, 16], [1, 2], [1, 4, 16, 64],
+                                    [1, 2], [1, 8, 32]))
+    arrays = dict(zip(("d", "t", "p", "cp", "ep", "b", "m"), np.array(values, dtype=np.int64).T))
+    ok = validate_batch(model, LayoutBatch.from_arrays(model.layout, **arrays))
+    order = np.random.default_rng(7).permutation(np.tile(np.flatnonzero(ok), repeats))
+    return LayoutBatch.from_arrays(model.layout, **{k: v[order] for k, v in arrays.items()})
+
+
+@pytest.mark.parametrize("repeats", [1, 4])
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-72b"])
+def test_grouped_pricing_equals_ungrouped_to_the_bit(name, repeats, monkeypatch):
+    """Each item is evaluated once per distinct tuple of its own inputs (``time._row_groups``); every number must be
+    the one evaluating each layout's row gives (``_GROUP_FROM`` past the batch: nothing grouped), on a batch whose
+    layouts are all distinct (repeats 1: the items still repeat their few inputs) and on one where each repeats 4×."""
+    import codegen.pricing.time as time_module
+
+    pricer = TimePricer(name, system="dgx_h100")
+    batch = _grid_batch(pricer.model, repeats=repeats)
+    monkeypatch.setattr(time_module, "_GROUP_FROM", 256)  # the grouped path on every block (the threshold is speed only)
+    assert len(batch) >= 4 * time_module._GROUP_FROM
+    grouped_rows = []
+    real = time_module._row_groups
+
+    def spy(keys, names):
+        found = real(keys, names)
+        grouped_rows.append(None if found is None else (len(found[0]), keys.m))
+        return found
+
+    monkeypatch.setattr(time_module, "_row_groups", spy)
+    grouped = pricer.price_batch(batch, validated=True, per_stage=True)
+    assert any(g is not None and g[0] < g[1] for g in grouped_rows), "no item was grouped: the test would prove nothing"
+    monkeypatch.setattr(time_module, "_GROUP_FROM", len(batch) + 1)
+    grouped_rows.clear()
+    plain = pricer.price_batch(batch, validated=True, per_stage=True)
+    assert not grouped_rows
+    np.testing.assert_array_equal(grouped.bottleneck_s, plain.bottleneck_s)
+    np.testing.assert_array_equal(grouped.bottleneck_stage, plain.bottleneck_stage)
+    for dim in TIME_DIMENSIONS:
+        np.testing.assert_array_equal(grouped.by_dimension[dim], plain.by_dimension[dim], err_msg=dim)
+    for what in (*WHATS, "total_s"):
+        table = {"": plain.stages[what]} if what == "total_s" else plain.stages[what]
+        for key in table:
+            want = plain.stages[what] if what == "total_s" else plain.stages[what][key]
+            got = grouped.stages[what] if what == "total_s" else grouped.stages[what][key]
+            np.testing.assert_array_equal(got, want, err_msg=f"{what} {key}")
+
+
+def test_only_whole_columns_are_group_keys():
+    from codegen.pricing.time import _whole
+
+    np.testing.assert_array_equal(_whole(np.array([1.0, 8.0, 4096.0])), [1, 8, 4096])
+    assert _whole(np.array([1.0, 2.5])) is None
+    assert _whole(np.array([1.0, np.nan])) is None
+    assert _whole(np.array([np.inf, 2.0])) is None
+
+
+@pytest.mark.parametrize("table", [1 << 20, 80])
+def test_row_groups_partition_the_rows_as_a_sort_does(table, monkeypatch):
+    """Layouts share a group exactly when every key column is equal (narrow columns by offset, others by a table or
+    a sort; *table* 80 forces the renumbering of the groups so far before ``c`` and ``d``), each group's
+    representative is one of its rows."""
+    import codegen.pricing.time as time_module
+
+    monkeypatch.setattr(time_module, "_GROUP_TABLE", table)
+    rng = np.random.default_rng(3)
+    m = 4096
+    a = rng.integers(3, 9, m).astype(float)
+    columns = {"a": a, "b": a * 1000, "c": rng.integers(0, 6, m).astype(float),
+               "d": rng.choice([7, 10**12], m).astype(float), "e": np.full(m, 2.0)}
+    renumbered = []
+    real = time_module._renumber
+    monkeypatch.setattr(time_module, "_renumber", lambda *args: renumbered.append(1) or real(*args))
+    keys = time_module._Keys(m)
+    keys.columns = columns
+    reps, inverse = time_module._row_groups(keys, sorted(columns))
+    rows = np.stack([columns[k] for k in sorted(columns)], axis=1)
+    distinct, want = np.unique(rows, axis=0, return_inverse=True)
+    assert len(reps) == len(distinct)
+    np.testing.assert_array_equal(rows[reps][inverse], rows)  # each row's group holds its own values
+    # the same partition: equal rows share a group, different rows do not
+    np.testing.assert_array_equal(np.unique(np.stack([inverse, want.reshape(-1)], axis=1), axis=0).shape[0], len(reps))
+    assert bool(renumbered) == (table == 80)
+    keys.columns["half"] = a + 0.5
+    assert time_module._row_groups(keys, ["a", "half"]) is None  # not whole: not a key
+    keys.columns["ids"] = np.arange(m, dtype=float)
+    assert time_module._row_groups(keys, ["ids"]) is None  # every row distinct: grouping does not pay

@@ -27,6 +27,11 @@ How it binds them:
 
 Nothing overlaps: a stage's communication seconds are the sum over its collectives; the
 bottleneck is the stage with the most.
+
+Speed: an item's forms and NCCL's pick read few inputs, which a block of layouts repeats massively, so
+each is evaluated once per distinct tuple of its own inputs (mixed-radix codes of the block's whole
+columns, no sort) and gathered back; the numbers are those of evaluating every layout, to the bit
+(``TimePricer._item``; docs/time.md, "Speed").
 """
 
 from __future__ import annotations
@@ -57,9 +62,16 @@ TIME_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 WHATS = ("calls_count", "msg_bytes", "step_bytes", "time_s")
 #: The generated forms of one item (``symbolic.stage_time``): the first three of ``WHATS`` and the group's ranks.
 FORMS = ("calls_count", "msg_bytes", "step_bytes", "ranks_count")
-#: Layouts per block: the temporaries of the collective forms stay in cache.
-_BLOCK = 1 << 13
+#: Layouts per block. The generated forms block their own temporaries (``generated._runtime``); a block
+#: this large repeats each item's inputs more (fewer groups, fewer calls of NCCL's pick per layout: the
+#: search's pricing 1.1x faster than at 8,192), at about 10 % more per layout with grouping off (deepseek-v3,
+#: 200,000 layouts: 0.47-0.51 s at 8,192, 0.54 s at 32,768).
+_BLOCK = 1 << 15
 _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
+#: Fewest layouts a block is grouped from: below, finding the repeats costs more than it saves (measured on
+#: distinct layouts of qwen3-72b and deepseek-v3: grouping is 1.1-1.4x slower at 300-1,000 layouts, about
+#: even at 2,000, 1.2-1.6x faster at 4,000).
+_GROUP_FROM = 1 << 11
 
 
 @dataclass(frozen=True)
@@ -119,6 +131,8 @@ def _arguments(name: str) -> tuple[str, ...]:
 _PARAMS = ("P_ne", "P_r")
 #: What the collective forms read besides the hardware (``TIME_SYMBOLS``) and the group's placement.
 _CALL_SYMBOLS = ("msg_bytes", "ranks")
+#: The stage's layer counts a per-stage form reads (``(M, U)`` columns, functions of the pipeline shape).
+_LAYER_SYMBOLS = ("n_layers_stage", "n_moe_layers_stage")
 
 
 def _layer_params(f: Fields) -> dict[str, Any]:
@@ -137,6 +151,121 @@ def _layer_params(f: Fields) -> dict[str, Any]:
                       ("P_r", f"params_{label}_routed_experts_params")):
         out[key] = getattr(generated, name)(**{a: f.num(a) for a in _arguments(name)})
     return {"P_ne": out["P_ne"] + out["P_s"], "P_r": out["P_r"]}
+
+
+def _whole(value: Any) -> np.ndarray | None:
+    """*value* (a ``(m,)`` column) as int64 when every entry is a whole number, else ``None``."""
+    with np.errstate(invalid="ignore"):  # NaN or ±inf: not whole
+        whole = value.astype(np.int64)
+    return whole if np.array_equal(whole, value) else None
+
+
+class _Keys:
+    """The varying values of a block of *m* layouts by name (``columns``); asked for, each as a whole int64 column
+    (:meth:`get`, ``None`` where not whole) and as a digit (:meth:`digit`), made once per block and shared by
+    every item that reads it."""
+
+    def __init__(self, m: int = 0) -> None:
+        self.m = m
+        self.columns: dict[str, np.ndarray] = {}
+        self._whole: dict[str, np.ndarray | None] = {}
+        self._digits: dict[str, tuple[np.ndarray, int] | None] = {}
+
+    def get(self, name: str) -> np.ndarray | None:
+        if name not in self._whole:
+            column = self.columns.get(name)
+            self._whole[name] = None if column is None else (
+                column if column.dtype == np.int64 else _whole(column))
+        return self._whole[name]
+
+    def digit(self, name: str) -> tuple[np.ndarray, int] | None:
+        """``(code, k)``: each layout's value as a number ``0 … k − 1``: its offset from the lowest where the
+        range is narrow (``_NARROW``), else numbered by the values present (a table over the column's range,
+        or a sort where the range is wide); ``None`` where the column is not whole."""
+        if name not in self._digits:
+            whole = self.get(name)
+            if whole is None:
+                self._digits[name] = None
+            else:
+                low = int(whole.min())
+                width = int(whole.max()) - low + 1
+                if width <= _NARROW:  # the value's offset itself: a few unused numbers cost less than a table
+                    self._digits[name] = (whole - low if low else whole, width)
+                elif width <= max(4 * len(whole), 1 << 12):
+                    shifted = whole - low
+                    seen = np.zeros(width, dtype=bool)
+                    seen[shifted] = True
+                    present = np.flatnonzero(seen)
+                    table = np.empty(width, dtype=np.int64)
+                    table[present] = np.arange(len(present))
+                    self._digits[name] = (np.take(table, shifted), len(present))
+                else:
+                    distinct, code = np.unique(whole, return_inverse=True)
+                    self._digits[name] = (np.asarray(code, dtype=np.int64).reshape(-1), len(distinct))
+        return self._digits[name]
+
+
+#: Widest range of a key column read as its offset from the lowest value (not renumbered by the values present).
+_NARROW = 64
+#: Largest table of group numbers (entries) a grouping builds before it renumbers the groups so far.
+_GROUP_TABLE = 1 << 20
+
+
+def _renumber(number: np.ndarray, total: int) -> tuple[np.ndarray, int]:
+    """*number* (below *total*) renumbered ``0 … k − 1`` by the numbers present, and k (a table, no sort)."""
+    seen = np.zeros(total, dtype=bool)
+    seen[number] = True
+    present = np.flatnonzero(seen)
+    table = np.empty(total, dtype=np.int64)
+    table[present] = np.arange(len(present))
+    return np.take(table, number), len(present)
+
+
+def _row_groups(keys: _Keys, names: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """One representative layout per group of the block's layouts with equal values of *names*, and each
+    layout's group (0 … groups − 1); ``None`` when a column is not whole or grouping does not pay (more than
+    half the layouts distinct).
+
+    The columns' digits (:meth:`_Keys.digit`) are read as one mixed-radix number per layout (the radix of a
+    digit: the values its column holds), renumbered by the numbers present whenever the next digit would
+    take the table past ``_GROUP_TABLE`` entries.
+    """
+    m = keys.m
+    number, total = None, 1
+    digit_of_first = None
+    for name in names:
+        digit = keys.digit(name)
+        if digit is None:
+            return None
+        code, k = digit
+        if k == 1:
+            continue
+        if number is None:
+            number, total = code, k
+            digit_of_first = code
+            continue
+        if total * k > _GROUP_TABLE:
+            number, total = _renumber(number, total)
+            if 2 * total > m or total * k > _GROUP_TABLE:
+                return None
+        if number is digit_of_first:  # the first digit is the cached code: a new array once, then in place
+            number = number * k
+        else:
+            np.multiply(number, k, out=number)
+        np.add(number, code, out=number)
+        total *= k
+    if number is None:  # one value each: one group
+        return np.zeros(1, dtype=np.int64), np.zeros(m, dtype=np.int64)
+    seen = np.zeros(total, dtype=bool)
+    seen[number] = True
+    present = np.flatnonzero(seen)
+    if 2 * len(present) > m:
+        return None
+    at = np.empty(total, dtype=np.int64)
+    at[number] = np.arange(m)
+    reps = at[present]
+    at[present] = np.arange(len(present))
+    return reps, np.take(at, number)
 
 
 class TimePricer:
@@ -179,6 +308,7 @@ class TimePricer:
         self.order = order
         self.fsdp, self.recompute = fsdp, recompute
         self._counts: dict[Any, Mapping[str, np.ndarray]] = {}
+        self._columns: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
         for op in set(OPS.values()):  # the collective forms read the hardware, the placement, S and n only
             extra = collective_arguments(op) - TIME_SYMBOLS - set(_GROUP_SYMBOLS) - set(_CALL_SYMBOLS)
             if extra:
@@ -285,21 +415,20 @@ class TimePricer:
         Returns:
             ``layers`` and ``moe_layers`` of shape (M, U) (a layout's distinct counts, padded with its
             first), ``where`` (M, P_max): each stage's column (0 past the layout's last stage), and
-            ``inside`` (M, P_max): True for the layout's own stages.
+            ``inside`` (M, P_max): True for the layout's own stages. All four are functions of the
+            layout's pipeline shape ``(p, vp)`` (the batch's run settings shared).
         """
         p, vp = batch.p, batch.vp
-        key = p * (int(vp.max()) + 1) + vp
-        shapes, inverse = np.unique(key, return_inverse=True)
-        inverse = np.asarray(inverse).reshape(-1)
         p_max = int(p.max())
-        tables = []
-        for shape in shapes:
-            first = int(np.flatnonzero(key == shape)[0])
-            counts = self._stage_counts(batch, int(p[first]), int(vp[first]))
-            layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]  # (P,) body and MTP layers
-            both = np.stack([layers, layers if moe else np.zeros_like(layers)])
-            distinct, where = np.unique(both, axis=1, return_inverse=True)
-            tables.append((distinct, np.asarray(where).reshape(-1)))
+        key = p * (int(vp.max()) + 1) + vp
+        seen = np.zeros(p_max * (int(vp.max()) + 1) + int(vp.max()) + 1, dtype=bool)  # a table, no sort
+        seen[key] = True
+        shapes = np.flatnonzero(seen)
+        number = np.empty(len(seen), dtype=np.int64)
+        number[key] = np.arange(len(key))  # a layout of each shape (the last)
+        tables = [self._stage_columns(batch, int(p[i]), int(vp[i]), moe) for i in number[shapes]]
+        number[shapes] = np.arange(len(shapes))
+        inverse = np.take(number, key)
         u_max = max(t[0].shape[1] for t in tables)
         lay = np.empty((len(shapes), u_max))
         moe_lay = np.empty((len(shapes), u_max))
@@ -313,28 +442,81 @@ class TimePricer:
             inside[j, :len(w)] = True
         return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
 
-    def _item_values(self, dim: str, coll: str, weight: str, args: Mapping[str, Any], placement: Mapping[str, Any],
-                     forms: list[str], timed: bool, m: int) -> dict[str, np.ndarray]:
-        """One item's forms (and with *timed* its seconds per layer or stage) over *m* rows.
+    def _stage_columns(self, batch: LayoutBatch, p: int, vp: int, moe: bool) -> tuple[np.ndarray, np.ndarray]:
+        """One pipeline's distinct (layers, MoE layers) columns (2, U) and each stage's column, once per pricer."""
+        offset_applies, list_applies = batch.stage_lists_apply(p, vp)
+        key = (p, vp, batch.recompute if list_applies else batch.recompute.uniform(),
+               batch.offset if offset_applies else None, moe)
+        if key not in self._columns:
+            counts = self._stage_counts(batch, p, vp)
+            layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]  # (P,) body and MTP layers
+            both = np.stack([layers, layers if moe else np.zeros_like(layers)])
+            distinct, where = np.unique(both, axis=1, return_inverse=True)
+            self._columns[key] = (distinct, np.asarray(where).reshape(-1))
+        return self._columns[key]
 
-        Returns ``what → (m, 1)`` for per-layer items, ``(m, U)`` (or broadcastable) for per-stage ones.
+    def _item(self, dim: str, coll: str, weight: str, args: Mapping[str, Any], placement: Mapping[str, Any],
+              outputs: list[str], timed: bool, m: int, u: int, keys: _Keys, group: str,
+              found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None]) -> dict[str, np.ndarray]:
+        """One item's forms *outputs* (and with *timed* its seconds per layer or stage) over a block of *m*
+        layouts: ``(m, 1)`` per layer or MoE layer, ``(m, U)`` per stage column.
+
+        Each form reads few inputs (its arguments that vary over the block and, for a per-stage form, the
+        pipeline's layer columns: functions of the pipeline shape, keys ``"p@shape"``, ``"vp@shape"``), and
+        NCCL's pick reads those of S and n and the group's placement (not the micro-batches, say), and a
+        block repeats them a lot. With *keys* (:class:`_Keys`: each varying value's whole ``(m,)`` column,
+        ``None`` where not whole; a placement's ``"<symbol>@<group>"``) the layouts are grouped by those inputs
+        (:func:`_row_groups`; *found_by* keeps the block's groupings by key set, shared by the items) and
+        each form and NCCL's pick evaluated once per group, then gathered back with one ``take``:
+        element-wise forms on the same inputs give the same numbers, to the bit. Seconds are then
+        ``calls × t`` per layout, as without grouping.
         """
+        shape = (m, u) if weight == "stage" else (m, 1)
+        cols = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim == 1 else v) for k, v in placement.items()}
+
+        def rows(names: set[str], placed: bool) -> tuple[np.ndarray, np.ndarray] | None:
+            if m < _GROUP_FROM or not keys.columns:
+                return None
+            key = {a for a in names if a not in _LAYER_SYMBOLS and isinstance(args[a], np.ndarray) and args[a].ndim}
+            if weight == "stage" and names & set(_LAYER_SYMBOLS):
+                key |= {"p@shape", "vp@shape"}
+            if placed:
+                key |= {f"{k}@{group}" for k, v in cols.items() if isinstance(v, np.ndarray) and v.ndim}
+            frozen = frozenset(key)
+            if frozen not in found_by:
+                found_by[frozen] = _row_groups(keys, sorted(frozen))
+            return found_by[frozen]
+
+        def evaluate(name: str, values: Mapping[str, Any], found: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+            if found is not None:
+                values = {a: (values[a][found[0]] if isinstance(values[a], np.ndarray) and values[a].ndim
+                              else values[a]) for a in _arguments(name)}
+            value = np.asarray(getattr(generated, name)(**{a: values[a] for a in _arguments(name)}), dtype=float)
+            if value.ndim == 1 and len(shape) == 2:  # a per-layer form over the layouts: one column
+                value = value[:, None]
+            return np.broadcast_to(value, shape if found is None else (len(found[0]), shape[1]))
+
+        def gather(value: np.ndarray, found: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+            return value if found is None else np.take(value, found[1], axis=0)
+
         got: dict[str, np.ndarray] = {}
-        for what in forms:
+        for what in dict.fromkeys([*outputs, *(["calls_count"] if timed else [])]):
             name = _item_name(dim, coll, what)
-            value = np.asarray(getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), dtype=float)
-            if weight != "stage":
-                value = np.broadcast_to(value, (m,))[:, None]
-            got[what] = value  # (m, 1) per layer / MoE layer, (m, U) per stage column
+            found = rows(set(_arguments(name)), False)
+            got[what] = gather(evaluate(name, args, found), found)
         if timed:
             calls = got["calls_count"]
             if not np.any(calls):  # the collective does not run here: 0 s, skip NCCL's model
-                got["time_s"] = np.zeros(calls.shape)
-            else:
-                grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placement.items()}
-                one = choose(OPS[f"{dim}.{coll}"], dict(self.hardware, **grp, msg_bytes=got["msg_bytes"],
-                                                        ranks=got["ranks_count"])).time_s
-                got["time_s"] = np.where(calls > 0, calls * one, 0.0)
+                got["time_s"] = np.zeros(shape)
+                return got
+            size_name, ranks_name = _item_name(dim, coll, "msg_bytes"), _item_name(dim, coll, "ranks_count")
+            found = rows(set(_arguments(size_name)) | set(_arguments(ranks_name)), True)
+            sub = cols if found is None else {
+                k: (v[found[0]] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in cols.items()}
+            one = choose(OPS[f"{dim}.{coll}"], dict(self.hardware, **sub, msg_bytes=evaluate(size_name, args, found),
+                                                    ranks=evaluate(ranks_name, args, found))).time_s
+            got["time_s"] = np.where(calls > 0, calls * gather(np.broadcast_to(one, calls.shape if found is None else
+                                                                               (len(found[0]), shape[1])), found), 0.0)
         return got
 
     def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
@@ -352,10 +534,16 @@ class TimePricer:
         lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
         u = lay.shape[1]
         col = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
+        keys = _Keys(m)  # per varying value, its whole (m,) column, made when first asked: the items' group keys
+        if m >= _GROUP_FROM:
+            keys.columns = {k: v for k, v in values.items() if isinstance(v, np.ndarray) and v.ndim == 1}
+            keys.columns["p@shape"], keys.columns["vp@shape"] = batch.p, batch.vp  # the layer columns' (_layer_columns)
+            for group, placement in placed.items():
+                keys.columns.update({f"{k}@{group}": v for k, v in placement.items()
+                                     if isinstance(v, np.ndarray) and v.ndim == 1})
         per_column: dict[tuple[str, str], np.ndarray] = {}  # (item, what) -> (M, U)
-        forms = [w for w in FORMS if w in whats]
-        if timed:
-            forms += [w for w in ("calls_count", "msg_bytes", "ranks_count") if w not in forms]
+        outputs = [w for w in FORMS if w in whats]
+        found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None] = {}
         for dim, coll, group, weight in ITEMS:
             key = f"{dim}.{coll}"
             if weight == "stage":
@@ -363,7 +551,7 @@ class TimePricer:
             else:
                 args = dict(values, n_layers_stage=1.0, n_moe_layers_stage=1.0)
             grp = placed[group] if timed else {}
-            got = self._item_values(dim, coll, weight, args, grp, forms, timed, m)
+            got = self._item(dim, coll, weight, args, grp, outputs, timed, m, u, keys, group, found_by)
             for what in whats:
                 value = got[what]
                 if weight != "stage" and what != "msg_bytes":
