@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -279,6 +280,7 @@ class StagePricer:
         self._value_plans: dict[Any, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {}
         self._call_plans: dict[Any, tuple[tuple[Any, ...], frozenset[str], tuple[str, ...]]] = {}
         self._variants: dict[Any, Terms] = {}
+        self._scratch: dict[tuple[int, int], tuple[list[np.ndarray], list[np.ndarray]]] = {}
 
     def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
                  **arrays: Any) -> StagePrices:
@@ -455,8 +457,7 @@ class StagePricer:
         n = len(batch)
         evaluated: dict[str, np.ndarray] = {}
         if n <= _runtime_block() and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
-            buffers = [np.empty(n) for _ in range(reals)]
-            flags = [np.empty(n, dtype=bool) for _ in range(masks)]
+            buffers, flags = self._kernel_scratch(n, reals, masks)
             for name, kernel in loud:
                 evaluated[name] = kernel.run(values, n, buffers, flags)
             if quiet:
@@ -472,6 +473,20 @@ class StagePricer:
                     arguments[a] = values[a]
                 evaluated[name] = function(**arguments)
         return evaluated
+
+    def _kernel_scratch(self, n: int, reals: int, masks: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The kernels' scratch arrays for *n* layouts (*reals* float64, *masks* bool), made once per
+        length and thread: the kernels write their steps there, never what a call returns (each
+        term's result is its own new array), so a later call may reuse them; a thread has its own
+        (a pricer shared by threads never shares a buffer between two calls at once)."""
+        key = (threading.get_ident(), n)
+        known = self._scratch.get(key)
+        if known is None or len(known[0]) < reals or len(known[1]) < masks:
+            if len(self._scratch) >= 64:
+                self._scratch.clear()
+            known = self._scratch[key] = ([np.empty(n) for _ in range(reals)],
+                                          [np.empty(n, dtype=bool) for _ in range(masks)])
+        return known
 
     def _stages(self, batch: LayoutBatch, terms: Terms, outputs: Sequence[str], *, wrt: str | None = None,
                 only: Sequence[str] | None = None) -> dict[str, np.ndarray]:
