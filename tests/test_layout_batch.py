@@ -252,6 +252,22 @@ def test_batch_errors_name_key_value_and_index(kwargs, message):
         LayoutBatch.from_arrays(load_model("llama2-7b").layout, **kwargs)
 
 
+
+def test_validated_arrays_skip_only_the_range_reductions():
+    """Arrays vouched for (validate_batch accepted them) give the same batch; other columns are still gated."""
+    model = load_model("qwen3-72b")
+    arrays = {"d": np.array([32, 4, 64]), "p": np.array([8, 8, 4]), "cp": np.array([2, 2, 2])}
+    trusted = LayoutBatch.from_arrays(model.layout, validated=True, **arrays)
+    checked = LayoutBatch.from_arrays(model.layout, **arrays)
+    for name in ("d", "t", "p", "m", "cp", "ep", "b", "vp", "etp", "os"):
+        assert getattr(trusted, name).tolist() == getattr(checked, name).tolist()
+        assert not getattr(trusted, name).flags.writeable
+    assert trusted.top("d") == 64 and trusted.top("p") == 8  # found by a pass where the gate did not run
+    with pytest.raises(LayoutError, match=re.escape("m: expected whole numbers, got float64 values")):
+        LayoutBatch.from_arrays(model.layout, validated=True, d=arrays["d"], m=[1.0, 2.0, 4.0])
+    with pytest.raises(LayoutError, match=re.escape("validated: must be true or false (a bool), got 'yes'")):
+        LayoutBatch.from_arrays(model.layout, validated="yes", **arrays)
+
 def test_batch_construction_errors():
     with pytest.raises(LayoutError, match=re.escape("from_arrays lacks p, m (no default layout to fall back on)")):
         LayoutBatch.from_arrays(d=[1, 2], t=[1, 1])

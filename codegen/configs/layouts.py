@@ -50,14 +50,14 @@ from __future__ import annotations
 
 import copy
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from symbolic.vocabulary import STAGE_COUNT_NAMES, LayerType, resolve_algorithm
 
-from ..inputs import DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, bound, check_devices, int_array, parse_whole, whole
+from ..inputs import DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, bound, check_devices, flag, int_array, parse_whole, whole
 
 if TYPE_CHECKING:  # pragma: no cover
     from hardware import System
@@ -438,9 +438,10 @@ def _inherited_os(os: int, d: Any) -> Any:
     return np.where(rest == 0, os, WHOLE_DP_GROUP)
 
 
-def _gate_together(batch: Any) -> dict[str, int]:
+def _gate_together(batch: Any, reduce: bool = True) -> dict[str, int | None]:
     """The keys of *batch* whose columns pass the input gate, found with one reduction over them all,
-    each with its column's largest value.
+    each with its column's largest value (without *reduce*: every int64 column of the batch's
+    length, its largest value ``None``, for columns a caller vouches for).
 
     A batch of N layouts usually arrives as several int64 columns of one length: stacked, their
     minima and maxima come from two reductions instead of two per column. A key is named only
@@ -459,6 +460,8 @@ def _gate_together(batch: Any) -> dict[str, int]:
                 return {}
             names.append(name)
             columns.append(column)
+    if not reduce:
+        return dict.fromkeys(names)
     if len(columns) < 2 or not length:
         return {}
     # One copy (concatenate: np.stack costs several times as much at this size), one maximum per
@@ -559,6 +562,8 @@ class LayoutBatch:
         recompute: the recompute plan; its per-stage list applies to the layouts of
             ``recompute_pipeline`` (``None``: every layout), the others take ``recompute.uniform()``.
         recompute_pipeline: ``(p, vp)``, as ``offset_pipeline`` for the recompute list.
+        validated: (construction only) the layouts are ones :func:`validate_batch` accepted, so
+            their int64 columns are not range-checked again (as :meth:`from_arrays`).
     """
 
     d: np.ndarray
@@ -582,9 +587,12 @@ class LayoutBatch:
     offset_pipeline: tuple[int, int] | None = None
     recompute: RecomputePlan = field(default_factory=RecomputePlan)
     recompute_pipeline: tuple[int, int] | None = None
+    validated: InitVar[bool] = False
 
-    def __post_init__(self) -> None:
-        passed = _gate_together(self)
+    def __post_init__(self, validated: bool) -> None:
+        # Columns a caller vouches for (validated: validate_batch accepted these values) skip the range
+        # reductions: whole, in range and within the device bound by that very check.
+        passed = _gate_together(self, reduce=not validated)
         length = None
         tops: dict[str, int] = {}  # the largest value of each gated column, where known without a reduction
         for name in _ARRAY_KEYS:
@@ -592,7 +600,8 @@ class LayoutBatch:
             if name in passed:
                 column = column.view()  # read-only, the caller's array left writable
                 column.flags.writeable = False
-                tops[name] = passed[name]
+                if passed[name] is not None:
+                    tops[name] = passed[name]
             elif id(column) in _DEFAULT_COLUMN_IDS.get(name, ()):  # a default from_arrays made passed already
                 if len(column):
                     tops[name] = int(column[0])
@@ -605,8 +614,8 @@ class LayoutBatch:
                                   f"of each key per layout")
             object.__setattr__(self, name, column)
         object.__setattr__(self, "_tops", tops)  # (a slice of the batch drops them: see subset)
-        if any(name not in tops for name in _DEVICE_KEYS) or (
-                tops["d"] * tops["t"] * tops["cp"] * tops["p"] > DEVICES_MAX):
+        if not validated and (any(name not in tops for name in _DEVICE_KEYS) or (
+                tops["d"] * tops["t"] * tops["cp"] * tops["p"] > DEVICES_MAX)):
             check_devices(self.d, self.t, self.cp, self.p, error=LayoutError)  # no int64 product may wrap later
         object.__setattr__(self, "offset", _checked_settings(tuple(getattr(self, name) for name in _SHARED_KEYS),
                                                             (self.offset_pipeline, self.recompute_pipeline)))
@@ -618,7 +627,7 @@ class LayoutBatch:
         b: Any = None, vp: Any = None, etp: Any = None, os: Any = None,
         op: bool | None = None, grad_shard: bool | None = None, sp: bool | None = None, fsdp: bool | None = None,
         reshards: bool | None = None, cp_algo: str | None = None, s: int | None = None,
-        recompute: str | RecomputePlan | None = None,
+        recompute: str | RecomputePlan | None = None, validated: bool = False,
     ) -> LayoutBatch:
         """A batch from per-layout arrays over a default layout, as :func:`parse_layout` reads text.
 
@@ -636,6 +645,10 @@ class LayoutBatch:
             op, grad_shard, sp, fsdp, reshards, cp_algo, s: run settings; ``None`` keeps the defaults'.
             recompute: the recompute plan of every layout (text for :func:`parse_recompute`
                 or a :class:`RecomputePlan`); ``None`` keeps the defaults'.
+            validated: the values are layouts :func:`validate_batch` has accepted (a generator of
+                valid layouts): their int64 columns skip the input gate's range check, which
+                that check implies (a column that breaks it then gives unspecified results);
+                other columns are gated as always.
 
         Raises:
             LayoutError: naming the key for a missing key, an array that is not one-dimensional,
@@ -681,7 +694,7 @@ class LayoutBatch:
             plan_pipeline = None
         return cls(**columns, **settings, offset=template.offset,
                    offset_pipeline=own_pipeline if template.offset is not None else None,
-                   recompute=plan, recompute_pipeline=plan_pipeline)
+                   recompute=plan, recompute_pipeline=plan_pipeline, validated=flag("validated", validated, error=LayoutError))
 
     @classmethod
     def from_layouts(cls, layouts: Sequence[Layout]) -> LayoutBatch:

@@ -290,13 +290,16 @@ class StagePricer:
             per_stage: also return every stage's parts and total (``StagePrices.stages``); a list of
                 output names (``dp_unconverted``, ``dp_reduced``, …) adds those.
             validated: the caller has already kept only layouts ``layout.validate_batch``
-                accepts; they are not checked again (an invalid layout then gets an unspecified
-                price). By default every layout is checked.
+                accepts; they are not checked again, nor are their int64 columns' ranges (which
+                that check implies; see ``LayoutBatch.from_arrays``); an invalid layout then gets
+                an unspecified price. By default every layout is checked.
 
         Raises:
             codegen.configs.layouts.LayoutError: naming the first invalid layout and its constraint.
         """
-        batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute, **arrays)
+        validated = flag("validated", validated)
+        batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute,
+                                        validated=validated, **arrays)
         return self.price_batch(batch, per_stage=per_stage, validated=validated)
 
     def price_batch(self, batch: LayoutBatch, *, per_stage: bool | Sequence[str] = False,
