@@ -53,17 +53,19 @@ def test_shipped_measurements_equal_the_shared_copy():
 @pytest.mark.parametrize("ranks", [2, 4, 8])
 def test_ring_all_reduce_is_reduce_scatter_plus_all_gather_in_bandwidth(proto, ranks):
     # The bandwidth terms add exactly (2(n-1) steps = (n-1) + (n-1)); latencies add up to one base latency.
-    # Simple pays its pipeline fill (half a chunk step, collectives.h) once per call, not once per half.
+    # The ring loop's fill is paid once per call, not once per half: half a chunk step with Simple
+    # (collectives.h), one with LL and LL128 (their final receive unpacks the FIFO).
     v = _values("dgx_h100", ranks, 2.0**40)
     ar = _eval(f"collective_all_reduce_ring_{proto}_time_s", v)
     rs = _eval(f"collective_reduce_scatter_ring_{proto}_time_s", v)
     ag = _eval(f"collective_all_gather_ring_{proto}_time_s", v)
     base = v[f"alpha_ring_{proto}_s"]
-    bus = v["ring_channels"] * v["ring_channel_bw_bytes_per_s"]
-    fill = 0.5 * v["msg_bytes"] / (ranks * bus) if proto == "simple" else 0.0
+    simple = v["ring_channels"] * v["ring_channel_bw_bytes_per_s"]
+    bus = {"simple": simple, "ll": min(v["ll_max_bw_bytes_per_s"], simple / 2),
+           "ll128": min(0.92 * simple, v["ring_channels"] * v["ll128_channel_max_bw_bytes_per_s"])}[proto]
+    fill = (0.5 if proto == "simple" else 1.0) * v["msg_bytes"] / (ranks * bus)
     assert_close(ar, rs + ag - base - fill, rtol=1e-12)
-    if proto == "simple":
-        assert fill > 0 and np.all(ar < rs + ag - base)
+    assert fill > 0 and np.all(ar < rs + ag - base)
 
 
 @pytest.mark.parametrize("system", ["dgx_a100", "dgx_h100", "dgx_b200"])
@@ -176,6 +178,11 @@ def test_the_simple_price_is_tuning_cc_without_the_pipeline_fill(op):
         fill = 0.5 * v["msg_bytes"] / (ranks * bus)
         assert_close(_eval(f"collective_{op}_ring_simple_time_s", v) - _eval(f"collective_{op}_ring_simple_price_s", v),
                      fill, rtol=1e-9)
+        # LL and LL128: one chunk step of fill at the protocol's bus bandwidth (the final receive unpacks the FIFO).
+        for proto, proto_bus in (("ll", np.minimum(v["ll_max_bw_bytes_per_s"], bus / 2)),
+                                 ("ll128", np.minimum(0.92 * bus, v["ring_channels"] * v["ll128_channel_max_bw_bytes_per_s"]))):
+            assert_close(_eval(f"collective_{op}_ring_{proto}_time_s", v) - _eval(f"collective_{op}_ring_{proto}_price_s", v),
+                         v["msg_bytes"] / (ranks * proto_bus), rtol=1e-9)
 
 
 def test_ties_go_to_the_first_candidate_in_nccls_order():
@@ -183,12 +190,13 @@ def test_ties_go_to_the_first_candidate_in_nccls_order():
     assert labels("all_reduce")[:6] == ("tree_ll", "tree_ll128", "tree_simple", "ring_ll", "ring_ll128",
                                         "ring_simple")
     assert labels("all_gather")[-2:] == ("nvls_simple", "hierarchical")
-    # 2 ranks, 64 MiB all-gather on A100: LL128's real time is below Simple's (the fill makes Simple 1.5x per
-    # byte) but NCCL prices Simple lower, runs it, and the reported time is Simple's real time.
-    p = collectives.predict("dgx_a100", "all_gather", 2, 2.0**26)
-    assert str(p.algorithm) == "ring_simple"
-    assert p.candidates["ring_ll128"] < p.candidates["ring_simple"]
-    assert p.prices["ring_simple"] < p.prices["ring_ll128"]
+    # 2 ranks, 1 MiB all-gather on A100: Simple's real time is below LL's (the loop's fill makes LL 2x per byte,
+    # Simple 1.5x) but NCCL prices LL lower, runs it, and the reported time is LL's real time.
+    p = collectives.predict("dgx_a100", "all_gather", 2, 2.0**20)
+    assert str(p.algorithm) == "ring_ll"
+    assert p.candidates["ring_simple"] < p.candidates["ring_ll"]
+    assert p.prices["ring_ll"] < p.prices["ring_simple"]
+    assert_close(p.time_s, p.candidates["ring_ll"], rtol=1e-12)
 
 
 # ------------------------------------------------------------------ units and monotonicity
@@ -216,8 +224,14 @@ def test_time_formulas_are_in_seconds_and_constants_are_si():
 def test_time_grows_with_bytes_and_ranks(system, op):
     sizes = 2.0 ** np.arange(9, 34)
     for ranks in (2, 4, 8, 16, 64):
-        t = collectives.predict(system, op, ranks, sizes).time_s
-        assert np.all(np.diff(t) > 0), (ranks, t)
+        p = collectives.predict(system, op, ranks, sizes)
+        for label, times in p.candidates.items():
+            finite = np.isfinite(times)
+            assert np.all(np.diff(times[finite]) > 0), (ranks, label, times)
+        # NCCL picks by its tuned price, which leaves out the loop's fill, so where it switches protocol (LL ->
+        # Simple at 2 ranks) the real time may dip a little; elsewhere it grows.
+        t, switch = p.time_s, p.algorithm[1:] != p.algorithm[:-1]
+        assert np.all((np.diff(t) > 0) | (switch & (t[1:] > 0.9 * t[:-1]))), (ranks, t, p.algorithm)
     ranks = np.array([2, 3, 4, 6, 8])
     for size in (512.0, 2.0**20, 2.0**28):
         t = collectives.predict(system, op, ranks, size).time_s
@@ -343,16 +357,11 @@ _BOUND = {"small": 0.25, "large": 0.12}
 #: test is a strict expected failure for these: a group that starts meeting its bound fails it, and
 #: must then leave this list.
 _NOT_YET = {
-    ("a100_sxm", "all_gather", "large"): "12.05 %: the Simple ring's mid sizes (2-64 MiB) run 15-80 us above "
+    ("a100_sxm", "all_gather", "large"): "12.7 %: the Simple ring's mid sizes (2-64 MiB) run 15-80 us above "
                                          "one alpha-beta line; no NCCL figure prices a Simple step that slow",
     ("a100_sxm", "all_to_all", "large"): "19 %: the p2p Simple path's mid-size ramp; no NCCL figure prices p2p",
-    ("b200_sxm", "all_gather", "large"): "13.9 %: B200's ring reaches ~92 % of NCCL's 720 GB/s at 512 MiB (no "
-                                         "published effective figure for B200); Simple steps at 8-64 MiB cost "
-                                         "10-15 us each, against tuning.cc's 3.4 us",
-    ("b200_sxm", "reduce_scatter", "large"): "15.6 %: as B200 all_gather, and int8 sums are 10-13 % slower than "
-                                             "half at 512 MiB (the reduction's arithmetic, not modelled)",
-    ("b200_sxm", "all_to_all", "large"): "24.6 %: as B200 all_gather, and 2 ranks reach ~60 % of the 8-rank "
-                                         "bandwidth",
+    ("b200_sxm", "all_to_all", "large"): "24.6 %: p2p Simple reaches 85-90 % of the ring's bandwidth at 512 MiB "
+                                         "and ramps slower at mid sizes; no NCCL figure prices p2p",
 }
 
 #: Regression guard for every group: the median reached today (docs/time.md) with a little room.
