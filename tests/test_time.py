@@ -422,6 +422,15 @@ def test_cli_collective(capsys):
     record = json.loads(capsys.readouterr().out)
     assert record["algorithm"] == "nvls_simple" and record["bytes"] == 2**29
     assert_close(record["busbw_GBps"], record["algbw_GBps"] * 1.75)
+    # int8 cannot be reduced by NVLS (NCCL ncclNvlsSupported): the ring runs, slower.
+    assert main(["collective", "all_reduce", "--system", "h100_sxm", "--ranks", "8", "--bytes", "512M",
+                 "--dtype", "int8", "--json"]) == 0
+    int8 = json.loads(capsys.readouterr().out)
+    assert int8["algorithm"].startswith("ring_") and int8["dtype"] == "int8" and int8["time_s"] > record["time_s"]
+    assert main(["collective", "all_reduce", "--system", "h100_sxm", "--ranks", "8", "--bytes", "512M",
+                 "--dtype", "int7"]) == 2
+    err = capsys.readouterr().err
+    assert "dtype: unknown data type 'int7'" in err and len(err.strip().splitlines()) == 1
     assert main(["collective", "all_gather", "--system", "dgx_b200", "--ranks", "4", "--bytes", "1MB"]) == 0
     out = capsys.readouterr().out
     assert "algorithm ring_" in out and "GB/s" in out
