@@ -657,7 +657,7 @@ collective_all_reduce_ring_ll_time_s.kernel = _runtime.Kernel(
 
 def collective_all_reduce_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
     """NCCL's tuned price, seconds, of an all-reduce of S bytes over `ranks` ranks with ring ll:
-    tuning.cc's latency + bytes / bandwidth without the Simple pipeline fill the real time adds
+    tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline fill the real time adds
     (what topoGetAlgoInfo compares; the candidate with the smallest price is run and takes
     collective_all_reduce_ring_ll_time_s). Where a candidate has no price formula its price is its
     time.
@@ -919,7 +919,7 @@ collective_all_reduce_ring_ll128_time_s.kernel = _runtime.Kernel(
 
 def collective_all_reduce_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
     """NCCL's tuned price, seconds, of an all-reduce of S bytes over `ranks` ranks with ring ll128:
-    tuning.cc's latency + bytes / bandwidth without the Simple pipeline fill the real time adds
+    tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline fill the real time adds
     (what topoGetAlgoInfo compares; the candidate with the smallest price is run and takes
     collective_all_reduce_ring_ll128_time_s). Where a candidate has no price formula its price is
     its time.
@@ -1184,7 +1184,7 @@ collective_all_reduce_ring_simple_time_s.kernel = _runtime.Kernel(
 
 def collective_all_reduce_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
     """NCCL's tuned price, seconds, of an all-reduce of S bytes over `ranks` ranks with ring simple:
-    tuning.cc's latency + bytes / bandwidth without the Simple pipeline fill the real time adds
+    tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline fill the real time adds
     (what topoGetAlgoInfo compares; the candidate with the smallest price is run and takes
     collective_all_reduce_ring_simple_time_s). Where a candidate has no price formula its price is
     its time.
@@ -1710,10 +1710,10 @@ collective_all_reduce_hierarchical_time_s.kernel = _runtime.Kernel(
 
 def collective_all_reduce_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
     """NCCL's tuned price, seconds, of an all-reduce of S bytes over `ranks` ranks with
-    hierarchical: tuning.cc's latency + bytes / bandwidth without the Simple pipeline fill the real
-    time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is run and takes
-    collective_all_reduce_hierarchical_time_s). Where a candidate has no price formula its price is
-    its time.
+    hierarchical: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline fill the
+    real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is run and
+    takes collective_all_reduce_hierarchical_time_s). Where a candidate has no price formula its
+    price is its time.
 
     Closed form::
 
@@ -2173,10 +2173,10 @@ collective_all_gather_ring_ll_time_s.kernel = _runtime.Kernel(
 
 def collective_all_gather_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
     """NCCL's tuned price, seconds, of an all-gather whose gathered buffer is S bytes over `ranks`
-    ranks with ring ll: tuning.cc's latency + bytes / bandwidth without the Simple pipeline fill the
-    real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is run and
-    takes collective_all_gather_ring_ll_time_s). Where a candidate has no price formula its price is
-    its time.
+    ranks with ring ll: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
+    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
+    run and takes collective_all_gather_ring_ll_time_s). Where a candidate has no price formula its
+    price is its time.
 
     Closed form::
 
@@ -2425,10 +2425,10 @@ collective_all_gather_ring_ll128_time_s.kernel = _runtime.Kernel(
 
 def collective_all_gather_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
     """NCCL's tuned price, seconds, of an all-gather whose gathered buffer is S bytes over `ranks`
-    ranks with ring ll128: tuning.cc's latency + bytes / bandwidth without the Simple pipeline fill
-    the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is run
-    and takes collective_all_gather_ring_ll128_time_s). Where a candidate has no price formula its
-    price is its time.
+    ranks with ring ll128: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
+    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
+    run and takes collective_all_gather_ring_ll128_time_s). Where a candidate has no price formula
+    its price is its time.
 
     Closed form::
 
@@ -2681,10 +2681,10 @@ collective_all_gather_ring_simple_time_s.kernel = _runtime.Kernel(
 
 def collective_all_gather_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
     """NCCL's tuned price, seconds, of an all-gather whose gathered buffer is S bytes over `ranks`
-    ranks with ring simple: tuning.cc's latency + bytes / bandwidth without the Simple pipeline fill
-    the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is run
-    and takes collective_all_gather_ring_simple_time_s). Where a candidate has no price formula its
-    price is its time.
+    ranks with ring simple: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
+    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
+    run and takes collective_all_gather_ring_simple_time_s). Where a candidate has no price formula
+    its price is its time.
 
     Closed form::
 
@@ -3123,10 +3123,10 @@ collective_all_gather_hierarchical_time_s.kernel = _runtime.Kernel(
 
 def collective_all_gather_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
     """NCCL's tuned price, seconds, of an all-gather whose gathered buffer is S bytes over `ranks`
-    ranks with hierarchical: tuning.cc's latency + bytes / bandwidth without the Simple pipeline
-    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
-    run and takes collective_all_gather_hierarchical_time_s). Where a candidate has no price formula
-    its price is its time.
+    ranks with hierarchical: tuning.cc's latency + bytes / bandwidth without the ring loop's
+    pipeline fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest
+    price is run and takes collective_all_gather_hierarchical_time_s). Where a candidate has no
+    price formula its price is its time.
 
     Closed form::
 
@@ -3517,10 +3517,10 @@ collective_reduce_scatter_ring_ll_time_s.kernel = _runtime.Kernel(
 
 def collective_reduce_scatter_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
     """NCCL's tuned price, seconds, of a reduce-scatter whose input buffer is S bytes over `ranks`
-    ranks with ring ll: tuning.cc's latency + bytes / bandwidth without the Simple pipeline fill the
-    real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is run and
-    takes collective_reduce_scatter_ring_ll_time_s). Where a candidate has no price formula its
-    price is its time.
+    ranks with ring ll: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
+    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
+    run and takes collective_reduce_scatter_ring_ll_time_s). Where a candidate has no price formula
+    its price is its time.
 
     Closed form::
 
@@ -3769,10 +3769,10 @@ collective_reduce_scatter_ring_ll128_time_s.kernel = _runtime.Kernel(
 
 def collective_reduce_scatter_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
     """NCCL's tuned price, seconds, of a reduce-scatter whose input buffer is S bytes over `ranks`
-    ranks with ring ll128: tuning.cc's latency + bytes / bandwidth without the Simple pipeline fill
-    the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is run
-    and takes collective_reduce_scatter_ring_ll128_time_s). Where a candidate has no price formula
-    its price is its time.
+    ranks with ring ll128: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
+    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
+    run and takes collective_reduce_scatter_ring_ll128_time_s). Where a candidate has no price
+    formula its price is its time.
 
     Closed form::
 
@@ -4025,10 +4025,10 @@ collective_reduce_scatter_ring_simple_time_s.kernel = _runtime.Kernel(
 
 def collective_reduce_scatter_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
     """NCCL's tuned price, seconds, of a reduce-scatter whose input buffer is S bytes over `ranks`
-    ranks with ring simple: tuning.cc's latency + bytes / bandwidth without the Simple pipeline fill
-    the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is run
-    and takes collective_reduce_scatter_ring_simple_time_s). Where a candidate has no price formula
-    its price is its time.
+    ranks with ring simple: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
+    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
+    run and takes collective_reduce_scatter_ring_simple_time_s). Where a candidate has no price
+    formula its price is its time.
 
     Closed form::
 
@@ -4467,10 +4467,10 @@ collective_reduce_scatter_hierarchical_time_s.kernel = _runtime.Kernel(
 
 def collective_reduce_scatter_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
     """NCCL's tuned price, seconds, of a reduce-scatter whose input buffer is S bytes over `ranks`
-    ranks with hierarchical: tuning.cc's latency + bytes / bandwidth without the Simple pipeline
-    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
-    run and takes collective_reduce_scatter_hierarchical_time_s). Where a candidate has no price
-    formula its price is its time.
+    ranks with hierarchical: tuning.cc's latency + bytes / bandwidth without the ring loop's
+    pipeline fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest
+    price is run and takes collective_reduce_scatter_hierarchical_time_s). Where a candidate has no
+    price formula its price is its time.
 
     Closed form::
 

@@ -358,8 +358,8 @@ def _build() -> tuple[Formula, ...]:
                     name=_name(op, label, "price", "s"), expr=prices[label], dimension="collective",
                     algorithm=label, unit="s",
                     doc=f"NCCL's tuned price, seconds, of {_DOC[op]} over `ranks` ranks with "
-                        f"{label.replace('_', ' ')}: tuning.cc's latency + bytes / bandwidth without the Simple "
-                        f"pipeline fill the real time adds (what topoGetAlgoInfo compares; the candidate with the "
+                        f"{label.replace('_', ' ')}: tuning.cc's latency + bytes / bandwidth without the ring "
+                        f"loop's pipeline fill the real time adds (what topoGetAlgoInfo compares; the candidate with the "
                         f"smallest price is run and takes collective_{op}_{label}_time_s). Where a candidate has "
                         f"no price formula its price is its time.",
                     source=f"{_TUNING} ncclTopoGetAlgoTime; NCCL src/enqueue.cc topoGetAlgoInfo"
