@@ -4,7 +4,7 @@ NCCL prices every (algorithm, protocol) pair of a collective as ``latency + byte
 (``src/graph/tuning.cc``, ``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime``; master 5067397, v2.30) and runs the
 cheapest (``src/enqueue.cc``, ``topoGetAlgoInfo``: the minimum predicted time, the first in its loop
 order on a tie). This module writes, per candidate, the time it really takes
-(``collective_<op>_<candidate>_time_s``: tuning.cc's model plus the Simple pipeline fill nccl-tests
+(``collective_<op>_<candidate>_time_s``: tuning.cc's model plus the ring loop's pipeline fill nccl-tests
 measures) and, where that differs, tuning.cc's price (``collective_<op>_<candidate>_price_s``, what
 the tuner compares); the candidates are generated in NCCL's order. The pick (the real time of the
 candidate with the smallest price) is made at run time by ``codegen.pricing.collective.choose``: a
@@ -41,9 +41,9 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
   factor, CollNet, PAT, NVLS-tree; all-to-all and send/recv, which NCCL runs as grouped point-to-point
   operations its tuner does not price, use the ring constants of one step and NCCL's P2P LL threshold
   (stated below).
-* Added to tuning.cc's model (what nccl-tests measures and the tuner leaves out): the Simple protocol's
-  pipeline fill of one slice per ring loop, ``SLICESTEPS/CHUNKSTEPS`` chunk steps (src/device/
-  collectives.h), see ``_simple_fill``. The per-generation bindings (``hardware/_nccl.py``) may scale the
+* Added to tuning.cc's model (what nccl-tests measures and the tuner leaves out): the ring loop's pipeline
+  fill, one slice per loop with Simple (``SLICESTEPS/CHUNKSTEPS`` chunk steps, src/device/collectives.h) and
+  one chunk step with LL and LL128 (their final receive reads the FIFO), see ``_loop_fill``. The per-generation bindings (``hardware/_nccl.py``) may scale the
   latencies and cap the ring bandwidth with published figures (``hardware/nccl_tuning.toml``).
 * Hierarchical (intra-node, then inter-node): reduce-scatter inside the node, the collective on
   ``1/ranks_per_node`` of the data across nodes (``ranks_per_node`` concurrent rings, each with its
@@ -122,33 +122,45 @@ def _ring_latency(op: str, proto: str, n: sympy.Expr, q: sympy.Expr, nodes: symp
 #: grows with its depth; tuning.cc's per-hop latency stands for it and nothing is added.
 _SLICE_PER_CHUNK = {"all_reduce": sympy.Rational(1, 2), "all_gather": sympy.Rational(1, 2),
                     "reduce_scatter": sympy.Rational(1, 2)}
+#: LL and LL128 (enqueue.cc: chunkSteps = sliceSteps = 1 outside the Simple ring): the loop's last primitive
+#: unpacks the whole chunk from the protocol's FIFO at the protocol's rate, one chunk step (see ``_loop_fill``).
+_FIFO_FILL = {"all_reduce": sympy.Integer(1), "all_gather": sympy.Integer(1), "reduce_scatter": sympy.Integer(1)}
 #: All-to-all and send/recv (NCCL's point-to-point, which its tuner does not price): the collectives' one
 #: half-chunk fill is assumed (NCCL's p2p pipeline is not stated as slices of a ring loop).
 _P2P_FILL = sympy.Rational(1, 2)
 
 
-def _simple_fill(op: str) -> sympy.Expr:
-    """Steps of pipeline fill the Simple protocol adds to a ring loop: one slice, in chunks (collectives.h).
+def _loop_fill(op: str, proto: str) -> sympy.Expr:
+    """Chunk steps a ring loop takes beyond tuning.cc's ``nsteps``, per protocol (what nccl-tests measures).
 
-    A Simple ring moves each channel's data in loops of ``nsteps`` chunk steps, a chunk being
-    CHUNKSTEPS buffer steps sent SLICESTEPS at a time; each loop starts with one slice in flight before
-    the ring is full, so a loop takes ``nsteps + SLICESTEPS/CHUNKSTEPS`` chunk times. This is why
-    nccl-tests' bus bandwidth grows with the ranks (2 ranks: 1 + 1/2 chunk times per chunk moved;
-    8 ranks: 7 + 1/2 per 7) while tuning.cc prices ``nsteps`` only.
+    NCCL's ring kernels (src/device/all_gather.h, reduce_scatter.h, all_reduce.h ``runRing``) run, per loop
+    and channel, one primitive per chunk step in one thread block, one after the other: a send, ``nsteps − 1``
+    receive-and-forward steps, then a final receive — ``nsteps + 1`` primitives for ``nsteps`` transfers.
+
+    * Simple: the final receive is a plain copy out of a buffer in the receiver's memory, or no copy at all
+      (all-gather and all-reduce use the "direct" primitives: the peer wrote straight into the user buffer),
+      so the loop only waits for its last slice: one slice in flight per loop, ``SLICESTEPS/CHUNKSTEPS`` =
+      1/2 chunk step (collectives.h). This is why nccl-tests' bus bandwidth grows with the ranks (2 ranks:
+      1 + 1/2 chunk times per chunk moved; 8 ranks: 7 + 1/2 per 7).
+    * LL and LL128: data travels as flagged lines that the receiving threads poll and unpack (prims_ll.h,
+      prims_ll128.h; no direct primitives), so the protocol's rate is the threads' (tuning.cc caps it with
+      llMaxBw and perChMaxRingLL128Bw) and the final receive, which unpacks the whole chunk from the FIFO,
+      costs one chunk step at that rate.
     """
-    return _SLICE_PER_CHUNK.get(op, sympy.Integer(0))
+    if proto == "simple":
+        return _SLICE_PER_CHUNK.get(op, sympy.Integer(0))
+    return _FIFO_FILL.get(op, sympy.Integer(0))
 
 
 def _ring_time(op: str, proto: str, size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
               nics: sympy.Expr, fill: bool = True) -> sympy.Expr:
     """Seconds of *op* on a ring with protocol *proto* (tuning.cc: ``lat + bytes / algbw``).
 
-    Simple adds its pipeline fill of ``SLICESTEPS/CHUNKSTEPS`` chunk steps per loop (``_simple_fill``);
-    LL and LL128 send one slice per chunk (enqueue.cc: chunkSteps = sliceSteps = 1 outside Simple ring)
-    and keep tuning.cc's ``nsteps``. With ``fill=False`` this is tuning.cc's price as it is (what NCCL compares).
+    Each ring loop takes ``nsteps`` plus the protocol's fill (``_loop_fill``: 1/2 chunk step with Simple, one
+    with LL and LL128). With ``fill=False`` this is tuning.cc's price as it is (what NCCL compares).
     """
     # size / algbw with algbw = busBw · n / nsteps, written without dividing by nsteps (0 for one rank).
-    steps = _nsteps(op, n) + (_simple_fill(op) if proto == "simple" and fill else 0)
+    steps = _nsteps(op, n) + (_loop_fill(op, proto) if fill else 0)
     return _ring_latency(op, proto, n, q, nodes) + size * steps / (_ring_bus(proto, nodes, nics) * n)
 
 
@@ -223,7 +235,7 @@ def _candidates(op: str, fill: bool = True) -> dict[str, sympy.Expr]:
     """Every candidate of *op*, in NCCL's order (``topoGetAlgoInfo`` loops over algorithms TREE, RING, …,
     NVLS, then protocols LL, LL128, SIMPLE, and keeps the first strict minimum); hierarchical last.
 
-    ``fill=True``: the real time (tuning.cc's model plus the Simple pipeline fill); ``fill=False``:
+    ``fill=True``: the real time (tuning.cc's model plus the ring loop's pipeline fill); ``fill=False``:
     tuning.cc's price, what the tuner compares.
     """
     out: dict[str, sympy.Expr] = {}
@@ -295,8 +307,9 @@ _BUSBW_FACTOR = {
 
 _CANDIDATE_SOURCE = {
     "ring": f"{_TUNING}: ring bandwidth refinements (lines 327-329), bus-to-algorithm ratio (lines 376-382), "
-            f"ring latency (lines 393-413), ncclTopoGetAlgoTime (line 653); Simple pipeline fill SLICESTEPS/"
-            f"CHUNKSTEPS from NCCL src/device/collectives.h",
+            f"ring latency (lines 393-413), ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/"
+            f"CHUNKSTEPS from NCCL src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, "
+            f"reduce_scatter.h, all_reduce.h runRing; prims_ll.h, prims_ll128.h)",
     "tree": f"{_TUNING}: tree bandwidth refinements (lines 330-336), bus-to-algorithm ratio 0.5 (lines 376-382), "
             f"tree latency (lines 414-418)",
     "nvls": f"{_TUNING}: NVLS bandwidth (lines 307-323), nvlsEfficiency (line 139), latency (lines 424-426); "
@@ -345,8 +358,8 @@ def _build() -> tuple[Formula, ...]:
                     name=_name(op, label, "price", "s"), expr=prices[label], dimension="collective",
                     algorithm=label, unit="s",
                     doc=f"NCCL's tuned price, seconds, of {_DOC[op]} over `ranks` ranks with "
-                        f"{label.replace('_', ' ')}: tuning.cc's latency + bytes / bandwidth without the Simple "
-                        f"pipeline fill the real time adds (what topoGetAlgoInfo compares; the candidate with the "
+                        f"{label.replace('_', ' ')}: tuning.cc's latency + bytes / bandwidth without the ring "
+                        f"loop's pipeline fill the real time adds (what topoGetAlgoInfo compares; the candidate with the "
                         f"smallest price is run and takes collective_{op}_{label}_time_s). Where a candidate has "
                         f"no price formula its price is its time.",
                     source=f"{_TUNING} ncclTopoGetAlgoTime; NCCL src/enqueue.cc topoGetAlgoInfo"

@@ -3,7 +3,8 @@
 Prints the predicted time, algbw and busbw (nccl-tests conventions, GB = 1e9 bytes) and the
 algorithm and protocol NCCL's tuner would pick, for N consecutive ranks of catalog system S (a name
 or an alias). SIZE is nccl-tests' size S in bytes, with an optional binary suffix (K, M, G = 2^10,
-2^20, 2^30) or decimal one (KB, MB, GB = 1e3, 1e6, 1e9). ``--json`` prints one JSON object.
+2^20, 2^30) or decimal one (KB, MB, GB = 1e3, 1e6, 1e9). ``--dtype T`` (nccl-tests' ``-d`` name) matters
+for reductions: NVLS cannot reduce 8-bit types. ``--json`` prints one JSON object.
 """
 
 from __future__ import annotations
@@ -41,16 +42,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system", required=True, help="catalog system or alias, e.g. dgx_h100 or h100_sxm")
     p.add_argument("--ranks", required=True, type=int, help="ranks in the communicator (consecutive ranks)")
     p.add_argument("--bytes", required=True, dest="size", help="nccl-tests size S, e.g. 512, 4M, 1GiB, 1GB")
+    p.add_argument("--dtype", default=None,
+                   help="data type (nccl-tests -d name: half, bfloat16, float, int8, ...); 8-bit types rule out "
+                        "NVLS for all_reduce and reduce_scatter; default: any type NVLS reduces")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
-    result = collectives.predict(args.system, args.op, args.ranks, size)
+    result = collectives.predict(args.system, args.op, args.ranks, size, args.dtype)
     record = {"op": collectives.OPS[args.op], "system": args.system, "ranks": args.ranks, "bytes": size,
               "time_s": float(result.time_s), "algbw_GBps": float(result.algbw_bytes_per_s) / 1e9,
-              "busbw_GBps": float(result.busbw_bytes_per_s) / 1e9, "algorithm": str(result.algorithm)}
+              "busbw_GBps": float(result.busbw_bytes_per_s) / 1e9, "algorithm": str(result.algorithm),
+              "dtype": args.dtype}
     if args.json:
         print(json.dumps(record))
         return 0

@@ -3,7 +3,7 @@
 ``symbolic.collective_time`` compiles, per collective and candidate (algorithm × protocol, in NCCL's
 order), the time it really takes (``collective_<op>_<label>_time_s``) and, where it differs, NCCL's
 tuned price (``collective_<op>_<label>_price_s``: tuning.cc's latency + bytes / bandwidth without the
-Simple protocol's pipeline fill). NCCL's ``topoGetAlgoInfo`` (src/enqueue.cc) runs the candidate with
+ring loop's pipeline fill). NCCL's ``topoGetAlgoInfo`` (src/enqueue.cc) runs the candidate with
 the smallest price, the first in its loop order on a tie (a strict ``<``); nccl-tests then measures
 that candidate's real time. :func:`choose` does exactly that, element-wise: the chosen time is the real
 time of the candidate with the smallest price. ``np.argmin`` keeps the first minimum, which is NCCL's

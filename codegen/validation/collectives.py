@@ -8,8 +8,9 @@ groups the relative errors by system, collective and size band.
 Measurement tables are CSV files with at least the columns ``system`` (a catalog name or alias:
 ``a100_sxm``, ``h100_sxm``, …), ``op`` (nccl-tests' names: ``all_reduce``, ``all_gather``,
 ``reduce_scatter``, ``alltoall``, ``broadcast``, ``sendrecv``), ``n_gpus``, ``bytes`` (nccl-tests'
-size S) and ``time_us``; other columns are ignored. All GPUs of a row are in one node unless
-``n_gpus`` exceeds the system's node size.
+size S) and ``time_us``; an optional ``dtype`` column (nccl-tests' ``-d`` names: ``half``, ``int8``, …)
+decides whether NVLink SHARP can reduce the row's data (``nvls_reduces``); other columns are ignored. All
+GPUs of a row are in one node unless ``n_gpus`` exceeds the system's node size.
 """
 
 from __future__ import annotations
@@ -44,6 +45,32 @@ OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter":
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "nccl_single_node.csv"
 
 _REQUIRED = ("system", "op", "n_gpus", "bytes", "time_us")
+
+#: NCCL's ``ncclNvlsSupported`` (src/include/device.h, v2.27-v2.30; enqueue.cc: ``nvlsSupport = comm->nvlsSupport &&
+#: (ncclNvlsSupported(op, type) || func == AllGather)``): the NVLS switch reduces 32- and 64-bit integers, half and
+#: bfloat16 (sum, min/max) and float, double (sum) only; 8-bit types (int8, uint8, fp8) never. So an all-reduce or
+#: reduce-scatter of those runs without NVLS even where the system has it; an all-gather (no reduction) keeps it.
+#: Keys: nccl-tests' ``-d`` type names and NCCL's own; value: NVLS reduces it with nccl-tests' default op, sum.
+NVLS_REDUCES_DTYPE = {
+    "int8": False, "char": False, "uint8": False, "f8e4m3": False, "f8e5m2": False, "fp8_e4m3": False,
+    "fp8_e5m2": False, "int32": True, "int": True, "uint32": True, "int64": True, "uint64": True, "half": True,
+    "float16": True, "bfloat16": True, "float": True, "float32": True, "double": True, "float64": True,
+}
+_REDUCING = ("all_reduce", "reduce_scatter")
+
+
+def nvls_reduces(dtype: str | None) -> bool:
+    """Whether NCCL's NVLS can run a reduction of *dtype* (``None``: unknown, taken as yes).
+
+    Raises:
+        ValueError: *dtype* is not a type name nccl-tests or NCCL uses (naming the field and value).
+    """
+    if dtype is None:
+        return True
+    try:
+        return NVLS_REDUCES_DTYPE[dtype.strip().lower()]
+    except KeyError:
+        raise ValueError(f"dtype: unknown data type {dtype!r}; known: {', '.join(sorted(NVLS_REDUCES_DTYPE))}") from None
 
 
 def _op(name: str) -> str:
@@ -91,12 +118,16 @@ def group_values(system: hardware.System, ranks: object, msg_bytes: object) -> d
     return values
 
 
-def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: object) -> Prediction:
+def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: object,
+            dtype: str | None = None) -> Prediction:
     """Predicted time of *op* over *ranks* consecutive ranks of *system* for nccl-tests size *msg_bytes*.
 
+    *dtype* (nccl-tests' ``-d`` name, ``None`` = unknown): an all-reduce or reduce-scatter of a type NVLS
+    cannot reduce (``nvls_reduces``: 8-bit types) gets no NVLS candidate, as NCCL's enqueue does.
+
     Raises:
-        ValueError: an unknown op, a rank count below 2 or a size not > 0 (naming the field and value),
-            or a system without the GPU facts the time model needs.
+        ValueError: an unknown op or dtype, a rank count below 2 or a size not > 0 (naming the field and
+            value), or a system without the GPU facts the time model needs.
     """
     op = _op(op)
     sys_ = system if isinstance(system, hardware.System) else hardware.load(system)
@@ -106,6 +137,8 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
     if np.any(~np.isfinite(size)) or np.any(size <= 0):
         raise ValueError(f"bytes: must be a finite size > 0, got {msg_bytes!r}")
     values = group_values(sys_, n, size)
+    if op in _REDUCING and not nvls_reduces(dtype):
+        values["nvls"] = 0.0  # NCCL enqueue.cc: nvlsSupport needs ncclNvlsSupported(op, type)
     pick = choose(op, values)
     algbw = values["msg_bytes"] / pick.time_s
     factor = _call(f"collective_{op}_nccl_busbw_factor_ratio", values)
@@ -116,7 +149,8 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
 
 @dataclass(frozen=True)
 class Measurements:
-    """Measured rows, column-wise: system (as the file names it), op (the model's name), ranks, bytes, seconds."""
+    """Measured rows, column-wise: system (as the file names it), op (the model's name), ranks, bytes, seconds,
+    and the data type (nccl-tests' name; ``""`` where the file has no ``dtype`` column or leaves it empty)."""
 
     system: np.ndarray
     op: np.ndarray
@@ -124,6 +158,11 @@ class Measurements:
     msg_bytes: np.ndarray
     time_s: np.ndarray
     path: str
+    dtype: np.ndarray | None = None
+
+    def dtypes(self) -> np.ndarray:
+        """The data type of every row (``""`` where unknown)."""
+        return self.dtype if self.dtype is not None else np.full(self.system.shape, "", dtype=object)
 
 
 def load_measurements(path: str | os.PathLike[str] = DEFAULT_DATA) -> Measurements:
@@ -141,7 +180,8 @@ def load_measurements(path: str | os.PathLike[str] = DEFAULT_DATA) -> Measuremen
         if missing:
             raise ValueError(f"{path}: missing column(s) {', '.join(missing)}; need {', '.join(_REQUIRED)}")
         rows = list(reader)
-    systems, ops = [], []
+    systems, ops, dtypes = [], [], []
+    has_dtype = "dtype" in (reader.fieldnames or [])
     numbers = np.empty((len(rows), 3))
     known: set[str] = set()
     for i, row in enumerate(rows, start=2):
@@ -156,6 +196,13 @@ def load_measurements(path: str | os.PathLike[str] = DEFAULT_DATA) -> Measuremen
             ops.append(_op(row["op"]))
         except ValueError as exc:
             raise ValueError(f"{path}:{i}: {exc}") from None
+        dtype = (row["dtype"] or "").strip() if has_dtype else ""
+        if dtype:
+            try:
+                nvls_reduces(dtype)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{i}: {exc}") from None
+        dtypes.append(dtype)
         for j, column in enumerate(("n_gpus", "bytes", "time_us")):
             try:
                 value = float(row[column])
@@ -165,7 +212,8 @@ def load_measurements(path: str | os.PathLike[str] = DEFAULT_DATA) -> Measuremen
                 raise ValueError(f"{path}:{i}: {column}: must be a number > 0, got {row[column]!r}")
             numbers[i - 2, j] = value
     return Measurements(system=np.asarray(systems), op=np.asarray(ops), ranks=numbers[:, 0],
-                        msg_bytes=numbers[:, 1], time_s=numbers[:, 2] * 1e-6, path=str(path))
+                        msg_bytes=numbers[:, 1], time_s=numbers[:, 2] * 1e-6, path=str(path),
+                        dtype=np.asarray(dtypes, dtype=object))
 
 
 @dataclass(frozen=True)
@@ -180,15 +228,25 @@ class Group:
     worst_rel_err: float
 
 
-def predicted_times(data: Measurements) -> np.ndarray:
-    """The predicted seconds of every row, evaluated per (system, op) over all its rows at once."""
+def _predicted_rows(data: Measurements) -> tuple[np.ndarray, np.ndarray]:
+    """The predicted seconds and the chosen candidate of every row, per (system, op, dtype) over its rows at once."""
     out = np.empty_like(data.time_s)
+    algorithm = np.empty(data.time_s.shape, dtype=object)
+    dtypes = data.dtypes()
     for system in np.unique(data.system):
         loaded = hardware.load(str(system))
         for op in np.unique(data.op[data.system == system]):
-            rows = (data.system == system) & (data.op == op)
-            out[rows] = predict(loaded, str(op), data.ranks[rows], data.msg_bytes[rows]).time_s
-    return out
+            for dtype in np.unique(dtypes[(data.system == system) & (data.op == op)]):
+                rows = (data.system == system) & (data.op == op) & (dtypes == dtype)
+                p = predict(loaded, str(op), data.ranks[rows], data.msg_bytes[rows], str(dtype) or None)
+                out[rows] = p.time_s
+                algorithm[rows] = p.algorithm
+    return out, algorithm
+
+
+def predicted_times(data: Measurements) -> np.ndarray:
+    """The predicted seconds of every row (its data type decides NVLS for reductions, ``predict``)."""
+    return _predicted_rows(data)[0]
 
 
 def validate(data: Measurements) -> list[Group]:
@@ -220,8 +278,10 @@ class Curve:
     Attributes:
         msg_bytes: nccl-tests' sizes S, ascending.
         measured_s: the median measured seconds at each size (over dtypes, versions and repeats).
-        predicted_s: the predicted seconds at each size.
-        algorithm: the candidate NCCL's tuner would pick at each size ("ring_ll", "nvls_simple", …).
+        predicted_s: the median predicted seconds at each size, over the same rows (each row predicted with
+            its data type).
+        algorithm: the candidate NCCL's tuner would pick at each size ("ring_ll", "nvls_simple", …); where the
+            rows' data types lead to different picks, all of them joined by "/".
     """
 
     system: str
@@ -244,14 +304,15 @@ class Curve:
 def curves(data: Measurements) -> list[Curve]:
     """Every (system, op, ranks) sweep of *data*: median measured and predicted time per size."""
     out: list[Curve] = []
+    predicted, picked = _predicted_rows(data)
     for system in np.unique(data.system):
-        loaded = hardware.load(str(system))
         for op in np.unique(data.op[data.system == system]):
             for ranks in np.unique(data.ranks[(data.system == system) & (data.op == op)]):
                 rows = (data.system == system) & (data.op == op) & (data.ranks == ranks)
                 sizes = np.unique(data.msg_bytes[rows])
-                measured = np.array([np.median(data.time_s[rows & (data.msg_bytes == s)]) for s in sizes])
-                p = predict(loaded, str(op), np.full(sizes.shape, ranks), sizes)
-                out.append(Curve(str(system), str(op), int(ranks), sizes, measured, np.asarray(p.time_s, dtype=float),
-                                 p.algorithm))
+                at = [rows & (data.msg_bytes == s) for s in sizes]
+                measured = np.array([np.median(data.time_s[m]) for m in at])
+                median = np.array([np.median(predicted[m]) for m in at])
+                labels = np.array(["/".join(sorted(set(picked[m]))) for m in at])
+                out.append(Curve(str(system), str(op), int(ranks), sizes, measured, median, labels))
     return out
