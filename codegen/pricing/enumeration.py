@@ -215,14 +215,18 @@ class SearchSpace:
         structure = {key: column[r] for key, column in self.base.items()}
         structure["ep"], structure["etp"] = self.ep[e], self.etp[x]
         self.structures = {}
+        #: Per CP algorithm, each structure row's base row (its ``(t, cp, p, vp)``, ``d``: a row of :attr:`base`).
+        self.structure_base: dict[str, np.ndarray] = {}
         for algo in dict.fromkeys(s.cp_algo for s in self.settings):
             if not rows:
                 self.structures[algo] = {key: column[:0] for key, column in structure.items()}
+                self.structure_base[algo] = r[:0]
                 continue
             batch = LayoutBatch.from_arrays(self.model.layout, **structure, m=np.ones_like(r), cp_algo=algo,
                                             recompute="none")
             ok = layout_violations(self.model, batch, self.devices) < 0
             self.structures[algo] = {key: np.ascontiguousarray(column[ok]) for key, column in structure.items()}
+            self.structure_base[algo] = np.ascontiguousarray(r[ok])
         # Micro-batch sizes per row: the b that make m = global / (d·b) whole (and meet --fix/--max m), as
         # offsets, so that every grid point is a valid layout: row r owns grid points [start[r], start[r+1]).
         self._b_tables = {}

@@ -134,6 +134,74 @@ def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) 
     return tuple(out)
 
 
+#: The keys a structure's base row and the micro-batch size fix (``d`` and ``m`` follow from them).
+_FLOOR_KEYS = frozenset({"t", "cp", "p", "vp", "d", "b", "m"})
+#: A floor is lowered by this relative amount: the items' seconds summed in another order than the time
+#: family's own total may round up by a few units in the last place (far below this).
+_FLOOR_SLACK = 1e-12
+
+
+@functools.lru_cache(maxsize=8)
+def _floor_items(spec: SearchSpec) -> tuple[str, ...]:
+    """The time family's items whose seconds per stage follow from ``_FLOOR_KEYS`` alone, within a setting."""
+    _, step, _, _ = _context(spec)
+    keys = getattr(step.comm, "item_keys", None) if step is not None else None
+    if not keys:
+        return ()
+    items = tuple(item for item, needs in keys.items() if needs <= _FLOOR_KEYS)
+    import generated
+
+    for item in items:  # the floor is shared by the CP algorithms (_floor_table): none may read it
+        dim, coll = item.split(".")
+        if any("cp_algo" in generated.FORMULAS[f"{dim}_{coll}_stage_{what}"]["arguments"]
+               for what in ("calls_count", "msg_bytes", "ranks_count")):
+            return ()
+    return items
+
+
+@functools.lru_cache(maxsize=64)
+def _floor_table(spec: SearchSpec, zero: int, recompute: str) -> np.ndarray:
+    """Per (base row, micro-batch size) of a ZeRO level and recompute mode, the communication floor once known
+    (NaN: not yet). The CP algorithm does not reach the floor's items: the time pricer reads the batch's
+    run settings through its forms' arguments (``cp_algo`` is none of the floor items', :func:`_floor_items`
+    checks) and its stage counts (recompute mode), and it is built per ZeRO level and recompute mode."""
+    space = _context(spec)[0]
+    return np.full(len(space.base["t"]) * len(space.b), np.nan)
+
+
+def _comm_floor(spec: SearchSpec, chunk: Chunk, lower: np.ndarray, bound: float) -> np.ndarray | None:
+    """A lower bound of each layout's exposed communication seconds, or None (no time family, no rows).
+
+    The exposed communication of a layout is its bottleneck stage's seconds, the largest stage total
+    (``exposed_comm``; full recompute adds more), and every item's seconds are >= 0, so for every stage
+    it is at least the sum of some items' seconds there: the floor is the largest over the stages of
+    the items of :func:`_floor_items` (tensor-, context-, pipeline-parallel and the dense data-parallel
+    reduction), which read ``t, cp, p, vp, d, b, m`` only (``step_time.time_item_keys``). Layouts of a
+    setting that share their base row and ``b`` share the floor: it is priced once on one of them
+    (``TimePricer``, every stage) and kept per setting; only for the layouts whose compute bound
+    *lower* does not already exceed *bound*.
+    """
+    items = _floor_items(spec)
+    if not items or chunk.row is None or not len(chunk):
+        return None
+    space, step, _, _ = _context(spec)
+    table = _floor_table(spec, chunk.setting.zero, chunk.setting.recompute)
+    base = space.structure_base[chunk.setting.cp_algo][chunk.row]
+    key = base * len(space.b) + np.searchsorted(space.b, chunk.values["b"])
+    floor = table[key]
+    need = np.isnan(floor) & ~(lower > bound)
+    if need.any():
+        _, first = np.unique(key[need], return_index=True)
+        reps = np.sort(np.flatnonzero(need)[first])
+        stages = step.comm.stage_seconds(_subchunk(spec, chunk, reps))
+        total = sum(np.asarray(stages[item]) for item in items)
+        with np.errstate(invalid="ignore"):
+            per = np.nanmax(np.where(np.isnan(total), -np.inf, total), axis=1)
+        table[key[reps]] = np.maximum(per, 0.0) * (1 - _FLOOR_SLACK)
+        floor = table[key]
+    return np.where(np.isnan(floor), 0.0, floor)
+
+
 def _stage_parts(spec: SearchSpec, chunk: Chunk, rows: tuple[np.ndarray, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
     """The chunk's layouts' (FLOPs, HBM bytes) of the first and last stage, from their structure rows' forms."""
     r, m = chunk.row, chunk.values["m"]
@@ -250,6 +318,10 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
         return reduce_top(table, top)
     best = _empty()
     objective = table["objective"]
+    if comm and spec.objective == "step-time":
+        floor = _comm_floor(spec, chunk, objective, bound)
+        if floor is not None:
+            objective = objective + floor  # still a lower bound of the step time, tighter
     live = np.flatnonzero(~(objective > bound))  # NaN bounds stay (ranked last, as in the full table)
     if len(live) == 0:
         return best

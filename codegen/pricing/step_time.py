@@ -109,14 +109,74 @@ def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping
         return None
     pricers: dict[tuple[int, str], Any] = {}
 
-    def comm(chunk: Any) -> Mapping[str, np.ndarray]:
-        setting = chunk.setting
+    def pricer(setting: Any) -> Any:
         key = (setting.zero, setting.recompute)
         if key not in pricers:
             pricers[key] = TimePricer(model, system=system, fsdp=setting.zero == 3, recompute=setting.recompute)
-        return pricers[key].price_batch(chunk.batch, validated=True).by_dimension
+        return pricers[key]
 
+    def comm(chunk: Any) -> Mapping[str, np.ndarray]:
+        return pricer(chunk.setting).price_batch(chunk.batch, validated=True).by_dimension
+
+    def stage_seconds(chunk: Any) -> Mapping[str, np.ndarray]:
+        """Every stage's seconds per item ``"dim.collective"``: ``(n, P_max)``, NaN past a layout's last stage."""
+        # (the time pricer's per-stage path for the seconds alone: price_batch(per_stage=True) also fills every
+        # stage's calls, S and bytes, three times the work, unused here)
+        stages = pricer(chunk.setting)._price(chunk.batch, True, ("time_s",), True).stages
+        return stages["time_s"]
+
+    comm.stage_seconds = stage_seconds  # type: ignore[attr-defined]
+    comm.item_keys = time_item_keys()  # type: ignore[attr-defined]
     return comm
+
+
+def time_item_keys() -> dict[str, frozenset[str]]:
+    """Per item ``"dim.collective"`` of the time family, the layout keys its seconds per stage follow from
+    inside one run setting (a search's recompute mode, ZeRO level and CP algorithm).
+
+    From the declarations, not from numbers: the item's generated forms (calls, S, ranks) read their
+    ``arguments``; a layout field among them follows from the keys ``LAYOUT_FIELD_KEYS`` declares (a
+    test of the fused pricer holds the declaration to the rules), a ZeRO switch from its source field
+    (``stages.BIND_SOURCES``), ``P_ne`` / ``P_r`` from the ``params_*`` forms' arguments, a stage's layer
+    counts from ``(p, vp)``; every other argument is a model field, a run setting or the hardware, the
+    same for every layout of a setting. A stage's layer counts, which weigh every item, follow from
+    ``(p, vp)`` and the setting. NCCL's pick reads S, the ranks and the group's placement
+    (``TimePricer`` checks it), which follows from ``t, cp, d, p`` for the dense groups and from
+    ``t_exp, ep, d_exp, p`` for the expert ones (``TimePricer._placements``). Layouts of one setting that
+    agree on an item's keys have the same seconds per stage for it.
+    """
+    from ..configs.layouts import LAYOUT_FIELD_KEYS
+    from .stages import BIND_SOURCES
+    from .time import ITEMS
+
+    params: dict[str, set[str]] = {"P_ne": set(), "P_r": set()}
+    for name, meta in generated.FORMULAS.items():
+        if name.startswith("params_"):
+            target = "P_r" if "routed" in name else "P_ne"
+            params[target] |= set(meta["arguments"])
+
+    def keys(argument: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        if argument in seen:
+            return set()
+        if argument in ("n_layers_stage", "n_moe_layers_stage"):
+            return {"p", "vp"}
+        if argument in params:
+            return set().union(*(keys(a, seen | {argument}) for a in params[argument]))
+        if argument in BIND_SOURCES:
+            return set().union(*(keys(a, seen | {argument}) for a in BIND_SOURCES[argument]))
+        return set(LAYOUT_FIELD_KEYS.get(argument, ()))
+
+    placement = {"tp": {"t", "cp", "d", "p"}, "cp": {"t", "cp", "d", "p"}, "dp": {"t", "cp", "d", "p"},
+                 "pp": {"t", "cp", "d", "p"}}
+    expert = set().union(*(LAYOUT_FIELD_KEYS[k] for k in ("t_exp", "d_exp")), {"ep", "p"})
+    out = {}
+    for dim, coll, group, _ in ITEMS:
+        found: set[str] = set(placement.get(group, expert)) | {"p", "vp"}  # the stage's layers weigh every item
+        for what in ("calls_count", "msg_bytes", "ranks_count"):
+            for argument in generated.FORMULAS[f"{dim}_{coll}_stage_{what}"]["arguments"]:
+                found |= keys(argument)
+        out[f"{dim}.{coll}"] = frozenset(found)
+    return out
 
 
 class StepTimePricer:
