@@ -119,8 +119,24 @@ def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) 
     optimizer update: ``base + slope·m`` at fixed ``b·m``. Evaluated at ``m = 1`` and ``m = 2`` (``b`` the
     matching real number) per row. Returns (flops, base, slope) of the first stage, then of the last.
     """
+    space = _context(spec)[0]
+    ids, parts = _union_stage_parts(spec, recompute, zero)
+    at = np.searchsorted(ids, space.structure_id[cp_algo])
+    out = tuple(x[at] for x in parts)
+    for x in out:
+        x.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """:func:`_row_stage_parts` of every structure row of any CP algorithm (by ``SearchSpace.structure_id``,
+    ascending): the compute forms read no CP algorithm (``StepTimePricer.stage_parts``), so the algorithms
+    that share a structure share its parts."""
     space, step, _, _ = _context(spec)
-    table = dict(space.structures[cp_algo])
+    algos = list(space.structures)
+    ids, first = np.unique(np.concatenate([space.structure_id[a] for a in algos]), return_index=True)
+    table = {key: np.concatenate([space.structures[a][key] for a in algos])[first] for key in space.structures[algos[0]]}
     batch = spec.global_batch / table["d"]
     out = []
     one = {**table, "b": batch, "m": np.ones_like(batch)}
@@ -129,77 +145,125 @@ def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) 
                                             step.stage_parts(two, recompute, zero)):
         slope = at_two - at_one
         out.extend(np.broadcast_to(x, batch.shape).copy() for x in (flops, at_one - slope, slope))
-    for x in out:
-        x.flags.writeable = False
-    return tuple(out)
+    return ids, tuple(out)
 
 
-#: The keys a structure's base row and the micro-batch size fix (``d`` and ``m`` follow from them).
-_FLOOR_KEYS = frozenset({"t", "cp", "p", "vp", "d", "b", "m"})
+#: The layout keys a structure's base row and the micro-batch size fix (``d``, ``m`` follow from them).
+_BASE_KEYS = frozenset({"t", "cp", "p", "vp", "d", "b", "m"})
 #: A floor is lowered by this relative amount: the items' seconds summed in another order than the time
 #: family's own total may round up by a few units in the last place (far below this).
-_FLOOR_SLACK = 1e-12
+_FLOOR_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Items of the communication floor that share their table: what their seconds per stage follow from."""
+
+    items: tuple[str, ...]
+    by_row: bool  # the structure row (ep, etp too); else the base row (t, cp, p, vp, d)
+    by_b: bool  # and the micro-batch size
+    by_zero: bool  # one table per ZeRO level (always one per recompute mode)
+    dims: tuple[str, ...] = ()  # the items are these dimensions' every item (priced without every stage)
 
 
 @functools.lru_cache(maxsize=8)
-def _floor_items(spec: SearchSpec) -> tuple[str, ...]:
-    """The time family's items whose seconds per stage follow from ``_FLOOR_KEYS`` alone, within a setting."""
+def _floors(spec: SearchSpec) -> tuple[tuple[_Part, ...], ...]:
+    """The levels of the communication floor of *spec*, each a tuple of parts (none without the time family).
+
+    ``step_time.time_item_keys`` says what each item's seconds per stage follow from. Level 1: the items of
+    the base row (tensor-, context-, pipeline-parallel, the dense data-parallel reduction), in two parts:
+    those that read ``b`` or ``m`` but no ZeRO level, and those that read a ZeRO level but neither ``b`` nor
+    ``m`` (tables shared by more layouts). Level 2: every item that reads no ZeRO level (level 1's first part
+    and the expert all-to-all), keyed by the whole structure row and ``b``: shared by the ZeRO levels.
+    An item reading the CP algorithm is left out (every table is shared by the algorithms).
+    """
     _, step, _, _ = _context(spec)
     keys = getattr(step.comm, "item_keys", None) if step is not None else None
     if not keys:
         return ()
-    items = tuple(item for item, needs in keys.items() if needs <= _FLOOR_KEYS)
-    import generated
+    every = dict(keys)
+    keys = {item: needs for item, needs in keys.items() if "cp_algo" not in needs and "zero" not in needs}
 
-    for item in items:  # the floor is shared by the CP algorithms (_floor_table): none may read it
-        dim, coll = item.split(".")
-        if any("cp_algo" in generated.FORMULAS[f"{dim}_{coll}_stage_{what}"]["arguments"]
-               for what in ("calls_count", "msg_bytes", "ranks_count")):
-            return ()
-    return items
+    def whole(items: tuple[str, ...]) -> tuple[str, ...]:
+        """The dimensions *items* are every item of (their seconds are ``by_dimension``'s), or ()."""
+        dims = tuple(dict.fromkeys(item.split(".")[0] for item in items))
+        return dims if {i for i in every if i.split(".")[0] in dims} == set(items) else ()
+
+    levels = []
+    one = tuple(item for item, needs in keys.items() if needs - {"recompute"} <= _BASE_KEYS)
+    if one:
+        levels.append((_Part(one, False, True, False, whole(one)),))
+    two = tuple(keys)
+    if set(two) - set(one):
+        levels.append((_Part(two, True, True, False, whole(two)),))
+    return tuple(levels)
 
 
-@functools.lru_cache(maxsize=64)
-def _floor_table(spec: SearchSpec, zero: int, recompute: str) -> np.ndarray:
-    """Per (base row, micro-batch size) of a ZeRO level and recompute mode, the communication floor once known
-    (NaN: not yet). The CP algorithm does not reach the floor's items: the time pricer reads the batch's
-    run settings through its forms' arguments (``cp_algo`` is none of the floor items', :func:`_floor_items`
-    checks) and its stage counts (recompute mode), and it is built per ZeRO level and recompute mode."""
+@functools.lru_cache(maxsize=128)
+def _floor_table(spec: SearchSpec, part: _Part, zero: int | None, recompute: str) -> tuple[np.ndarray, ...]:
+    """A part's seconds per key: (first stage, last stage, largest stage), lowered by ``_FLOOR_SLACK``;
+    NaN: not priced yet."""
     space = _context(spec)[0]
-    return np.full(len(space.base["t"]) * len(space.b), np.nan)
+    rows = space.structure_count if part.by_row else len(space.base["t"])
+    size = rows * (len(space.b) if part.by_b else 1)
+    return tuple(np.full(size, np.nan) for _ in range(3))
 
 
-def _comm_floor(spec: SearchSpec, chunk: Chunk, lower: np.ndarray, bound: float) -> np.ndarray | None:
-    """A lower bound of each layout's exposed communication seconds, or None (no time family, no rows).
+def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -> np.ndarray:
+    """The *level*'s floor of each layout of *chunk*, pricing it where *need* and not known (0 elsewhere).
 
     The exposed communication of a layout is its bottleneck stage's seconds, the largest stage total
-    (``exposed_comm``; full recompute adds more), and every item's seconds are >= 0, so for every stage
-    it is at least the sum of some items' seconds there: the floor is the largest over the stages of
-    the items of :func:`_floor_items` (tensor-, context-, pipeline-parallel and the dense data-parallel
-    reduction), which read ``t, cp, p, vp, d, b, m`` only (``step_time.time_item_keys``). Layouts of a
-    setting that share their base row and ``b`` share the floor: it is priced once on one of them
-    (``TimePricer``, every stage) and kept per setting; only for the layouts whose compute bound
-    *lower* does not already exceed *bound*.
+    (``exposed_comm``; full recompute adds more), and every item's seconds are >= 0, so it is at least
+    the sum of any items' seconds at any one stage: the floor is the largest of each part's largest
+    stage, the sum of the parts' first stages and that of their last. Layouts that agree on what a
+    part's items follow from (``_floors``) share its seconds: they are priced once on one of them
+    (``TimePricer``, every stage) and kept.
     """
-    items = _floor_items(spec)
-    if not items or chunk.row is None or not len(chunk):
-        return None
     space, step, _, _ = _context(spec)
-    table = _floor_table(spec, chunk.setting.zero, chunk.setting.recompute)
-    base = space.structure_base[chunk.setting.cp_algo][chunk.row]
-    key = base * len(space.b) + np.searchsorted(space.b, chunk.values["b"])
-    floor = table[key]
-    need = np.isnan(floor) & ~(lower > bound)
-    if need.any():
-        _, first = np.unique(key[need], return_index=True)
-        reps = np.sort(np.flatnonzero(need)[first])
-        stages = step.comm.stage_seconds(_subchunk(spec, chunk, reps))
-        total = sum(np.asarray(stages[item]) for item in items)
-        with np.errstate(invalid="ignore"):
-            per = np.nanmax(np.where(np.isnan(total), -np.inf, total), axis=1)
-        table[key[reps]] = np.maximum(per, 0.0) * (1 - _FLOOR_SLACK)
-        floor = table[key]
-    return np.where(np.isnan(floor), 0.0, floor)
+    setting = chunk.setting
+    algo = setting.cp_algo
+    parts = _floors(spec)[level]
+    tables, keys = [], []
+    for part in parts:
+        tables.append(_floor_table(spec, part, setting.zero if part.by_zero else None, setting.recompute))
+        key = np.take((space.structure_id if part.by_row else space.structure_base)[algo], chunk.row)
+        if part.by_b:
+            key = key * len(space.b) + chunk.bpos
+        keys.append(key)
+    largest = [np.take(table[2], key) for table, key in zip(tables, keys)]
+    gaps = [need & np.isnan(value) for value in largest]
+    if any(gap.any() for gap in gaps):
+        reps = np.unique(np.concatenate([np.flatnonzero(gap)[np.unique(key[gap], return_index=True)[1]]
+                                         for gap, key in zip(gaps, keys) if gap.any()]))
+        sub = _subchunk(spec, chunk, reps)
+        if all(part.dims for part in parts):  # the bottleneck stage's seconds by dimension: a stage's
+            by_dimension = step.comm(sub)
+            for part, table, key in zip(parts, tables, keys):
+                value = np.maximum(sum(np.asarray(by_dimension[d], dtype=np.float64) for d in part.dims), 0.0)
+                for column in table:
+                    column[key[reps]] = value * (1 - _FLOOR_SLACK)
+            return _gather_floor(parts, tables, keys, need)
+        stages = step.comm.stage_seconds(sub)
+        last = chunk.values["p"][reps] - 1
+        for part, table, key in zip(parts, tables, keys):
+            total = sum(np.asarray(stages[item]) for item in part.items)
+            with np.errstate(invalid="ignore"):
+                top_stage = np.max(np.where(np.isnan(total), -np.inf, total), axis=1)
+            at = key[reps]
+            for column, value in zip(table, (total[:, 0], total[np.arange(len(reps)), last], top_stage)):
+                column[at] = np.maximum(value, 0.0) * (1 - _FLOOR_SLACK)
+    return _gather_floor(parts, tables, keys, need)
+
+
+def _gather_floor(parts, tables, keys, need: np.ndarray) -> np.ndarray:
+    largest = [np.take(table[2], key) for table, key in zip(tables, keys)]
+    floor = largest[0]
+    for value in largest[1:]:
+        floor = np.fmax(floor, value)
+    if len(parts) > 1:
+        for column in (0, 1):
+            floor = np.fmax(floor, sum(np.take(table[column], key) for table, key in zip(tables, keys)))
+    return np.where(need, floor, 0.0)
 
 
 def _stage_parts(spec: SearchSpec, chunk: Chunk, rows: tuple[np.ndarray, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -318,10 +382,9 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
         return reduce_top(table, top)
     best = _empty()
     objective = table["objective"]
-    if comm and spec.objective == "step-time":
-        floor = _comm_floor(spec, chunk, objective, bound)
-        if floor is not None:
-            objective = objective + floor  # still a lower bound of the step time, tighter
+    floors = _floors(spec) if comm and spec.objective == "step-time" and chunk.row is not None else ()
+    if floors:  # level 1 for every layout the compute bound keeps: the order of the walk
+        objective = objective + _level_floor(spec, chunk, 0, ~(objective > bound))
     live = np.flatnonzero(~(objective > bound))  # NaN bounds stay (ranked last, as in the full table)
     if len(live) == 0:
         return best
@@ -331,8 +394,12 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
     while start < len(order):
         rows = np.sort(order[start:start + window])
         start += len(rows)
+        for level in range(1, len(floors)):  # the later levels on the window, before memory and communication
+            sub = _subchunk(spec, chunk, rows)
+            deeper = table["objective"][rows] + _level_floor(spec, sub, level, ~(objective[rows] > bound))
+            rows = rows[~(np.maximum(deeper, objective[rows]) > bound)]
         got = None
-        if memory is not None:  # memory first: only the feasible rows are priced for communication
+        if memory is not None and len(rows):  # memory first: only the feasible rows are priced for communication
             prices = memory.price_batch(_subchunk(spec, chunk, rows).batch, validated=True)
             fits = np.asarray(prices.fits, dtype=bool)
             rows = rows[fits]
@@ -343,7 +410,7 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
             best = merge_top(best, priced, top)
         if len(best["index"]) >= top:
             bound = min(bound, float(best["objective"][-1]))
-            if not comm:  # the order is exact: the first K feasible rows are the best
+            if not comm and not floors:  # the order is exact: the first K feasible rows are the best
                 break
         if start < len(order) and objective[order[start]] > bound:
             break
@@ -359,7 +426,8 @@ class _Memory:
 
 
 def _subchunk(spec: SearchSpec, chunk: Chunk, rows: np.ndarray) -> Chunk:
-    return Chunk(chunk.setting, {k: v[rows] for k, v in chunk.values.items()}, chunk.index[rows], spec.model)
+    return Chunk(chunk.setting, {k: v[rows] for k, v in chunk.values.items()}, chunk.index[rows], spec.model,
+                 None if chunk.row is None else chunk.row[rows], None if chunk.bpos is None else chunk.bpos[rows])
 
 
 def _order(table: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -26,7 +26,9 @@ Public API::
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
     exposed_comm(parts, recompute) -> exposed seconds
     stage_layer_counts(model, p, vp) -> (first, last) arrays
-    time_family_comm(model, system) -> comm callable, or None without codegen.pricing.time
+    time_family_comm(model, system) -> comm callable (.stage_seconds(chunk), .item_keys), or None without
+        codegen.pricing.time
+    time_item_keys(model) -> {item: keys and settings its seconds per stage follow from}
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from symbolic.vocabulary import attention_variant
 from ..configs.layouts import chunk_layer_counts
 from ..configs.models import ModelConfig
 
-__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm"]
+__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm",
+           "time_item_keys"]
 
 #: What :meth:`StepTimePricer.price` returns per layout: step time and its parts (seconds), the
 #: bottleneck stage's FLOPs per rank and the bubble fraction.
@@ -126,52 +129,74 @@ def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping
         return stages["time_s"]
 
     comm.stage_seconds = stage_seconds  # type: ignore[attr-defined]
-    comm.item_keys = time_item_keys()  # type: ignore[attr-defined]
+    comm.item_keys = time_item_keys(model)  # type: ignore[attr-defined]
     return comm
 
 
-def time_item_keys() -> dict[str, frozenset[str]]:
-    """Per item ``"dim.collective"`` of the time family, the layout keys its seconds per stage follow from
-    inside one run setting (a search's recompute mode, ZeRO level and CP algorithm).
+#: Fields that follow from a search's run settings (the ZeRO level's switches ``op``, ``grad_shard``, ``fsdp``;
+#: the recompute mode; the CP algorithm), by the setting (codegen.configs.layouts: ``_FIELD_RULES`` reading
+#: ``batch.op`` / ``batch.grad_shard``, ``_shared_fields``).
+_SETTING_FIELDS = {
+    **dict.fromkeys(("comm_d_non_exp", "comm_d_exp", "os_max_shard", "shard_p_os_non_exp_partial", "shard_p_os_exp",
+                     "shard_p_os_exp_partial", "shard_embed", "gather_embed", "grad_shard_as_params"), "zero"),
+    **dict.fromkeys(("rec_op", "gather"), "recompute"),
+    "cp_algo": "cp_algo",
+}
+#: What an item follows from when one of its arguments is none of the known kinds: everything.
+_EVERYTHING = frozenset({"t", "cp", "p", "vp", "d", "ep", "etp", "b", "m", "zero", "recompute", "cp_algo"})
+
+
+def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
+    """Per item ``"dim.collective"`` of the time family, what its seconds per stage follow from in a search:
+    layout keys (``t, cp, p, vp, d, ep, etp, b, m``) and run settings (``zero``, ``recompute``, ``cp_algo``).
 
     From the declarations, not from numbers: the item's generated forms (calls, S, ranks) read their
     ``arguments``; a layout field among them follows from the keys ``LAYOUT_FIELD_KEYS`` declares (a
     test of the fused pricer holds the declaration to the rules), a ZeRO switch from its source field
-    (``stages.BIND_SOURCES``), ``P_ne`` / ``P_r`` from the ``params_*`` forms' arguments, a stage's layer
-    counts from ``(p, vp)``; every other argument is a model field, a run setting or the hardware, the
-    same for every layout of a setting. A stage's layer counts, which weigh every item, follow from
-    ``(p, vp)`` and the setting. NCCL's pick reads S, the ranks and the group's placement
+    (``stages.BIND_SOURCES``), a field of the run settings from its setting (``_SETTING_FIELDS``),
+    ``P_ne`` / ``P_r`` from the ``params_*`` forms' arguments, a model field from nothing that varies;
+    any other argument from everything. A stage's layer counts, which weigh every item, follow from
+    ``(p, vp)`` and the recompute mode. NCCL's pick reads S, the ranks and the group's placement
     (``TimePricer`` checks it), which follows from ``t, cp, d, p`` for the dense groups and from
-    ``t_exp, ep, d_exp, p`` for the expert ones (``TimePricer._placements``). Layouts of one setting that
-    agree on an item's keys have the same seconds per stage for it.
+    ``t_exp, ep, d_exp, p`` for the expert ones (``TimePricer._placements``); the pricer is built per
+    ZeRO level and recompute mode (``time_family_comm``) and reads ``fsdp`` only through the fields.
+    Layouts of one search that agree on an item's keys and settings have the same seconds per stage for it.
     """
     from ..configs.layouts import LAYOUT_FIELD_KEYS
     from .stages import BIND_SOURCES
     from .time import ITEMS
 
+    constants = set(model.fields())
     params: dict[str, set[str]] = {"P_ne": set(), "P_r": set()}
     for name, meta in generated.FORMULAS.items():
         if name.startswith("params_"):
-            target = "P_r" if "routed" in name else "P_ne"
-            params[target] |= set(meta["arguments"])
+            params["P_r" if "routed" in name else "P_ne"] |= set(meta["arguments"])
 
     def keys(argument: str, seen: frozenset[str] = frozenset()) -> set[str]:
         if argument in seen:
-            return set()
+            return set(_EVERYTHING)
+        seen = seen | {argument}
         if argument in ("n_layers_stage", "n_moe_layers_stage"):
-            return {"p", "vp"}
+            return {"p", "vp", "recompute"}
         if argument in params:
-            return set().union(*(keys(a, seen | {argument}) for a in params[argument]))
+            return set().union(*(keys(a, seen) for a in params[argument]))
         if argument in BIND_SOURCES:
-            return set().union(*(keys(a, seen | {argument}) for a in BIND_SOURCES[argument]))
-        return set(LAYOUT_FIELD_KEYS.get(argument, ()))
+            return set().union(*(keys(a, seen) for a in BIND_SOURCES[argument]))
+        found = set()
+        if argument in _SETTING_FIELDS:
+            found.add(_SETTING_FIELDS[argument])
+        if argument in LAYOUT_FIELD_KEYS:
+            found |= set(LAYOUT_FIELD_KEYS[argument])
+        elif argument not in _SETTING_FIELDS and argument not in constants:
+            return set(_EVERYTHING)
+        return found
 
     placement = {"tp": {"t", "cp", "d", "p"}, "cp": {"t", "cp", "d", "p"}, "dp": {"t", "cp", "d", "p"},
                  "pp": {"t", "cp", "d", "p"}}
     expert = set().union(*(LAYOUT_FIELD_KEYS[k] for k in ("t_exp", "d_exp")), {"ep", "p"})
     out = {}
     for dim, coll, group, _ in ITEMS:
-        found: set[str] = set(placement.get(group, expert)) | {"p", "vp"}  # the stage's layers weigh every item
+        found: set[str] = set(placement.get(group, expert)) | {"p", "vp", "recompute"}  # the stage's layers weigh it
         for what in ("calls_count", "msg_bytes", "ranks_count"):
             for argument in generated.FORMULAS[f"{dim}_{coll}_stage_{what}"]["arguments"]:
                 found |= keys(argument)
