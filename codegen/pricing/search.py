@@ -206,6 +206,9 @@ def _floor_table(spec: SearchSpec, part: _Part, zero: int | None, recompute: str
     space = _context(spec)[0]
     rows = space.structure_count if part.by_row else len(space.base["t"])
     size = rows * (len(space.b) if part.by_b else 1)
+    if part.dims:  # one stage's seconds (the bottleneck's): first, last and largest alike
+        one = np.full(size, np.nan)
+        return one, one, one
     return tuple(np.full(size, np.nan) for _ in range(3))
 
 
@@ -235,16 +238,15 @@ def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -
     if any(gap.any() for gap in gaps):
         reps = np.unique(np.concatenate([np.flatnonzero(gap)[np.unique(key[gap], return_index=True)[1]]
                                          for gap, key in zip(gaps, keys) if gap.any()]))
-        sub = _subchunk(spec, chunk, reps)
+        sub = _full(spec, chunk, reps)
         if all(part.dims for part in parts):  # the bottleneck stage's seconds by dimension: a stage's
             by_dimension = step.comm(sub)
             for part, table, key in zip(parts, tables, keys):
                 value = np.maximum(sum(np.asarray(by_dimension[d], dtype=np.float64) for d in part.dims), 0.0)
-                for column in table:
-                    column[key[reps]] = value * (1 - _FLOOR_SLACK)
+                table[2][key[reps]] = value * (1 - _FLOOR_SLACK)
             return _gather_floor(parts, tables, keys, need)
         stages = step.comm.stage_seconds(sub)
-        last = chunk.values["p"][reps] - 1
+        last = sub.values["p"] - 1
         for part, table, key in zip(parts, tables, keys):
             total = sum(np.asarray(stages[item]) for item in part.items)
             with np.errstate(invalid="ignore"):
@@ -351,6 +353,77 @@ def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows
     return {k: out[k] for k in table}
 
 
+#: The keys a chunk of the bounded walk decodes for every layout (the compute bound's); the others are decoded
+#: for the layouts priced further (:func:`_full`).
+_LEAN = ("p", "vp", "m")
+
+
+def _bounded(spec: SearchSpec, sink: Callable[[dict], None] | None) -> bool:
+    """Whether the walk is :func:`_chunk_best_bounded` (communication floors; lean chunks)."""
+    _, step, _, _ = _context(spec)
+    return (sink is None and not spec.keep_infeasible and spec.objective == "step-time" and step is not None
+            and step.comm is not None and bool(_floors(spec)))
+
+
+def _full(spec: SearchSpec, chunk: Chunk, rows: np.ndarray | None = None) -> Chunk:
+    """The layouts *rows* of *chunk* (all by default) with every key decoded."""
+    if all(key in chunk.values for key in DEGREE_KEYS):
+        return chunk if rows is None else _subchunk(spec, chunk, rows)
+    space = _context(spec)[0]
+    index = chunk.index if rows is None else chunk.index[rows]
+    values = space.decode(index, space.settings.index(chunk.setting))
+    row, bpos = values.pop("row"), values.pop("bpos")
+    return Chunk(chunk.setting, values, index, spec.model, row, bpos)
+
+
+def _chunk_best_bounded(spec: SearchSpec, chunk: Chunk, top: int, bound: float) -> dict[str, np.ndarray]:
+    """:func:`chunk_best` of the step-time objective with the time family: branch and bound on floors.
+
+    Every layout's lower bound is compute × (1 + bubble) (from its structure row's parts) plus the level-1
+    communication floor (:func:`_level_floor`); the layouts are taken in that order, in growing windows;
+    a window's layouts get the level-2 floor, then memory (the infeasible dropped), then their exact
+    communication; the K-th best objective found tightens *bound*, and the walk stops at the first layout
+    whose bound exceeds it. Only a layout whose lower bound exceeds the K-th best objective found so far
+    is left out: it cannot enter the top K.
+    """
+    space, step, _, memory = _context(spec)
+    setting = chunk.setting
+    best = _empty()
+    stages = _stage_parts(spec, chunk, _row_stage_parts(spec, setting.cp_algo, setting.recompute, setting.zero))
+    lower = step.compute_bound(chunk.values, stages)
+    objective = lower + _level_floor(spec, chunk, 0, ~(lower > bound))
+    live = np.flatnonzero(~(objective > bound))  # NaN bounds stay (ranked last, as in the full table)
+    if len(live) == 0:
+        return best
+    order = live[np.lexsort((chunk.index[live], np.nan_to_num(objective[live], nan=np.inf)))]
+    window = max(4 * top, 1 << 12)
+    start = 0
+    while start < len(order):
+        rows = np.sort(order[start:start + window])
+        start += len(rows)
+        sub = _full(spec, chunk, rows)
+        for level in range(1, len(_floors(spec))):  # the later levels, before memory and communication
+            deeper = lower[rows] + _level_floor(spec, sub, level, ~(objective[rows] > bound))
+            keep = np.flatnonzero(~(np.maximum(deeper, objective[rows]) > bound))
+            rows, sub = rows[keep], _subchunk(spec, sub, keep)
+        got = None
+        if memory is not None and len(rows):  # memory first: only the feasible rows are priced for communication
+            prices = memory.price_batch(sub.batch, validated=True)
+            fits = np.flatnonzero(np.asarray(prices.fits, dtype=bool))
+            rows, sub = rows[fits], _subchunk(spec, sub, fits)
+            got = _Memory(prices.peak_total[fits], prices.headroom[fits], np.ones(len(rows), np.int64))
+        if len(rows):
+            priced = _complete(spec, sub, price_chunk(spec, sub), np.arange(len(rows)), memory_priced=got,
+                               bound=bound)
+            best = merge_top(best, priced, top)
+        if len(best["index"]) >= top:
+            bound = min(bound, float(best["objective"][-1]))
+        if start < len(order) and objective[order[start]] > bound:
+            break
+        window *= 4
+    return best
+
+
 def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], None] | None = None,
                bound: float = np.inf) -> dict[str, np.ndarray]:
     """The best *top* rows of one chunk under the spec's memory rule, exactly as pricing every row would give,
@@ -363,7 +436,11 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
     (the infeasible are dropped), then communication for the feasible ones; the K-th best objective found
     tightens the bound as it goes, and the walk stops at the first row whose bound exceeds it. A sink
     (``--out``), ``keep_infeasible`` and the comm-time objective (whose bound is 0) price every row.
+    With the time family the bounds add communication floors (:func:`_chunk_best_bounded`).
     """
+    if chunk.row is not None and chunk.bpos is not None and _bounded(spec, sink):
+        return _chunk_best_bounded(spec, chunk, top, bound)
+    chunk = _full(spec, chunk)
     table = price_chunk(spec, chunk)
     _, step, _, memory = _context(spec)
     comm = step is not None and step.comm is not None
@@ -382,9 +459,6 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
         return reduce_top(table, top)
     best = _empty()
     objective = table["objective"]
-    floors = _floors(spec) if comm and spec.objective == "step-time" and chunk.row is not None else ()
-    if floors:  # level 1 for every layout the compute bound keeps: the order of the walk
-        objective = objective + _level_floor(spec, chunk, 0, ~(objective > bound))
     live = np.flatnonzero(~(objective > bound))  # NaN bounds stay (ranked last, as in the full table)
     if len(live) == 0:
         return best
@@ -394,10 +468,6 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
     while start < len(order):
         rows = np.sort(order[start:start + window])
         start += len(rows)
-        for level in range(1, len(floors)):  # the later levels on the window, before memory and communication
-            sub = _subchunk(spec, chunk, rows)
-            deeper = table["objective"][rows] + _level_floor(spec, sub, level, ~(objective[rows] > bound))
-            rows = rows[~(np.maximum(deeper, objective[rows]) > bound)]
         got = None
         if memory is not None and len(rows):  # memory first: only the feasible rows are priced for communication
             prices = memory.price_batch(_subchunk(spec, chunk, rows).batch, validated=True)
@@ -410,7 +480,7 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
             best = merge_top(best, priced, top)
         if len(best["index"]) >= top:
             bound = min(bound, float(best["objective"][-1]))
-            if not comm and not floors:  # the order is exact: the first K feasible rows are the best
+            if not comm:  # the order is exact: the first K feasible rows are the best
                 break
         if start < len(order) and objective[order[start]] > bound:
             break
@@ -500,7 +570,8 @@ def _kth(best: Mapping[str, np.ndarray], top: int) -> float:
 def _block_top(spec: SearchSpec, start: int, stop: int, top: int) -> tuple[dict[str, np.ndarray], int]:
     space, _, _, _ = _context(spec)
     best, count = _empty(), 0
-    for chunk in space.block(start, stop):
+    keys = _LEAN if _bounded(spec, None) else None
+    for chunk in space.block(start, stop, keys):
         count += len(chunk)
         best = merge_top(best, chunk_best(spec, chunk, top, bound=_kth(best, top)), top)
     return best, count
@@ -582,10 +653,11 @@ def search(spec: SearchSpec, *, top: int = 10, chunk: int = 1 << 18, engine: str
         best, count = _dask_search(spec, space, top, chunk, scheduler)
     else:
         best, count, done = _empty(), 0, 0
+        keys = _LEAN if _bounded(spec, sink) else None
         try:
             for lo in range(0, space.size, chunk):
                 hi = min(lo + chunk, space.size)
-                for part in space.block(lo, hi):
+                for part in space.block(lo, hi, keys):
                     count += len(part)
                     best = merge_top(best, chunk_best(spec, part, top, sink, _kth(best, top)), top)
                 done = hi

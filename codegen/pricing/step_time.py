@@ -24,6 +24,7 @@ Public API::
     pricer.price(values, recompute, chunk=None, zero=None) -> dict[str, ndarray]   # PARTS
     pricer.compute(values, recompute, zero=1) -> (compute seconds, FLOPs, HBM bytes)
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
+    pricer.compute_bound(values, parts) -> compute × (1 + bubble), a lower bound of the step time
     exposed_comm(parts, recompute) -> exposed seconds
     stage_layer_counts(model, p, vp) -> (first, last) arrays
     time_family_comm(model, system) -> comm callable (.stage_seconds(chunk), .item_keys), or None without
@@ -291,6 +292,18 @@ class StepTimePricer:
                 slower = seconds > best[0]
                 best = tuple(np.where(slower, new, old) for new, old in zip((seconds, flops, moved), best))
         return best
+
+    def compute_bound(self, values: Mapping[str, np.ndarray], parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """Compute × (1 + bubble) of layouts whose :meth:`stage_parts` are *parts*: their step time without
+        communication (:meth:`price`'s ``step_time_s`` with no ``comm``, the same numbers), a lower bound of it."""
+        seconds = None
+        for flops, moved in parts:
+            new = generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
+                                                 compute_efficiency=self.efficiency, stage_hbm_bytes=moved,
+                                                 hbm_bytes_per_s=self.hbm, hbm_efficiency=self.hbm_efficiency)
+            seconds = new if seconds is None else np.where(new > seconds, new, seconds)  # as slowest() picks
+        bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
+        return seconds * (1 + bubble)
 
     def compute(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
