@@ -174,8 +174,10 @@ def _floors(spec: SearchSpec) -> tuple[tuple[_Part, ...], ...]:
     the base row (tensor-, context-, pipeline-parallel, the dense data-parallel reduction), in two parts:
     those that read ``b`` or ``m`` but no ZeRO level, and those that read a ZeRO level but neither ``b`` nor
     ``m`` (tables shared by more layouts). Level 2: every item that reads no ZeRO level (level 1's first part
-    and the expert all-to-all), keyed by the whole structure row and ``b``: shared by the ZeRO levels.
-    An item reading the CP algorithm is left out (every table is shared by the algorithms).
+    and the expert all-to-all), keyed by the whole structure row and ``b``: shared by the ZeRO levels and CP
+    algorithms (not used when the search has one of each: a key would be one layout's, priced as dearly as the
+    layout). An item reading the CP algorithm or a ZeRO level is left out (every table is shared by the
+    algorithms; the tables are per recompute mode).
     """
     _, step, _, _ = _context(spec)
     keys = getattr(step.comm, "item_keys", None) if step is not None else None
@@ -194,7 +196,8 @@ def _floors(spec: SearchSpec) -> tuple[tuple[_Part, ...], ...]:
     if one:
         levels.append((_Part(one, False, True, False, whole(one)),))
     two = tuple(keys)
-    if set(two) - set(one):
+    shared = len(spec.zero_levels) > 1 or len(spec.cp_algos or ()) > 1  # else a level-2 key is one layout's
+    if shared and set(two) - set(one):
         levels.append((_Part(two, True, True, False, whole(two)),))
     return tuple(levels)
 
@@ -391,37 +394,59 @@ def _chunk_best_bounded(spec: SearchSpec, chunk: Chunk, top: int, bound: float) 
     best = _empty()
     stages = _stage_parts(spec, chunk, _row_stage_parts(spec, setting.cp_algo, setting.recompute, setting.zero))
     lower = step.compute_bound(chunk.values, stages)
+    window = max(4 * top, 1 << 12)
+    done = None
+    if not np.isfinite(bound) and len(chunk) > 4 * window:
+        # A seed: the layouts of the smallest compute bound, priced first, so that the floors are priced only
+        # for the layouts that bound keeps (not every one of the chunk's).
+        seed = np.sort(np.argpartition(np.nan_to_num(lower, nan=np.inf), window)[:window])
+        everywhere = np.ones(len(seed), bool)
+        best, bound = _price_window(spec, _full(spec, chunk, seed), seed, lower[seed], lower[seed]
+                                    + _level_floor(spec, _full(spec, chunk, seed), 0, everywhere), bound, best, top)
+        done = np.zeros(len(chunk), bool)
+        done[seed] = True
     objective = lower + _level_floor(spec, chunk, 0, ~(lower > bound))
-    live = np.flatnonzero(~(objective > bound))  # NaN bounds stay (ranked last, as in the full table)
+    keep = ~(objective > bound)  # NaN bounds stay (ranked last, as in the full table)
+    if done is not None:
+        keep &= ~done
+    live = np.flatnonzero(keep)
     if len(live) == 0:
         return best
     order = live[np.lexsort((chunk.index[live], np.nan_to_num(objective[live], nan=np.inf)))]
-    window = max(4 * top, 1 << 12)
     start = 0
     while start < len(order):
         rows = np.sort(order[start:start + window])
         start += len(rows)
-        sub = _full(spec, chunk, rows)
-        for level in range(1, len(_floors(spec))):  # the later levels, before memory and communication
-            deeper = lower[rows] + _level_floor(spec, sub, level, ~(objective[rows] > bound))
-            keep = np.flatnonzero(~(np.maximum(deeper, objective[rows]) > bound))
-            rows, sub = rows[keep], _subchunk(spec, sub, keep)
-        got = None
-        if memory is not None and len(rows):  # memory first: only the feasible rows are priced for communication
-            prices = memory.price_batch(sub.batch, validated=True)
-            fits = np.flatnonzero(np.asarray(prices.fits, dtype=bool))
-            rows, sub = rows[fits], _subchunk(spec, sub, fits)
-            got = _Memory(prices.peak_total[fits], prices.headroom[fits], np.ones(len(rows), np.int64))
-        if len(rows):
-            priced = _complete(spec, sub, price_chunk(spec, sub), np.arange(len(rows)), memory_priced=got,
-                               bound=bound)
-            best = merge_top(best, priced, top)
-        if len(best["index"]) >= top:
-            bound = min(bound, float(best["objective"][-1]))
+        best, bound = _price_window(spec, _full(spec, chunk, rows), rows, lower[rows], objective[rows], bound, best,
+                                    top)
         if start < len(order) and objective[order[start]] > bound:
             break
         window *= 4
     return best
+
+
+def _price_window(spec: SearchSpec, sub: Chunk, rows: np.ndarray, lower: np.ndarray, objective: np.ndarray,
+                  bound: float, best: dict[str, np.ndarray], top: int) -> tuple[dict[str, np.ndarray], float]:
+    """Layouts *sub* (every key decoded; *lower*: their compute bounds, *objective*: with the level-1 floor) of
+    a walk: the later floor levels, memory (the infeasible dropped), their exact communication, merged into
+    *best*; returns it and the tightened bound."""
+    _, _, _, memory = _context(spec)
+    for level in range(1, len(_floors(spec))):  # the later levels, before memory and communication
+        deeper = lower + _level_floor(spec, sub, level, ~(objective > bound))
+        keep = np.flatnonzero(~(np.maximum(deeper, objective) > bound))
+        rows, sub, lower, objective = rows[keep], _subchunk(spec, sub, keep), lower[keep], objective[keep]
+    got = None
+    if memory is not None and len(rows):  # memory first: only the feasible rows are priced for communication
+        prices = memory.price_batch(sub.batch, validated=True)
+        fits = np.flatnonzero(np.asarray(prices.fits, dtype=bool))
+        rows, sub = rows[fits], _subchunk(spec, sub, fits)
+        got = _Memory(prices.peak_total[fits], prices.headroom[fits], np.ones(len(rows), np.int64))
+    if len(rows):
+        priced = _complete(spec, sub, price_chunk(spec, sub), np.arange(len(rows)), memory_priced=got, bound=bound)
+        best = merge_top(best, priced, top)
+    if len(best["index"]) >= top:
+        bound = min(bound, float(best["objective"][-1]))
+    return best, bound
 
 
 def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], None] | None = None,
