@@ -110,7 +110,7 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
     return space, step, original, memory
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=4)  # the settings a walk is in (memory flat however many settings the search has)
 def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) -> tuple[np.ndarray, ...]:
     """Per structure row, the first and last stages' FLOPs and HBM bytes as affine forms of ``m``, once per process.
 
@@ -128,7 +128,7 @@ def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) 
     return out
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=2)
 def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """:func:`_row_stage_parts` of every structure row of any CP algorithm (by ``SearchSpace.structure_id``,
     ascending): the compute forms read no CP algorithm (``StepTimePricer.stage_parts``), so the algorithms
@@ -209,8 +209,8 @@ def _floor_table(spec: SearchSpec, part: _Part, zero: int | None, recompute: str
     space = _context(spec)[0]
     rows = space.structure_count if part.by_row else len(space.base["t"])
     size = rows * (len(space.b) if part.by_b else 1)
-    if part.dims:  # one stage's seconds (the bottleneck's): first, last and largest alike
-        one = np.full(size, np.nan)
+    if part.dims:  # one stage's seconds (the bottleneck's): first, last and largest alike; float32 (rounded down)
+        one = np.full(size, np.nan, dtype=np.float32)
         return one, one, one
     return tuple(np.full(size, np.nan) for _ in range(3))
 
@@ -246,7 +246,9 @@ def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -
             by_dimension = step.comm(sub)
             for part, table, key in zip(parts, tables, keys):
                 value = np.maximum(sum(np.asarray(by_dimension[d], dtype=np.float64) for d in part.dims), 0.0)
-                table[2][key[reps]] = value * (1 - _FLOOR_SLACK)
+                value = value * (1 - _FLOOR_SLACK)
+                low = value.astype(np.float32)
+                table[2][key[reps]] = np.where(low > value, np.nextafter(low, np.float32(0)), low)  # rounded down
             return _gather_floor(parts, tables, keys, need)
         stages = step.comm.stage_seconds(sub)
         last = sub.values["p"] - 1
@@ -261,7 +263,7 @@ def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -
 
 
 def _gather_floor(parts, tables, keys, need: np.ndarray) -> np.ndarray:
-    largest = [np.take(table[2], key) for table, key in zip(tables, keys)]
+    largest = [np.take(table[2], key).astype(np.float64, copy=False) for table, key in zip(tables, keys)]
     floor = largest[0]
     for value in largest[1:]:
         floor = np.fmax(floor, value)
@@ -616,13 +618,16 @@ def _kth(best: Mapping[str, np.ndarray], top: int) -> float:
     return value if np.isfinite(value) else np.inf
 
 
-def _block_top(spec: SearchSpec, start: int, stop: int, top: int) -> tuple[dict[str, np.ndarray], int]:
+def _block_top(spec: SearchSpec, start: int, stop: int, top: int, seed: float = np.inf
+               ) -> tuple[dict[str, np.ndarray], int]:
+    """The best *top* rows of grid indices ``[start, stop)`` whose objective does not exceed *seed* (the K-th best
+    objective of some K layouts: no layout above it can enter the top K)."""
     space, _, _, _ = _context(spec)
     best, count = _empty(), 0
     keys = _LEAN if _bounded(spec, None) else None
     for chunk in space.block(start, stop, keys):
         count += len(chunk)
-        best = merge_top(best, chunk_best(spec, chunk, top, bound=_kth(best, top)), top)
+        best = merge_top(best, chunk_best(spec, chunk, top, bound=min(seed, _kth(best, top))), top)
     return best, count
 
 
@@ -630,11 +635,24 @@ def _merge_pair(a: tuple[dict, int], b: tuple[dict, int], top: int) -> tuple[dic
     return merge_top(a[0], b[0], top), a[1] + b[1]
 
 
-def _block_of_indices(indices: np.ndarray, spec: SearchSpec, top: int) -> tuple[dict[str, np.ndarray], int]:
-    """A dask.array block of grid indices (a contiguous range) priced and reduced to its best rows."""
+def _block_of_indices(indices: np.ndarray, spec: SearchSpec, top: int, seed: float = np.inf
+                      ) -> tuple[dict[str, np.ndarray], int]:
+    """A dask.array block of grid indices (a contiguous range) priced and reduced to its best rows (those not
+    above *seed*)."""
     if len(indices) == 0:
         return _empty(), 0
-    return _block_top(spec, int(indices[0]), int(indices[-1]) + 1, top)
+    return _block_top(spec, int(indices[0]), int(indices[-1]) + 1, top, seed)
+
+
+def _seed(spec: SearchSpec, space: SearchSpace, top: int, chunk: int) -> float:
+    """A bound for every block: the K-th best objective of the first chunk (K layouts at most that good exist,
+    so no layout above it enters the top K), or infinity; priced once, by the caller."""
+    if not _bounded(spec, None):
+        return np.inf
+    best = _empty()
+    for part in space.block(0, min(chunk, space.size), _LEAN):
+        best = merge_top(best, chunk_best(spec, part, top, bound=_kth(best, top)), top)
+    return _kth(best, top)
 
 
 def _dask_search(spec: SearchSpec, space: SearchSpace, top: int, chunk: int, scheduler: str | None
@@ -646,7 +664,9 @@ def _dask_search(spec: SearchSpec, space: SearchSpace, top: int, chunk: int, sch
         raise ValueError("--engine dask / --scheduler: needs the optional extra dask[array] "
                          "(pip install symcost[search])") from None
     indices = da.arange(space.size, chunks=chunk, dtype=np.int64)
-    level = [dask.delayed(_block_of_indices, pure=True)(block, spec, top) for block in indices.to_delayed().ravel()]
+    seed = _seed(spec, space, top, chunk)
+    level = [dask.delayed(_block_of_indices, pure=True)(block, spec, top, seed)
+             for block in indices.to_delayed().ravel()]
     while len(level) > 1:  # the tree reduction: only the best rows of each pair move up
         nxt = [dask.delayed(_merge_pair, pure=True)(level[i], level[i + 1], top) for i in range(0, len(level) - 1, 2)]
         if len(level) % 2:
