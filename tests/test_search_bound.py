@@ -3,6 +3,8 @@ and the bounded walk gives the table that pricing every layout gives, to the bit
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -73,5 +75,26 @@ def test_bounded_walk_on_dask_threads_equals_in_process():
     want = search(spec, top=10, chunk=20000)
     got = search(spec, top=10, chunk=20000, engine="dask")
     assert got.layouts == want.layouts
+    for key in want.table:
+        np.testing.assert_array_equal(got.table[key], want.table[key], err_msg=key)
+
+
+def test_floors_priced_at_every_stage_are_lower_bounds_too(monkeypatch):
+    """A part that is not every item of its dimensions is priced at every stage (first, last, largest): forced
+    here on the same grid, its floors stay at most the exposed communication and the top K is unchanged."""
+    spec = _spec()
+    levels = search_module._floors(spec)
+    staged = tuple(tuple(dataclasses.replace(part, dims=()) for part in level) for level in levels)
+    search_module._floor_table.cache_clear()
+    want = search(spec, top=10, chunk=20000)
+    monkeypatch.setattr(search_module, "_floors", lambda s: staged)
+    search_module._floor_table.cache_clear()
+    space, step, _, _ = search_module._context(spec)
+    chunk = next(space.chunks(chunk=20000))
+    exposed = exposed_comm(step.comm(chunk), chunk.setting.recompute)
+    for level in range(len(staged)):
+        floor = search_module._level_floor(spec, chunk, level, np.ones(len(chunk), bool))
+        assert (floor <= exposed).all() and (floor > 0).any()
+    got = search(spec, top=10, chunk=20000)
     for key in want.table:
         np.testing.assert_array_equal(got.table[key], want.table[key], err_msg=key)

@@ -18,6 +18,7 @@ Public API::
     SearchSpec(model, devices, global_batch, system, objective="step-time", ...)
     price_chunk(spec, chunk) -> dict[str, ndarray]      # one chunk's table: compute, bubble (comm, memory not yet)
     chunk_best(spec, chunk, top, sink=None) -> dict     # its best rows, comm and memory priced where needed
+                                                        # (branch and bound on floors: docs/search.md)
     reduce_top(table, top) -> dict;  merge_top(a, b, top) -> dict
     search(spec, *, top=10, chunk=1 << 18, engine="numpy", scheduler=None, progress=None, sink=None)
         -> SearchResult(table, layouts, grid, interrupted, seconds)
@@ -170,14 +171,14 @@ class _Part:
 def _floors(spec: SearchSpec) -> tuple[tuple[_Part, ...], ...]:
     """The levels of the communication floor of *spec*, each a tuple of parts (none without the time family).
 
-    ``step_time.time_item_keys`` says what each item's seconds per stage follow from. Level 1: the items of
-    the base row (tensor-, context-, pipeline-parallel, the dense data-parallel reduction), in two parts:
-    those that read ``b`` or ``m`` but no ZeRO level, and those that read a ZeRO level but neither ``b`` nor
-    ``m`` (tables shared by more layouts). Level 2: every item that reads no ZeRO level (level 1's first part
-    and the expert all-to-all), keyed by the whole structure row and ``b``: shared by the ZeRO levels and CP
-    algorithms (not used when the search has one of each: a key would be one layout's, priced as dearly as the
-    layout). An item reading the CP algorithm or a ZeRO level is left out (every table is shared by the
-    algorithms; the tables are per recompute mode).
+    ``step_time.time_item_keys`` says what each item's seconds per stage follow from; an item that reads the
+    CP algorithm or a ZeRO level is left out (every table is shared by the CP algorithms and ZeRO levels; the
+    tables are per recompute mode). Level 1: the items that read the base row ``(t, cp, p, vp)`` and ``b``
+    alone (tensor-, context-, pipeline-parallel on DeepSeek-V3), keyed by the base row and ``b``: shared by
+    every ``ep`` and ``etp`` too. Level 2: every item left (the expert all-to-all too), keyed by the whole
+    structure row and ``b``; only when the search has several ZeRO levels or CP algorithms (with one of each a
+    key would be one layout's, priced as dearly as the layout). A part whose items are every item of some
+    dimensions is priced at the bottleneck stage (``by_dimension``); another at every stage.
     """
     _, step, _, _ = _context(spec)
     keys = getattr(step.comm, "item_keys", None) if step is not None else None
@@ -204,8 +205,9 @@ def _floors(spec: SearchSpec) -> tuple[tuple[_Part, ...], ...]:
 
 @functools.lru_cache(maxsize=128)
 def _floor_table(spec: SearchSpec, part: _Part, zero: int | None, recompute: str) -> tuple[np.ndarray, ...]:
-    """A part's seconds per key: (first stage, last stage, largest stage), lowered by ``_FLOOR_SLACK``;
-    NaN: not priced yet."""
+    """A part's seconds per key, lowered by ``_FLOOR_SLACK``, NaN where not priced yet: (first stage, last stage,
+    largest stage); for a part of whole dimensions the bottleneck stage's in all three (one float32 array,
+    rounded down)."""
     space = _context(spec)[0]
     rows = space.structure_count if part.by_row else len(space.base["t"])
     size = rows * (len(space.b) if part.by_b else 1)
@@ -220,10 +222,12 @@ def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -
 
     The exposed communication of a layout is its bottleneck stage's seconds, the largest stage total
     (``exposed_comm``; full recompute adds more), and every item's seconds are >= 0, so it is at least
-    the sum of any items' seconds at any one stage: the floor is the largest of each part's largest
-    stage, the sum of the parts' first stages and that of their last. Layouts that agree on what a
-    part's items follow from (``_floors``) share its seconds: they are priced once on one of them
-    (``TimePricer``, every stage) and kept.
+    the sum of any items' seconds at any one stage. Layouts that agree on what a part's items follow
+    from (``_floors``) have the same seconds for them at every stage: they are priced once on one of
+    them and kept. A part of whole dimensions: their seconds at that layout's bottleneck stage
+    (``TimePricer``'s ``by_dimension``), at most the exposed communication of every layout sharing them.
+    Otherwise (every stage priced): the largest of each part's largest stage, the sum of the parts'
+    first stages and that of their last.
     """
     space, step, _, _ = _context(spec)
     setting = chunk.setting

@@ -124,10 +124,7 @@ def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping
 
     def stage_seconds(chunk: Any) -> Mapping[str, np.ndarray]:
         """Every stage's seconds per item ``"dim.collective"``: ``(n, P_max)``, NaN past a layout's last stage."""
-        # (the time pricer's per-stage path for the seconds alone: price_batch(per_stage=True) also fills every
-        # stage's calls, S and bytes, three times the work, unused here)
-        stages = pricer(chunk.setting)._price(chunk.batch, True, ("time_s",), True).stages
-        return stages["time_s"]
+        return pricer(chunk.setting).price_batch(chunk.batch, validated=True, per_stage=True).stages["time_s"]
 
     comm.stage_seconds = stage_seconds  # type: ignore[attr-defined]
     comm.item_keys = time_item_keys(model)  # type: ignore[attr-defined]
