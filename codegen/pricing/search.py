@@ -197,10 +197,50 @@ def _floors(spec: SearchSpec) -> tuple[tuple[_Part, ...], ...]:
     if one:
         levels.append((_Part(one, False, True, False, whole(one)),))
     two = tuple(keys)
-    shared = len(spec.zero_levels) > 1 or len(spec.cp_algos or ()) > 1  # else a level-2 key is one layout's
+    shared = (len(spec.zero_levels) > 1 or len(spec.cp_algos or ()) > 1  # else a level-2 key is one layout's
+              or (len(spec.recompute) > 1 and _recompute_free(spec)))
     if shared and set(two) - set(one):
         levels.append((_Part(two, True, True, False, whole(two)),))
     return tuple(levels)
+
+
+@functools.lru_cache(maxsize=8)
+def _recompute_free(spec: SearchSpec) -> bool:
+    """Whether the floors' items read the recompute mode through nothing: no item's form reads a field of it
+    (``time_item_keys`` names ``recompute`` only for the stage's layer counts) and every pipeline shape of the
+    space holds the same layers per stage under each of the spec's recompute modes, counted as ``TimePricer``
+    counts them (``pipeline_stage_counts`` with the plan and offset that apply: body, MTP recomputed or not).
+    Then the floors' tables are shared by the recompute modes."""
+    from ..configs.layouts import pipeline_stage_counts
+
+    space, step, _, _ = _context(spec)
+    keys = getattr(step.comm, "item_keys", None) if step is not None else None
+    if not keys:
+        return False
+    algo = space.settings[0].cp_algo
+    table = space.structures[algo]
+    if not len(table["p"]):
+        return True
+    shapes, first = np.unique(np.stack([table["p"], table["vp"]], axis=1), axis=0, return_index=True)
+    for (p, vp), row in zip(shapes.tolist(), first.tolist()):
+        seen = None
+        for mode in spec.recompute:
+            from .enumeration import Setting
+
+            values = {key: column[row:row + 1] for key, column in table.items()}
+            b = space.global_batch // int(values["d"][0])
+            batch = Chunk(Setting(mode, spec.zero_levels[0], algo), {**values, "b": np.array([b]),
+                                                                   "m": np.array([1])},
+                          np.zeros(1, np.int64), spec.model).batch
+            offset_applies, list_applies = batch.stage_lists_apply(p, vp)
+            counts = pipeline_stage_counts(spec.model, p, vp,
+                                           recompute=batch.recompute if list_applies else batch.recompute.uniform(),
+                                           offset=batch.offset if offset_applies else None)
+            layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]
+            if seen is not None and not np.array_equal(layers, seen):
+                return False
+            seen = layers
+    return True
 
 
 @functools.lru_cache(maxsize=128)
@@ -234,8 +274,9 @@ def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -
     algo = setting.cp_algo
     parts = _floors(spec)[level]
     tables, keys = [], []
+    recompute = None if _recompute_free(spec) else setting.recompute
     for part in parts:
-        tables.append(_floor_table(spec, part, setting.zero if part.by_zero else None, setting.recompute))
+        tables.append(_floor_table(spec, part, setting.zero if part.by_zero else None, recompute))
         key = np.take((space.structure_id if part.by_row else space.structure_base)[algo], chunk.row)
         if part.by_b:
             key = key * len(space.b) + chunk.bpos
@@ -722,7 +763,7 @@ def search(spec: SearchSpec, *, top: int = 10, chunk: int = 1 << 18, engine: str
     space, _, _, _ = _context(spec)
     # The floors and the rows' compute parts are the search's own work: priced again by every search (a
     # second search of the same spec is timed as the first), not kept from an earlier one.
-    for cache in (_floor_table, _row_stage_parts, _union_stage_parts):
+    for cache in (_floor_table, _row_stage_parts, _union_stage_parts, _recompute_free):
         cache.cache_clear()
     labels = {"recompute": RECOMPUTE_MODES, "cp_algo": tuple(dict.fromkeys(s.cp_algo for s in space.settings))}
     interrupted = False
