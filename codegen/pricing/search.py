@@ -221,17 +221,16 @@ def _recompute_free(spec: SearchSpec) -> bool:
     table = space.structures[algo]
     if not len(table["p"]):
         return True
-    shapes, first = np.unique(np.stack([table["p"], table["vp"]], axis=1), axis=0, return_index=True)
-    for (p, vp), row in zip(shapes.tolist(), first.tolist()):
-        seen = None
-        for mode in spec.recompute:
-            from .enumeration import Setting
+    from .enumeration import Setting
 
-            values = {key: column[row:row + 1] for key, column in table.items()}
-            b = space.global_batch // int(values["d"][0])
-            batch = Chunk(Setting(mode, spec.zero_levels[0], algo), {**values, "b": np.array([b]),
-                                                                   "m": np.array([1])},
-                          np.zeros(1, np.int64), spec.model).batch
+    shapes = np.unique(np.stack([table["p"], table["vp"]], axis=1), axis=0).tolist()
+    one = {key: column[:1] for key, column in table.items()}
+    one.update(b=space.global_batch // one["d"], m=np.ones(1, np.int64))
+    batches = [Chunk(Setting(mode, spec.zero_levels[0], algo), one, np.zeros(1, np.int64), spec.model).batch
+               for mode in spec.recompute]  # the run settings, the same for every layout of a batch
+    for p, vp in shapes:
+        seen = None
+        for batch in batches:
             offset_applies, list_applies = batch.stage_lists_apply(p, vp)
             counts = pipeline_stage_counts(spec.model, p, vp,
                                            recompute=batch.recompute if list_applies else batch.recompute.uniform(),
@@ -371,22 +370,18 @@ def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
 
 
 def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows: np.ndarray,
-              memory_priced: Any = None, bound: float = np.inf, comm_priced: np.ndarray | None = None
-              ) -> dict[str, np.ndarray]:
+              memory_priced: Any = None, bound: float = np.inf) -> dict[str, np.ndarray]:
     """The *rows* (ascending) of *table* with their exposed communication (when the time family is present)
     and memory per rank, headroom and fits (when memory is priced) filled in, the objective updated.
 
     *memory_priced*: the rows' memory when the caller has it (``peak_total``, ``headroom``, ``fits``).
-    *comm_priced*: the rows' exposed communication seconds when the caller has them.
     *bound*: rows whose exact objective exceeds it are left out (they cannot enter the top K).
     """
     _, step, _, memory = _context(spec)
     sub = _subchunk(spec, chunk, rows)
     filled: dict[str, np.ndarray] = {}
     if step is not None and step.comm is not None:
-        if comm_priced is None:
-            comm_priced = exposed_comm(step.comm(sub), chunk.setting.recompute)
-        comm = np.broadcast_to(comm_priced, rows.shape).astype(np.float64)
+        comm = np.broadcast_to(exposed_comm(step.comm(sub), chunk.setting.recompute), rows.shape).astype(np.float64)
         filled["comm_s"] = comm
         filled["step_time_s"] = step.step_time(table["compute_s"][rows], sub.values, comm)
         filled["objective"] = comm if spec.objective == "comm-time" else filled["step_time_s"]
@@ -481,31 +476,11 @@ def _price_window(spec: SearchSpec, sub: Chunk, rows: np.ndarray, lower: np.ndar
     """Layouts *sub* (every key decoded; *lower*: their compute bounds, *objective*: with the level-1 floor) of
     a walk: the later floor levels, memory (the infeasible dropped), their exact communication, merged into
     *best*; returns it and the tightened bound."""
-    _, step, _, memory = _context(spec)
+    _, _, _, memory = _context(spec)
     for level in range(1, len(_floors(spec))):  # the later levels, before memory and communication
         deeper = lower + _level_floor(spec, sub, level, ~(objective > bound))
         keep = np.flatnonzero(~(np.maximum(deeper, objective) > bound))
         rows, sub, lower, objective = rows[keep], _subchunk(spec, sub, keep), lower[keep], objective[keep]
-    if len(_floors(spec)) == 1 and len(rows):
-        # No level 2 (one ZeRO level and CP algorithm): the exact communication first (it prunes more than memory
-        # does), then memory for the layouts it keeps.
-        table = price_chunk(spec, sub)
-        comm = np.broadcast_to(exposed_comm(step.comm(sub), sub.setting.recompute), rows.shape).astype(np.float64)
-        keep = np.flatnonzero(~(step.step_time(table["compute_s"], sub.values, comm) > bound))
-        rows, sub, comm = rows[keep], _subchunk(spec, sub, keep), comm[keep]
-        got = None
-        if memory is not None and len(rows):
-            prices = memory.price_batch(sub.batch, validated=True)
-            fits = np.flatnonzero(np.asarray(prices.fits, dtype=bool))
-            rows, sub, comm = rows[fits], _subchunk(spec, sub, fits), comm[fits]
-            got = _Memory(prices.peak_total[fits], prices.headroom[fits], np.ones(len(rows), np.int64))
-        if len(rows):
-            priced = _complete(spec, sub, price_chunk(spec, sub), np.arange(len(rows)), memory_priced=got,
-                               bound=bound, comm_priced=comm)
-            best = merge_top(best, priced, top)
-        if len(best["index"]) >= top:
-            bound = min(bound, float(best["objective"][-1]))
-        return best, bound
     got = None
     if memory is not None and len(rows):  # memory first: only the feasible rows are priced for communication
         prices = memory.price_batch(sub.batch, validated=True)
