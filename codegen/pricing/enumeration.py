@@ -22,7 +22,7 @@ Public API::
     SearchSpace(model, devices, global_batch, *, fix=None, maximum=None, recompute=("none", "selective",
                 "full"), zero_levels=(1,), cp_algos=None, devices_per_node=None, tp_cross_node=False)
     space.size -> int;  space.chunks(chunk=1 << 18, start=0, stop=None) -> Iterator[Chunk]
-    space.block(start, stop) -> list[Chunk];  space.decode(index, setting) -> dict[str, ndarray]
+    space.block(start, stop, keys=None) -> list[Chunk];  space.decode(index, setting, keys=None) -> dict[str, ndarray]
     Chunk(setting, values, index, model): .batch (a LayoutBatch, built on first use)
     parse_restrictions(items, option) -> dict[str, int]
 """
@@ -73,14 +73,16 @@ class Chunk:
         setting: the run settings of every layout. values: ``{key: (n,) int64}`` for :data:`DEGREE_KEYS`.
         index: grid indices, ascending. batch: the :class:`LayoutBatch`, built on first use.
         row: each layout's row of the space's structure table (everything but ``b`` and ``m``), or None.
+        bpos: each layout's ``b`` as its position in the space's micro-batch sizes ``SearchSpace.b``, or None.
     """
 
-    __slots__ = ("setting", "values", "index", "row", "_model", "_batch")
+    __slots__ = ("setting", "values", "index", "row", "bpos", "_model", "_batch")
 
     def __init__(self, setting: Setting, values: dict[str, np.ndarray], index: np.ndarray, model: ModelConfig,
-                 row: np.ndarray | None = None):
+                 row: np.ndarray | None = None, bpos: np.ndarray | None = None):
         self.setting, self.values, self.index, self._model, self._batch = setting, values, index, model, None
         self.row = row  # each layout's structure row (SearchSpace.structures[setting.cp_algo]), when known
+        self.bpos = bpos  # each layout's b as its position in SearchSpace.b, when known
 
     def __len__(self) -> int:
         return len(self.index)
@@ -215,14 +217,24 @@ class SearchSpace:
         structure = {key: column[r] for key, column in self.base.items()}
         structure["ep"], structure["etp"] = self.ep[e], self.etp[x]
         self.structures = {}
+        #: Per CP algorithm, each structure row's base row (its ``(t, cp, p, vp)``, ``d``: a row of :attr:`base`).
+        self.structure_base: dict[str, np.ndarray] = {}
+        #: Per CP algorithm, each structure row's number among every (base row, ep, etp) combination: the same
+        #: structure has the same number under every algorithm (``structure_count`` numbers in all).
+        self.structure_id: dict[str, np.ndarray] = {}
+        self.structure_count = len(combo)
         for algo in dict.fromkeys(s.cp_algo for s in self.settings):
             if not rows:
                 self.structures[algo] = {key: column[:0] for key, column in structure.items()}
+                self.structure_base[algo] = r[:0]
+                self.structure_id[algo] = combo[:0]
                 continue
             batch = LayoutBatch.from_arrays(self.model.layout, **structure, m=np.ones_like(r), cp_algo=algo,
                                             recompute="none")
             ok = layout_violations(self.model, batch, self.devices) < 0
             self.structures[algo] = {key: np.ascontiguousarray(column[ok]) for key, column in structure.items()}
+            self.structure_base[algo] = np.ascontiguousarray(r[ok])
+            self.structure_id[algo] = np.ascontiguousarray(combo[ok])
         # Micro-batch sizes per row: the b that make m = global / (d·b) whole (and meet --fix/--max m), as
         # offsets, so that every grid point is a valid layout: row r owns grid points [start[r], start[r+1]).
         self._b_tables = {}
@@ -237,22 +249,27 @@ class SearchSpace:
                 allowed &= m <= self.maximum["m"]
             width = int(allowed.sum(axis=1).max()) if len(distinct) else 0
             b_table = np.zeros((len(distinct), max(width, 1)), np.int64)
+            bpos_table = np.zeros((len(distinct), max(width, 1)), np.int64)
+            m_table = np.ones((len(distinct), max(width, 1)), np.int64)
             for i, row in enumerate(allowed):
                 b_table[i, :row.sum()] = self.b[row]
+                bpos_table[i, :row.sum()] = np.flatnonzero(row)
+                m_table[i, :row.sum()] = m[i, row]
             per_row = allowed.sum(axis=1)[where]
             start = np.zeros(len(dd) + 1, np.int64)
             np.cumsum(per_row, out=start[1:])
-            self._b_tables[algo] = (b_table, where.astype(np.int64), start)
+            self._b_tables[algo] = (b_table, where.astype(np.int64), start, bpos_table, m_table)
         self.setting_sizes = np.array([int(self._b_tables[s.cp_algo][2][-1]) for s in self.settings], np.int64)
         self.setting_start = np.zeros(len(self.settings) + 1, np.int64)
         np.cumsum(self.setting_sizes, out=self.setting_start[1:])
         self.size = int(self.setting_start[-1])
 
     # ------------------------------------------------------------------ chunks
-    def decode(self, index: np.ndarray, setting: int) -> dict[str, np.ndarray]:
-        """``{key: values}`` of grid indices *index*, all of setting number *setting*; ``"row"``: their structure rows."""
+    def decode(self, index: np.ndarray, setting: int, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """``{key: values}`` of grid indices *index*, all of setting number *setting*; ``"row"``: their structure rows,
+        ``"bpos"``: their ``b`` as a position in :attr:`b`. *keys*: only these of :data:`DEGREE_KEYS` (default all)."""
         algo = self.settings[setting].cp_algo
-        b_table, where, start = self._b_tables[algo]
+        b_table, where, start, bpos_table, m_table = self._b_tables[algo]
         local = index - self.setting_start[setting]
         if len(local) > 1 and local[-1] - local[0] == len(local) - 1:  # a contiguous range: rows by repeat
             lo, hi = int(local[0]), int(local[-1]) + 1
@@ -262,14 +279,19 @@ class SearchSpace:
         else:
             row = np.searchsorted(start, local, side="right") - 1
         table = self.structures[algo]
-        values = {key: column[row] for key, column in table.items()}
-        values["b"] = b_table[where[row], local - start[row]]
-        values["m"] = self.global_batch // (values["d"] * values["b"])
+        values = {key: column[row] for key, column in table.items() if keys is None or key in keys}
+        at = (where[row], local - start[row])
+        if keys is None or "b" in keys:
+            values["b"] = b_table[at]
+        if keys is None or "m" in keys:
+            values["m"] = m_table[at]
         values["row"] = row
+        values["bpos"] = bpos_table[at]
         return values
 
-    def block(self, start: int, stop: int) -> list[Chunk]:
-        """The layouts of grid indices ``[start, stop)`` (every one valid), one :class:`Chunk` per setting they span."""
+    def block(self, start: int, stop: int, keys: Sequence[str] | None = None) -> list[Chunk]:
+        """The layouts of grid indices ``[start, stop)`` (every one valid), one :class:`Chunk` per setting they span;
+        *keys*: only these of :data:`DEGREE_KEYS` in the chunks' values (default all; :meth:`decode` the rest)."""
         start, stop = max(0, int(start)), min(int(stop), self.size)
         out = []
         if stop <= start:
@@ -282,9 +304,9 @@ class SearchSpace:
             if hi <= lo:
                 continue
             index = np.arange(lo, hi, dtype=np.int64)
-            values = self.decode(index, k)
-            row = values.pop("row")
-            out.append(Chunk(self.settings[k], values, index, self.model, row))
+            values = self.decode(index, k, keys)
+            row, bpos = values.pop("row"), values.pop("bpos")
+            out.append(Chunk(self.settings[k], values, index, self.model, row, bpos))
         return out
 
     def chunks(self, chunk: int = 1 << 18, start: int = 0, stop: int | None = None) -> Iterator[Chunk]:

@@ -18,6 +18,7 @@ Public API::
     SearchSpec(model, devices, global_batch, system, objective="step-time", ...)
     price_chunk(spec, chunk) -> dict[str, ndarray]      # one chunk's table: compute, bubble (comm, memory not yet)
     chunk_best(spec, chunk, top, sink=None) -> dict     # its best rows, comm and memory priced where needed
+                                                        # (branch and bound on floors: docs/search.md)
     reduce_top(table, top) -> dict;  merge_top(a, b, top) -> dict
     search(spec, *, top=10, chunk=1 << 18, engine="numpy", scheduler=None, progress=None, sink=None)
         -> SearchResult(table, layouts, grid, interrupted, seconds)
@@ -110,7 +111,7 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
     return space, step, original, memory
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=4)  # the settings a walk is in (memory flat however many settings the search has)
 def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) -> tuple[np.ndarray, ...]:
     """Per structure row, the first and last stages' FLOPs and HBM bytes as affine forms of ``m``, once per process.
 
@@ -119,8 +120,24 @@ def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) 
     optimizer update: ``base + slope·m`` at fixed ``b·m``. Evaluated at ``m = 1`` and ``m = 2`` (``b`` the
     matching real number) per row. Returns (flops, base, slope) of the first stage, then of the last.
     """
+    space = _context(spec)[0]
+    ids, parts = _union_stage_parts(spec, recompute, zero)
+    at = np.searchsorted(ids, space.structure_id[cp_algo])
+    out = tuple(x[at] for x in parts)
+    for x in out:
+        x.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=2)
+def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """:func:`_row_stage_parts` of every structure row of any CP algorithm (by ``SearchSpace.structure_id``,
+    ascending): the compute forms read no CP algorithm (``StepTimePricer.stage_parts``), so the algorithms
+    that share a structure share its parts."""
     space, step, _, _ = _context(spec)
-    table = dict(space.structures[cp_algo])
+    algos = list(space.structures)
+    ids, first = np.unique(np.concatenate([space.structure_id[a] for a in algos]), return_index=True)
+    table = {key: np.concatenate([space.structures[a][key] for a in algos])[first] for key in space.structures[algos[0]]}
     batch = spec.global_batch / table["d"]
     out = []
     one = {**table, "b": batch, "m": np.ones_like(batch)}
@@ -129,9 +146,175 @@ def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) 
                                             step.stage_parts(two, recompute, zero)):
         slope = at_two - at_one
         out.extend(np.broadcast_to(x, batch.shape).copy() for x in (flops, at_one - slope, slope))
-    for x in out:
-        x.flags.writeable = False
-    return tuple(out)
+    return ids, tuple(out)
+
+
+#: The layout keys a structure's base row and the micro-batch size fix (``d``, ``m`` follow from them).
+_BASE_KEYS = frozenset({"t", "cp", "p", "vp", "d", "b", "m"})
+#: A floor is lowered by this relative amount: the items' seconds summed in another order than the time
+#: family's own total may round up by a few units in the last place (far below this).
+_FLOOR_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Items of the communication floor that share their table: what their seconds per stage follow from."""
+
+    items: tuple[str, ...]
+    by_row: bool  # the structure row (ep, etp too); else the base row (t, cp, p, vp, d)
+    by_b: bool  # and the micro-batch size
+    by_zero: bool  # one table per ZeRO level (always one per recompute mode)
+    dims: tuple[str, ...] = ()  # the items are these dimensions' every item (priced without every stage)
+
+
+@functools.lru_cache(maxsize=8)
+def _floors(spec: SearchSpec) -> tuple[tuple[_Part, ...], ...]:
+    """The levels of the communication floor of *spec*, each a tuple of parts (none without the time family).
+
+    ``step_time.time_item_keys`` says what each item's seconds per stage follow from; an item that reads the
+    CP algorithm or a ZeRO level is left out (every table is shared by the CP algorithms and ZeRO levels; the
+    tables are per recompute mode). Level 1: the items that read the base row ``(t, cp, p, vp)`` and ``b``
+    alone (tensor-, context-, pipeline-parallel on DeepSeek-V3), keyed by the base row and ``b``: shared by
+    every ``ep`` and ``etp`` too. Level 2: every item left (the expert all-to-all too), keyed by the whole
+    structure row and ``b``; only when the search has several ZeRO levels or CP algorithms (with one of each a
+    key would be one layout's, priced as dearly as the layout). A part whose items are every item of some
+    dimensions is priced at the bottleneck stage (``by_dimension``); another at every stage.
+    """
+    _, step, _, _ = _context(spec)
+    keys = getattr(step.comm, "item_keys", None) if step is not None else None
+    if not keys:
+        return ()
+    every = dict(keys)
+    keys = {item: needs for item, needs in keys.items() if "cp_algo" not in needs and "zero" not in needs}
+
+    def whole(items: tuple[str, ...]) -> tuple[str, ...]:
+        """The dimensions *items* are every item of (their seconds are ``by_dimension``'s), or ()."""
+        dims = tuple(dict.fromkeys(item.split(".")[0] for item in items))
+        return dims if {i for i in every if i.split(".")[0] in dims} == set(items) else ()
+
+    levels = []
+    one = tuple(item for item, needs in keys.items() if needs - {"recompute"} <= _BASE_KEYS)
+    if one:
+        levels.append((_Part(one, False, True, False, whole(one)),))
+    two = tuple(keys)
+    shared = (len(spec.zero_levels) > 1 or len(spec.cp_algos or ()) > 1  # else a level-2 key is one layout's
+              or (len(spec.recompute) > 1 and _recompute_free(spec)))
+    if shared and set(two) - set(one):
+        levels.append((_Part(two, True, True, False, whole(two)),))
+    return tuple(levels)
+
+
+@functools.lru_cache(maxsize=8)
+def _recompute_free(spec: SearchSpec) -> bool:
+    """Whether the floors' items read the recompute mode through nothing: no item's form reads a field of it
+    (``time_item_keys`` names ``recompute`` only for the stage's layer counts) and every pipeline shape of the
+    space holds the same layers per stage under each of the spec's recompute modes, counted as ``TimePricer``
+    counts them (``pipeline_stage_counts`` with the plan and offset that apply: body, MTP recomputed or not).
+    Then the floors' tables are shared by the recompute modes."""
+    from ..configs.layouts import pipeline_stage_counts
+
+    space, step, _, _ = _context(spec)
+    keys = getattr(step.comm, "item_keys", None) if step is not None else None
+    if not keys:
+        return False
+    algo = space.settings[0].cp_algo
+    table = space.structures[algo]
+    if not len(table["p"]):
+        return True
+    from .enumeration import Setting
+
+    shapes = np.unique(np.stack([table["p"], table["vp"]], axis=1), axis=0).tolist()
+    one = {key: column[:1] for key, column in table.items()}
+    one.update(b=space.global_batch // one["d"], m=np.ones(1, np.int64))
+    batches = [Chunk(Setting(mode, spec.zero_levels[0], algo), one, np.zeros(1, np.int64), spec.model).batch
+               for mode in spec.recompute]  # the run settings, the same for every layout of a batch
+    for p, vp in shapes:
+        seen = None
+        for batch in batches:
+            offset_applies, list_applies = batch.stage_lists_apply(p, vp)
+            counts = pipeline_stage_counts(spec.model, p, vp,
+                                           recompute=batch.recompute if list_applies else batch.recompute.uniform(),
+                                           offset=batch.offset if offset_applies else None)
+            layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]
+            if seen is not None and not np.array_equal(layers, seen):
+                return False
+            seen = layers
+    return True
+
+
+@functools.lru_cache(maxsize=128)
+def _floor_table(spec: SearchSpec, part: _Part, zero: int | None, recompute: str) -> tuple[np.ndarray, ...]:
+    """A part's seconds per key, lowered by ``_FLOOR_SLACK``, NaN where not priced yet: (first stage, last stage,
+    largest stage); for a part of whole dimensions the bottleneck stage's in all three (one float32 array,
+    rounded down)."""
+    space = _context(spec)[0]
+    rows = space.structure_count if part.by_row else len(space.base["t"])
+    size = rows * (len(space.b) if part.by_b else 1)
+    if part.dims:  # one stage's seconds (the bottleneck's): first, last and largest alike; float32 (rounded down)
+        one = np.full(size, np.nan, dtype=np.float32)
+        return one, one, one
+    return tuple(np.full(size, np.nan) for _ in range(3))
+
+
+def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -> np.ndarray:
+    """The *level*'s floor of each layout of *chunk*, pricing it where *need* and not known (0 elsewhere).
+
+    The exposed communication of a layout is its bottleneck stage's seconds, the largest stage total
+    (``exposed_comm``; full recompute adds more), and every item's seconds are >= 0, so it is at least
+    the sum of any items' seconds at any one stage. Layouts that agree on what a part's items follow
+    from (``_floors``) have the same seconds for them at every stage: they are priced once on one of
+    them and kept. A part of whole dimensions: their seconds at that layout's bottleneck stage
+    (``TimePricer``'s ``by_dimension``), at most the exposed communication of every layout sharing them.
+    Otherwise (every stage priced): the largest of each part's largest stage, the sum of the parts'
+    first stages and that of their last.
+    """
+    space, step, _, _ = _context(spec)
+    setting = chunk.setting
+    algo = setting.cp_algo
+    parts = _floors(spec)[level]
+    tables, keys = [], []
+    recompute = None if _recompute_free(spec) else setting.recompute
+    for part in parts:
+        tables.append(_floor_table(spec, part, setting.zero if part.by_zero else None, recompute))
+        key = np.take((space.structure_id if part.by_row else space.structure_base)[algo], chunk.row)
+        if part.by_b:
+            key = key * len(space.b) + chunk.bpos
+        keys.append(key)
+    largest = [np.take(table[2], key) for table, key in zip(tables, keys)]
+    gaps = [need & np.isnan(value) for value in largest]
+    if any(gap.any() for gap in gaps):
+        reps = np.unique(np.concatenate([np.flatnonzero(gap)[np.unique(key[gap], return_index=True)[1]]
+                                         for gap, key in zip(gaps, keys) if gap.any()]))
+        sub = _full(spec, chunk, reps)
+        if all(part.dims for part in parts):  # the bottleneck stage's seconds by dimension: a stage's
+            by_dimension = step.comm(sub)
+            for part, table, key in zip(parts, tables, keys):
+                value = np.maximum(sum(np.asarray(by_dimension[d], dtype=np.float64) for d in part.dims), 0.0)
+                value = value * (1 - _FLOOR_SLACK)
+                low = value.astype(np.float32)
+                table[2][key[reps]] = np.where(low > value, np.nextafter(low, np.float32(0)), low)  # rounded down
+            return _gather_floor(parts, tables, keys, need)
+        stages = step.comm.stage_seconds(sub)
+        last = sub.values["p"] - 1
+        for part, table, key in zip(parts, tables, keys):
+            total = sum(np.asarray(stages[item]) for item in part.items)
+            with np.errstate(invalid="ignore"):
+                top_stage = np.max(np.where(np.isnan(total), -np.inf, total), axis=1)
+            at = key[reps]
+            for column, value in zip(table, (total[:, 0], total[np.arange(len(reps)), last], top_stage)):
+                column[at] = np.maximum(value, 0.0) * (1 - _FLOOR_SLACK)
+    return _gather_floor(parts, tables, keys, need)
+
+
+def _gather_floor(parts, tables, keys, need: np.ndarray) -> np.ndarray:
+    largest = [np.take(table[2], key).astype(np.float64, copy=False) for table, key in zip(tables, keys)]
+    floor = largest[0]
+    for value in largest[1:]:
+        floor = np.fmax(floor, value)
+    if len(parts) > 1:
+        for column in (0, 1):
+            floor = np.fmax(floor, sum(np.take(table[column], key) for table, key in zip(tables, keys)))
+    return np.where(need, floor, 0.0)
 
 
 def _stage_parts(spec: SearchSpec, chunk: Chunk, rows: tuple[np.ndarray, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -219,6 +402,99 @@ def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows
     return {k: out[k] for k in table}
 
 
+#: The keys a chunk of the bounded walk decodes for every layout (the compute bound's); the others are decoded
+#: for the layouts priced further (:func:`_full`).
+_LEAN = ("p", "vp", "m")
+
+
+def _bounded(spec: SearchSpec, sink: Callable[[dict], None] | None) -> bool:
+    """Whether the walk is :func:`_chunk_best_bounded` (communication floors; lean chunks)."""
+    _, step, _, _ = _context(spec)
+    return (sink is None and not spec.keep_infeasible and spec.objective == "step-time" and step is not None
+            and step.comm is not None and bool(_floors(spec)))
+
+
+def _full(spec: SearchSpec, chunk: Chunk, rows: np.ndarray | None = None) -> Chunk:
+    """The layouts *rows* of *chunk* (all by default) with every key decoded."""
+    if all(key in chunk.values for key in DEGREE_KEYS):
+        return chunk if rows is None else _subchunk(spec, chunk, rows)
+    space = _context(spec)[0]
+    index = chunk.index if rows is None else chunk.index[rows]
+    values = space.decode(index, space.settings.index(chunk.setting))
+    row, bpos = values.pop("row"), values.pop("bpos")
+    return Chunk(chunk.setting, values, index, spec.model, row, bpos)
+
+
+def _chunk_best_bounded(spec: SearchSpec, chunk: Chunk, top: int, bound: float) -> dict[str, np.ndarray]:
+    """:func:`chunk_best` of the step-time objective with the time family: branch and bound on floors.
+
+    Every layout's lower bound is compute × (1 + bubble) (from its structure row's parts) plus the level-1
+    communication floor (:func:`_level_floor`); the layouts are taken in that order, in growing windows;
+    a window's layouts get the level-2 floor, then memory (the infeasible dropped), then their exact
+    communication; the K-th best objective found tightens *bound*, and the walk stops at the first layout
+    whose bound exceeds it. Only a layout whose lower bound exceeds the K-th best objective found so far
+    is left out: it cannot enter the top K.
+    """
+    space, step, _, memory = _context(spec)
+    setting = chunk.setting
+    best = _empty()
+    stages = _stage_parts(spec, chunk, _row_stage_parts(spec, setting.cp_algo, setting.recompute, setting.zero))
+    lower = step.compute_bound(chunk.values, stages)
+    window = max(4 * top, 1 << 12)
+    done = None
+    if not np.isfinite(bound) and len(chunk) > 4 * window:
+        # A seed: the layouts of the smallest compute bound, priced first, so that the floors are priced only
+        # for the layouts that bound keeps (not every one of the chunk's).
+        seed = np.sort(np.argpartition(np.nan_to_num(lower, nan=np.inf), window)[:window])
+        everywhere = np.ones(len(seed), bool)
+        best, bound = _price_window(spec, _full(spec, chunk, seed), seed, lower[seed], lower[seed]
+                                    + _level_floor(spec, _full(spec, chunk, seed), 0, everywhere), bound, best, top)
+        done = np.zeros(len(chunk), bool)
+        done[seed] = True
+    objective = lower + _level_floor(spec, chunk, 0, ~(lower > bound))
+    keep = ~(objective > bound)  # NaN bounds stay (ranked last, as in the full table)
+    if done is not None:
+        keep &= ~done
+    live = np.flatnonzero(keep)
+    if len(live) == 0:
+        return best
+    order = live[np.lexsort((chunk.index[live], np.nan_to_num(objective[live], nan=np.inf)))]
+    start = 0
+    while start < len(order):
+        rows = np.sort(order[start:start + window])
+        start += len(rows)
+        best, bound = _price_window(spec, _full(spec, chunk, rows), rows, lower[rows], objective[rows], bound, best,
+                                    top)
+        if start < len(order) and objective[order[start]] > bound:
+            break
+        window *= 4
+    return best
+
+
+def _price_window(spec: SearchSpec, sub: Chunk, rows: np.ndarray, lower: np.ndarray, objective: np.ndarray,
+                  bound: float, best: dict[str, np.ndarray], top: int) -> tuple[dict[str, np.ndarray], float]:
+    """Layouts *sub* (every key decoded; *lower*: their compute bounds, *objective*: with the level-1 floor) of
+    a walk: the later floor levels, memory (the infeasible dropped), their exact communication, merged into
+    *best*; returns it and the tightened bound."""
+    _, _, _, memory = _context(spec)
+    for level in range(1, len(_floors(spec))):  # the later levels, before memory and communication
+        deeper = lower + _level_floor(spec, sub, level, ~(objective > bound))
+        keep = np.flatnonzero(~(np.maximum(deeper, objective) > bound))
+        rows, sub, lower, objective = rows[keep], _subchunk(spec, sub, keep), lower[keep], objective[keep]
+    got = None
+    if memory is not None and len(rows):  # memory first: only the feasible rows are priced for communication
+        prices = memory.price_batch(sub.batch, validated=True)
+        fits = np.flatnonzero(np.asarray(prices.fits, dtype=bool))
+        rows, sub = rows[fits], _subchunk(spec, sub, fits)
+        got = _Memory(prices.peak_total[fits], prices.headroom[fits], np.ones(len(rows), np.int64))
+    if len(rows):
+        priced = _complete(spec, sub, price_chunk(spec, sub), np.arange(len(rows)), memory_priced=got, bound=bound)
+        best = merge_top(best, priced, top)
+    if len(best["index"]) >= top:
+        bound = min(bound, float(best["objective"][-1]))
+    return best, bound
+
+
 def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], None] | None = None,
                bound: float = np.inf) -> dict[str, np.ndarray]:
     """The best *top* rows of one chunk under the spec's memory rule, exactly as pricing every row would give,
@@ -231,7 +507,11 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
     (the infeasible are dropped), then communication for the feasible ones; the K-th best objective found
     tightens the bound as it goes, and the walk stops at the first row whose bound exceeds it. A sink
     (``--out``), ``keep_infeasible`` and the comm-time objective (whose bound is 0) price every row.
+    With the time family the bounds add communication floors (:func:`_chunk_best_bounded`).
     """
+    if chunk.row is not None and chunk.bpos is not None and _bounded(spec, sink):
+        return _chunk_best_bounded(spec, chunk, top, bound)
+    chunk = _full(spec, chunk)
     table = price_chunk(spec, chunk)
     _, step, _, memory = _context(spec)
     comm = step is not None and step.comm is not None
@@ -260,7 +540,7 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
         rows = np.sort(order[start:start + window])
         start += len(rows)
         got = None
-        if memory is not None:  # memory first: only the feasible rows are priced for communication
+        if memory is not None and len(rows):  # memory first: only the feasible rows are priced for communication
             prices = memory.price_batch(_subchunk(spec, chunk, rows).batch, validated=True)
             fits = np.asarray(prices.fits, dtype=bool)
             rows = rows[fits]
@@ -287,7 +567,8 @@ class _Memory:
 
 
 def _subchunk(spec: SearchSpec, chunk: Chunk, rows: np.ndarray) -> Chunk:
-    return Chunk(chunk.setting, {k: v[rows] for k, v in chunk.values.items()}, chunk.index[rows], spec.model)
+    return Chunk(chunk.setting, {k: v[rows] for k, v in chunk.values.items()}, chunk.index[rows], spec.model,
+                 None if chunk.row is None else chunk.row[rows], None if chunk.bpos is None else chunk.bpos[rows])
 
 
 def _order(table: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -357,12 +638,16 @@ def _kth(best: Mapping[str, np.ndarray], top: int) -> float:
     return value if np.isfinite(value) else np.inf
 
 
-def _block_top(spec: SearchSpec, start: int, stop: int, top: int) -> tuple[dict[str, np.ndarray], int]:
+def _block_top(spec: SearchSpec, start: int, stop: int, top: int, seed: float = np.inf
+               ) -> tuple[dict[str, np.ndarray], int]:
+    """The best *top* rows of grid indices ``[start, stop)`` whose objective does not exceed *seed* (the K-th best
+    objective of some K layouts: no layout above it can enter the top K)."""
     space, _, _, _ = _context(spec)
     best, count = _empty(), 0
-    for chunk in space.block(start, stop):
+    keys = _LEAN if _bounded(spec, None) else None
+    for chunk in space.block(start, stop, keys):
         count += len(chunk)
-        best = merge_top(best, chunk_best(spec, chunk, top, bound=_kth(best, top)), top)
+        best = merge_top(best, chunk_best(spec, chunk, top, bound=min(seed, _kth(best, top))), top)
     return best, count
 
 
@@ -370,11 +655,24 @@ def _merge_pair(a: tuple[dict, int], b: tuple[dict, int], top: int) -> tuple[dic
     return merge_top(a[0], b[0], top), a[1] + b[1]
 
 
-def _block_of_indices(indices: np.ndarray, spec: SearchSpec, top: int) -> tuple[dict[str, np.ndarray], int]:
-    """A dask.array block of grid indices (a contiguous range) priced and reduced to its best rows."""
+def _block_of_indices(indices: np.ndarray, spec: SearchSpec, top: int, seed: float = np.inf
+                      ) -> tuple[dict[str, np.ndarray], int]:
+    """A dask.array block of grid indices (a contiguous range) priced and reduced to its best rows (those not
+    above *seed*)."""
     if len(indices) == 0:
         return _empty(), 0
-    return _block_top(spec, int(indices[0]), int(indices[-1]) + 1, top)
+    return _block_top(spec, int(indices[0]), int(indices[-1]) + 1, top, seed)
+
+
+def _seed(spec: SearchSpec, space: SearchSpace, top: int, chunk: int) -> float:
+    """A bound for every block: the K-th best objective of the first chunk (K layouts at most that good exist,
+    so no layout above it enters the top K), or infinity; priced once, by the caller."""
+    if not _bounded(spec, None):
+        return np.inf
+    best = _empty()
+    for part in space.block(0, min(chunk, space.size), _LEAN):
+        best = merge_top(best, chunk_best(spec, part, top, bound=_kth(best, top)), top)
+    return _kth(best, top)
 
 
 def _dask_search(spec: SearchSpec, space: SearchSpace, top: int, chunk: int, scheduler: str | None
@@ -386,7 +684,9 @@ def _dask_search(spec: SearchSpec, space: SearchSpace, top: int, chunk: int, sch
         raise ValueError("--engine dask / --scheduler: needs the optional extra dask[array] "
                          "(pip install symcost[search])") from None
     indices = da.arange(space.size, chunks=chunk, dtype=np.int64)
-    level = [dask.delayed(_block_of_indices, pure=True)(block, spec, top) for block in indices.to_delayed().ravel()]
+    seed = _seed(spec, space, top, chunk)
+    level = [dask.delayed(_block_of_indices, pure=True)(block, spec, top, seed)
+             for block in indices.to_delayed().ravel()]
     while len(level) > 1:  # the tree reduction: only the best rows of each pair move up
         nxt = [dask.delayed(_merge_pair, pure=True)(level[i], level[i + 1], top) for i in range(0, len(level) - 1, 2)]
         if len(level) % 2:
@@ -436,16 +736,21 @@ def search(spec: SearchSpec, *, top: int = 10, chunk: int = 1 << 18, engine: str
         raise ValueError("--out: writes every layout from the in-process search; drop --scheduler to use it")
     started = time.perf_counter()
     space, _, _, _ = _context(spec)
+    # The floors and the rows' compute parts are the search's own work: priced again by every search (a
+    # second search of the same spec is timed as the first), not kept from an earlier one.
+    for cache in (_floor_table, _row_stage_parts, _union_stage_parts, _recompute_free):
+        cache.cache_clear()
     labels = {"recompute": RECOMPUTE_MODES, "cp_algo": tuple(dict.fromkeys(s.cp_algo for s in space.settings))}
     interrupted = False
     if engine == "dask":
         best, count = _dask_search(spec, space, top, chunk, scheduler)
     else:
         best, count, done = _empty(), 0, 0
+        keys = _LEAN if _bounded(spec, sink) else None
         try:
             for lo in range(0, space.size, chunk):
                 hi = min(lo + chunk, space.size)
-                for part in space.block(lo, hi):
+                for part in space.block(lo, hi, keys):
                     count += len(part)
                     best = merge_top(best, chunk_best(spec, part, top, sink, _kth(best, top)), top)
                 done = hi

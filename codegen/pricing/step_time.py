@@ -24,9 +24,12 @@ Public API::
     pricer.price(values, recompute, chunk=None, zero=None) -> dict[str, ndarray]   # PARTS
     pricer.compute(values, recompute, zero=1) -> (compute seconds, FLOPs, HBM bytes)
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
+    pricer.compute_bound(values, parts) -> compute × (1 + bubble), a lower bound of the step time
     exposed_comm(parts, recompute) -> exposed seconds
     stage_layer_counts(model, p, vp) -> (first, last) arrays
-    time_family_comm(model, system) -> comm callable, or None without codegen.pricing.time
+    time_family_comm(model, system) -> comm callable (.stage_seconds(chunk), .item_keys), or None without
+        codegen.pricing.time
+    time_item_keys(model) -> {item: keys and settings its seconds per stage follow from}
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ from symbolic.vocabulary import attention_variant
 from ..configs.layouts import chunk_layer_counts
 from ..configs.models import ModelConfig
 
-__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm"]
+__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm",
+           "time_item_keys"]
 
 #: What :meth:`StepTimePricer.price` returns per layout: step time and its parts (seconds), the
 #: bottleneck stage's FLOPs per rank and the bubble fraction.
@@ -109,14 +113,93 @@ def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping
         return None
     pricers: dict[tuple[int, str], Any] = {}
 
-    def comm(chunk: Any) -> Mapping[str, np.ndarray]:
-        setting = chunk.setting
+    def pricer(setting: Any) -> Any:
         key = (setting.zero, setting.recompute)
         if key not in pricers:
             pricers[key] = TimePricer(model, system=system, fsdp=setting.zero == 3, recompute=setting.recompute)
-        return pricers[key].price_batch(chunk.batch, validated=True).by_dimension
+        return pricers[key]
 
+    def comm(chunk: Any) -> Mapping[str, np.ndarray]:
+        return pricer(chunk.setting).price_batch(chunk.batch, validated=True).by_dimension
+
+    def stage_seconds(chunk: Any) -> Mapping[str, np.ndarray]:
+        """Every stage's seconds per item ``"dim.collective"``: ``(n, P_max)``, NaN past a layout's last stage."""
+        return pricer(chunk.setting).price_batch(chunk.batch, validated=True, per_stage=True).stages["time_s"]
+
+    comm.stage_seconds = stage_seconds  # type: ignore[attr-defined]
+    comm.item_keys = time_item_keys(model)  # type: ignore[attr-defined]
     return comm
+
+
+#: Fields that follow from a search's run settings (the ZeRO level's switches ``op``, ``grad_shard``, ``fsdp``;
+#: the recompute mode; the CP algorithm), by the setting (codegen.configs.layouts: ``_FIELD_RULES`` reading
+#: ``batch.op`` / ``batch.grad_shard``, ``_shared_fields``).
+_SETTING_FIELDS = {
+    **dict.fromkeys(("comm_d_non_exp", "comm_d_exp", "os_max_shard", "shard_p_os_non_exp_partial", "shard_p_os_exp",
+                     "shard_p_os_exp_partial", "shard_embed", "gather_embed", "grad_shard_as_params"), "zero"),
+    **dict.fromkeys(("rec_op", "gather"), "recompute"),
+    "cp_algo": "cp_algo",
+}
+#: What an item follows from when one of its arguments is none of the known kinds: everything.
+_EVERYTHING = frozenset({"t", "cp", "p", "vp", "d", "ep", "etp", "b", "m", "zero", "recompute", "cp_algo"})
+
+
+def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
+    """Per item ``"dim.collective"`` of the time family, what its seconds per stage follow from in a search:
+    layout keys (``t, cp, p, vp, d, ep, etp, b, m``) and run settings (``zero``, ``recompute``, ``cp_algo``).
+
+    From the declarations, not from numbers: the item's generated forms (calls, S, ranks) read their
+    ``arguments``; a layout field among them follows from the keys ``LAYOUT_FIELD_KEYS`` declares (a
+    test of the fused pricer holds the declaration to the rules), a ZeRO switch from its source field
+    (``stages.BIND_SOURCES``), a field of the run settings from its setting (``_SETTING_FIELDS``),
+    ``P_ne`` / ``P_r`` from the ``params_*`` forms' arguments, a model field from nothing that varies;
+    any other argument from everything. A stage's layer counts, which weigh every item, follow from
+    ``(p, vp)`` and the recompute mode. NCCL's pick reads S, the ranks and the group's placement
+    (``TimePricer`` checks it), which follows from ``t, cp, d, p`` for the dense groups and from
+    ``t_exp, ep, d_exp, p`` for the expert ones (``TimePricer._placements``); the pricer is built per
+    ZeRO level and recompute mode (``time_family_comm``) and reads ``fsdp`` only through the fields.
+    Layouts of one search that agree on an item's keys and settings have the same seconds per stage for it.
+    """
+    from ..configs.layouts import LAYOUT_FIELD_KEYS
+    from .stages import BIND_SOURCES
+    from .time import ITEMS
+
+    constants = set(model.fields())
+    params: dict[str, set[str]] = {"P_ne": set(), "P_r": set()}
+    for name, meta in generated.FORMULAS.items():
+        if name.startswith("params_"):
+            params["P_r" if "routed" in name else "P_ne"] |= set(meta["arguments"])
+
+    def keys(argument: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        if argument in seen:
+            return set(_EVERYTHING)
+        seen = seen | {argument}
+        if argument in ("n_layers_stage", "n_moe_layers_stage"):
+            return {"p", "vp", "recompute"}
+        if argument in params:
+            return set().union(*(keys(a, seen) for a in params[argument]))
+        if argument in BIND_SOURCES:
+            return set().union(*(keys(a, seen) for a in BIND_SOURCES[argument]))
+        found = set()
+        if argument in _SETTING_FIELDS:
+            found.add(_SETTING_FIELDS[argument])
+        if argument in LAYOUT_FIELD_KEYS:
+            found |= set(LAYOUT_FIELD_KEYS[argument])
+        elif argument not in _SETTING_FIELDS and argument not in constants:
+            return set(_EVERYTHING)
+        return found
+
+    placement = {"tp": {"t", "cp", "d", "p"}, "cp": {"t", "cp", "d", "p"}, "dp": {"t", "cp", "d", "p"},
+                 "pp": {"t", "cp", "d", "p"}}
+    expert = set().union(*(LAYOUT_FIELD_KEYS[k] for k in ("t_exp", "d_exp")), {"ep", "p"})
+    out = {}
+    for dim, coll, group, _ in ITEMS:
+        found: set[str] = set(placement.get(group, expert)) | {"p", "vp", "recompute"}  # the stage's layers weigh it
+        for what in ("calls_count", "msg_bytes", "ranks_count"):
+            for argument in generated.FORMULAS[f"{dim}_{coll}_stage_{what}"]["arguments"]:
+                found |= keys(argument)
+        out[f"{dim}.{coll}"] = frozenset(found)
+    return out
 
 
 class StepTimePricer:
@@ -206,6 +289,18 @@ class StepTimePricer:
                 slower = seconds > best[0]
                 best = tuple(np.where(slower, new, old) for new, old in zip((seconds, flops, moved), best))
         return best
+
+    def compute_bound(self, values: Mapping[str, np.ndarray], parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """Compute × (1 + bubble) of layouts whose :meth:`stage_parts` are *parts*: their step time without
+        communication (:meth:`price`'s ``step_time_s`` with no ``comm``, the same numbers), a lower bound of it."""
+        seconds = None
+        for flops, moved in parts:
+            new = generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
+                                                 compute_efficiency=self.efficiency, stage_hbm_bytes=moved,
+                                                 hbm_bytes_per_s=self.hbm, hbm_efficiency=self.hbm_efficiency)
+            seconds = new if seconds is None else np.where(new > seconds, new, seconds)  # as slowest() picks
+        bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
+        return seconds * (1 + bubble)
 
     def compute(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,100 @@
+"""The search's branch and bound: every communication floor is a lower bound of the exposed communication,
+and the bounded walk gives the table that pricing every layout gives, to the bit."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from codegen.configs.models import load_model
+from codegen.pricing import search as search_module
+from codegen.pricing.search import SearchSpec, search
+from codegen.pricing.step_time import exposed_comm, time_item_keys
+
+ALGOS = ("colossalai_cp", "ulysses_cp")
+
+
+def _spec(**kw):
+    kw.setdefault("recompute", ("none", "full"))
+    return SearchSpec(load_model("deepseek-v3"), 256, 128, "dgx_h100", zero_levels=(0, 1, 3), cp_algos=ALGOS,
+                      maximum=(("vp", 2), ("b", 4)), **kw)
+
+
+def test_item_keys_declare_what_the_floors_share():
+    keys = time_item_keys(load_model("deepseek-v3"))
+    assert keys["dp.all_reduce"] >= {"zero", "d", "t", "p", "vp"} and not keys["dp.all_reduce"] & {"b", "m"}
+    assert "zero" not in keys["tp.all_reduce"] and not keys["tp.all_reduce"] & {"ep", "etp"}
+    assert keys["ep.all_to_all"] >= {"ep", "etp", "b", "m"} and "zero" not in keys["ep.all_to_all"]
+    assert all("recompute" in needs and "cp_algo" not in needs for needs in keys.values())
+    levels = search_module._floors(_spec())
+    assert [len(level) for level in levels] == [1, 1]
+    assert set(levels[0][0].dims) == {"tp", "cp", "pp"} and set(levels[1][0].dims) == {"tp", "cp", "ep", "pp"}
+
+
+def test_every_floor_is_at_most_the_exposed_communication():
+    """On every layout of a small grid (three ZeRO levels, two CP algorithms, two recompute modes): the
+    floors of both levels, priced on other layouts and shared, never exceed the layout's own exposed
+    communication; and they are not trivially 0."""
+    spec = _spec()
+    search_module._floor_table.cache_clear()
+    space, step, _, _ = search_module._context(spec)
+    checked, positive = 0, 0
+    for chunk in space.chunks(chunk=4000):
+        exposed = exposed_comm(step.comm(chunk), chunk.setting.recompute)
+        everywhere = np.ones(len(chunk), bool)
+        for level in range(len(search_module._floors(spec))):
+            floor = search_module._level_floor(spec, chunk, level, everywhere)
+            assert (floor <= exposed).all(), (chunk.setting, level, np.max(floor - exposed))
+            positive += int((floor > 0.5 * exposed).sum())
+        checked += len(chunk)
+    assert checked == space.size > 50000
+    assert positive > checked // 2
+
+
+@pytest.mark.parametrize("top,chunk", [(1, 5000), (10, 20000), (37, 1 << 18)])
+def test_bounded_walk_equals_pricing_every_layout(top, chunk):
+    """The top K of the bounded walk (floors, lean chunks) equals the top K of pricing every layout's memory
+    and communication (a sink forces it) on a grid of ZeRO levels and CP algorithms sharing the floors."""
+    spec = _spec()
+    search_module._floor_table.cache_clear()
+    bounded = search(spec, top=top, chunk=chunk)
+    rows = []
+    everything = search(spec, top=top, chunk=chunk, sink=rows.append)
+    assert bounded.layouts == everything.layouts > 50000
+    assert sum(len(t["index"]) for t in rows) > 1000  # the feasible layouts, every one priced
+    for key in bounded.table:
+        np.testing.assert_array_equal(bounded.table[key], everything.table[key], err_msg=key)
+    assert len(bounded.table["index"]) == top
+
+
+def test_bounded_walk_on_dask_threads_equals_in_process():
+    pytest.importorskip("dask.array", reason="the optional extra dask[array] is not installed")
+    spec = _spec()
+    want = search(spec, top=10, chunk=20000)
+    got = search(spec, top=10, chunk=20000, engine="dask")
+    assert got.layouts == want.layouts
+    for key in want.table:
+        np.testing.assert_array_equal(got.table[key], want.table[key], err_msg=key)
+
+
+def test_floors_priced_at_every_stage_are_lower_bounds_too(monkeypatch):
+    """A part that is not every item of its dimensions is priced at every stage (first, last, largest): forced
+    here on the same grid, its floors stay at most the exposed communication and the top K is unchanged."""
+    spec = _spec()
+    levels = search_module._floors(spec)
+    staged = tuple(tuple(dataclasses.replace(part, dims=()) for part in level) for level in levels)
+    search_module._floor_table.cache_clear()
+    want = search(spec, top=10, chunk=20000)
+    monkeypatch.setattr(search_module, "_floors", lambda s: staged)
+    search_module._floor_table.cache_clear()
+    space, step, _, _ = search_module._context(spec)
+    chunk = next(space.chunks(chunk=20000))
+    exposed = exposed_comm(step.comm(chunk), chunk.setting.recompute)
+    for level in range(len(staged)):
+        floor = search_module._level_floor(spec, chunk, level, np.ones(len(chunk), bool))
+        assert (floor <= exposed).all() and (floor > 0).any()
+    got = search(spec, top=10, chunk=20000)
+    for key in want.table:
+        np.testing.assert_array_equal(got.table[key], want.table[key], err_msg=key)
