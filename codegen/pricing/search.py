@@ -223,7 +223,9 @@ def _recompute_free(spec: SearchSpec) -> bool:
         return True
     from .enumeration import Setting
 
-    shapes = np.unique(np.stack([table["p"], table["vp"]], axis=1), axis=0).tolist()
+    # The pipeline shapes present, as one code per row (a 1-D unique is far cheaper than unique rows).
+    radix = int(table["vp"].max()) + 1
+    shapes = [divmod(int(code), radix) for code in np.unique(table["p"] * radix + table["vp"])]
     one = {key: column[:1] for key, column in table.items()}
     one.update(b=space.global_batch // one["d"], m=np.ones(1, np.int64))
     batches = [Chunk(Setting(mode, spec.zero_levels[0], algo), one, np.zeros(1, np.int64), spec.model).batch
