@@ -174,3 +174,21 @@ def test_derive_reads_numbers_and_algorithms_as_eval_does(capsys):
         assert main(["derive", "cp_traffic", "--algo", alias, "--attention", "gqa"]) == 0
         assert main(["eval", *LLAMA, "--layout", f"cp_algo={alias}"]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("kind", ["collectives", "memory", "step-time"])
+def test_validate_data_files_name_the_file(capsys, tmp_path, kind):
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    header = {"collectives": "system,op,n_gpus,bytes,time_us",
+              "memory": "model,recompute,h,a,L,t,p,seq,micro_batch,params_and_optimizer_GiB_per_gpu,"
+                        "activations_GiB_per_gpu",
+              "step-time": "model,recompute_mode,sequence_parallel,gpus,t,p,d,pipeline_interleaving,global_batch,"
+                           "micro_batch,seq,hidden,ffn,layers,heads,head_dim,vocab,system,measured_iteration_s"}[kind]
+    empty = tmp_path / "empty.csv"
+    empty.write_text(header + "\n")
+    for path, fragment in ((tmp_path / "absent.csv", "cannot read: No such file or directory"),
+                           (tmp_path, "cannot read: Is a directory"),
+                           (binary, "not a UTF-8 CSV file")):
+        assert f"--data {path}: {fragment}" in _error(capsys, ["validate", kind, "--data", str(path)])
+    assert f"--data {empty}: no rows below the header" in _error(capsys, ["validate", kind, "--data", str(empty)])

@@ -413,7 +413,7 @@ def test_cli_validate_bad_file_names_row_and_column(capsys, tmp_path):
     assert "bad.csv:2: bytes" in err and "'-5'" in err and len(err.strip().splitlines()) == 1
     bad.write_text("system,op,bytes\n")
     assert main(["validate", "collectives", "--data", str(bad)]) == 2
-    assert "missing column(s) n_gpus, time_us" in capsys.readouterr().err
+    assert "missing columns n_gpus, time_us" in capsys.readouterr().err
 
 
 def test_cli_collective(capsys):

@@ -15,7 +15,6 @@ GPUs of a row are in one node unless ``n_gpus`` exceeds the system's node size.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -29,6 +28,7 @@ import generated
 import hardware
 
 from ..pricing.collective import choose
+from .csvfile import read_rows
 
 __all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Curve", "Group", "Measurements", "Prediction", "curves",
            "load_measurements", "predict", "validate", "groups_json"]
@@ -171,17 +171,12 @@ def load_measurements(path: str | os.PathLike[str] = DEFAULT_DATA) -> Measuremen
     Raises:
         ValueError: a missing column, an unknown op or system, or a value that is not a positive number,
             naming the row and column.
-        OSError: the file cannot be read.
+            A file that cannot be read, is not UTF-8 text or lacks a column: one line naming ``--data``.
     """
     path = Path(path)
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in _REQUIRED if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}; need {', '.join(_REQUIRED)}")
-        rows = list(reader)
+    columns, rows = read_rows(path, _REQUIRED)
     systems, ops, dtypes = [], [], []
-    has_dtype = "dtype" in (reader.fieldnames or [])
+    has_dtype = "dtype" in columns
     numbers = np.empty((len(rows), 3))
     known: set[str] = set()
     for i, row in enumerate(rows, start=2):

@@ -41,7 +41,6 @@ Public API::
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
@@ -55,6 +54,7 @@ from ..configs.models import ModelConfig
 # The evaluation of the stage formulas is shared with ``symcost eval --memory``; validation only
 # adds the paper's settings, its models and its rows.
 from ..pricing.memory import MemorySettings, call as _call, evaluate_stages, stage_inputs
+from .csvfile import read_rows
 
 __all__ = ["DATA_DIR", "MEGATRON_CSV", "RUNS_CSV", "ZERO_CSV", "MemorySettings", "PAPER_SETTINGS",
            "ACTIVATIONS_BOUND", "STATES_BOUND", "printed", "zero_table1_rows", "megatron_rows",
@@ -96,8 +96,7 @@ PAPER_SETTINGS = MemorySettings(bytes_compute=2.0, dropout=1.0, flash_attention=
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
+    return read_rows(path)[1]
 
 
 # ---------------------------------------------------------------- ZeRO Table 1
@@ -246,11 +245,7 @@ def megatron_rows(path: Path = MEGATRON_CSV, settings: MemorySettings = PAPER_SE
     Raises:
         ValueError: naming a missing column or an unreadable value.
     """
-    table = _read_csv(path)
-    if table:
-        missing = [c for c in _REQUIRED if c not in table[0]]
-        if missing:
-            raise ValueError(f"{path}: missing columns {missing}")
+    table = read_rows(path, _REQUIRED)[1]
     run_table = _run_table(runs) if runs is not None else {}
     out = []
     for row in table:

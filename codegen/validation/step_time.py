@@ -22,7 +22,6 @@ Public API::
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -33,6 +32,7 @@ from ..configs.layouts import Layout
 from ..configs.models import ModelConfig
 from ..pricing.enumeration import Chunk, Setting
 from ..pricing.step_time import StepTimePricer, time_family_comm
+from .csvfile import read_rows
 
 __all__ = ["DEFAULT_DATA", "SYSTEMS", "REQUIRED", "step_time_rows", "summary_json", "run_step_time_validation"]
 
@@ -88,17 +88,7 @@ def _system(text: str, line: int, override: str | None) -> str:
 
 
 def _read(path: Path) -> list[dict[str, str]]:
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
-            if missing:
-                raise ValueError(f"{path}: missing columns {', '.join(missing)}")
-            return list(reader)
-    except OSError as exc:
-        raise ValueError(f"--data {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"--data {path}: not a UTF-8 CSV file") from None
+    return read_rows(path, REQUIRED)[1]
 
 
 def step_time_rows(path: Path = DEFAULT_DATA, system: str | None = None) -> list[dict[str, Any]]:
