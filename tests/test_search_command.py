@@ -127,6 +127,17 @@ def test_cli_search_prints_top_and_writes_csv(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
 
 
+
+def test_cli_search_says_why_the_table_is_empty(capsys):
+    # llama2-7b has 32 heads: no t = 3 divides them.
+    assert main(["search", "--model", "llama2-7b", "--devices", "48", "--system", "dgx_a100", "--global-batch", "48",
+                 "--fix", "t=3", "--no-progress"]) == 0
+    assert "0 valid layouts" in (text := capsys.readouterr().out) and "No layout of 48 devices meets" in text
+    # DeepSeek-V3 on one node of 8 H100s: valid layouts exist, none holds the model.
+    assert main(["search", "--model", "deepseek-v3", "--devices", "8", "--system", "dgx_h100", "--global-batch", "8",
+                 "--no-progress"]) == 0
+    assert "No valid layout fits in memory on this system; --keep-infeasible" in capsys.readouterr().out
+
 def test_cli_search_json(capsys):
     assert main(["search", "--model", "llama2-7b", "--devices", "8", "--system", "dgx_a100", "--global-batch", "16",
                  "--top", "2", "--json", "--fix", "t=2"]) == 0
