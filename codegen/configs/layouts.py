@@ -506,6 +506,73 @@ _DEFAULT_COLUMNS: dict[tuple[int, int], np.ndarray] = {}
 _DEFAULT_COLUMN_IDS: dict[str, set[int]] = {}
 
 
+#: Batches :meth:`LayoutBatch.from_arrays` built from vouched-for columns, by the shape of the call
+#: (see :func:`_known_shape_batch`): ``key -> (defaults, batch)``.
+_KNOWN_SHAPES: dict[tuple[Any, ...], tuple[Any, LayoutBatch]] = {}
+_INT64 = np.dtype(np.int64)
+_OS_INDEX = _ARRAY_KEYS.index("os")
+
+
+def _known_shape_batch(defaults: Layout, values: tuple[Any, ...], settings: tuple[Any, ...]
+                       ) -> tuple[LayoutBatch | None, tuple[Any, ...] | None]:
+    """The batch ``LayoutBatch.from_arrays(defaults, validated=True, …)`` gives for the key *values* and
+    run *settings*, made from an earlier call's batch of the same shape, and the shape's key.
+
+    A shape is the same defaults object, settings and length, the same keys given as int64
+    columns and the same given as Python ints (with their values). The earlier batch's checked
+    settings, default and broadcast columns, shared keys and ``_tops`` (those of the default
+    columns alone, as a vouched-for batch has) are kept; the new columns go in as read-only
+    views, an inherited ``os`` derived from the new ``d``. ``(None, key)`` for a shape not yet
+    seen (the caller builds the batch the full way and keeps it with :func:`_keep_shape`);
+    ``(None, None)`` for a call of no such shape, so that this path never decides a value alone.
+    """
+    length = -1
+    signature: list[Any] = []
+    for value in values:
+        if value is None:
+            signature.append(None)
+        elif type(value) is np.ndarray and value.dtype is _INT64 and value.ndim == 1 and value.strides != (0,):
+            if length < 0:
+                length = len(value)
+            elif len(value) != length:
+                return None, None
+            signature.append(True)
+        elif type(value) is int:  # (a bool is no int here: the full way rejects it)
+            signature.append((value,))
+        else:
+            return None, None
+    if length < 0:
+        return None, None
+    key = (id(defaults), length, tuple(signature), tuple((type(x), x) for x in settings))
+    try:
+        entry = _KNOWN_SHAPES.get(key)
+    except TypeError:  # an unhashable setting: the full way names it
+        return None, None
+    if entry is None or entry[0] is not defaults:
+        return None, key
+    batch = object.__new__(LayoutBatch)
+    state = batch.__dict__
+    state.update(entry[1].__dict__)
+    for name, value, given in zip(_ARRAY_KEYS, values, signature):
+        if given is True:
+            column = value.view()  # read-only, the caller's array left writable
+            column.flags.writeable = False
+            state[name] = column
+    if signature[_OS_INDEX] is None and defaults.os is not None and signature[0] is True:
+        state["os"] = _per_value(functools.partial(_inherited_os, defaults.os), state["d"])
+    return batch, None
+
+
+def _keep_shape(key: tuple[Any, ...], defaults: Layout, batch: LayoutBatch) -> None:
+    """Keep *batch*, just built the full way from vouched-for columns, as the template of later calls of
+    its shape *key* (:func:`_known_shape_batch`), with what it derives once already derived."""
+    batch.settings()
+    batch.shared_keys()
+    if len(_KNOWN_SHAPES) >= 64:
+        _KNOWN_SHAPES.clear()
+    _KNOWN_SHAPES[key] = (defaults, batch)
+
+
 def _checked_settings(values: tuple[Any, ...], pipelines: tuple[Any, Any] = (None, None)) -> Any:
     """The normalised offset of run settings (in :data:`_SHARED_KEYS` order) that pass Layout's own checks,
     with the batch's ``offset_pipeline`` and ``recompute_pipeline`` (*pipelines*: None or pairs of
@@ -655,6 +722,15 @@ class LayoutBatch:
                 of another length or not of whole numbers, or the first value below 1 (0 for
                 ``os``) with its index; or a bad run setting.
         """
+        if validated is True and defaults is not None:
+            # A searcher's generator calls this thousands of times with the same settings and new
+            # columns: the batch its first such call built is copied with the new columns in.
+            known, shape = _known_shape_batch(defaults, (d, t, p, m, cp, ep, b, vp, etp, os),
+                                              (op, grad_shard, sp, fsdp, reshards, cp_algo, s, recompute))
+            if known is not None:
+                return known
+        else:
+            shape = None
         given = {name: value for name, value in zip(_ARRAY_KEYS, (d, t, p, m, cp, ep, b, vp, etp, os))
                  if value is not None}
         if defaults is None:
@@ -692,9 +768,12 @@ class LayoutBatch:
         else:
             plan = recompute if isinstance(recompute, RecomputePlan) else parse_recompute(recompute)
             plan_pipeline = None
-        return cls(**columns, **settings, offset=template.offset,
-                   offset_pipeline=own_pipeline if template.offset is not None else None,
-                   recompute=plan, recompute_pipeline=plan_pipeline, validated=flag("validated", validated, error=LayoutError))
+        batch = cls(**columns, **settings, offset=template.offset,
+                    offset_pipeline=own_pipeline if template.offset is not None else None,
+                    recompute=plan, recompute_pipeline=plan_pipeline, validated=flag("validated", validated, error=LayoutError))
+        if shape is not None:
+            _keep_shape(shape, template, batch)
+        return batch
 
     @classmethod
     def from_layouts(cls, layouts: Sequence[Layout]) -> LayoutBatch:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -39,15 +38,21 @@ import numpy as np
 
 from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
-from ..configs.layouts import ARRAY_KEYS, LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
+from ..configs.layouts import ARRAY_KEYS, LAYOUT_FIELD_NAMES, LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
+from generated import _runtime
+
 from ..inputs import flag
+from .folding import constant_output
 from .levels import score_factors
-from .stages import BIND_SOURCES, TTYPES, Fields, Terms, bind, stage_outputs, terms_of, variant_of
+from .stages import BIND_SOURCES, TTYPES, ZERO_SWITCHES, Fields, Terms, bind, stage_outputs, terms_of, variant_of
 
 __all__ = ["StagePricer", "StagePrices"]
 
 _FLOAT64 = np.dtype(np.float64)
+
+#: The most elements the generated functions run as one block (their kernels' buffers hold no more).
+_RUNTIME_BLOCK = _runtime.BLOCK
 
 #: Layouts per block of the pricing loop: its temporaries (a few float64 arrays of a block) stay in the
 #: processor's cache, and the Python cost per block is spread over enough layouts.
@@ -320,17 +325,14 @@ class StagePricer:
         terms = self._terms(batch)
         bottleneck, total_sum = np.empty(n), np.empty(n)
         scratch = (np.empty(min(n, _BLOCK)), np.empty(min(n, _BLOCK)))
-        for start in range(0, n, _BLOCK):
-            # Block by block, each step over the same layouts: every temporary is one block long and
-            # stays in cache.
-            rows = slice(start, start + _BLOCK)
-            block = batch.subset(rows) if n > _BLOCK else batch
-            pipelines = _Pipelines.of(block, functools.partial(self._stage_counts, block), self._pipelines)
-            sums, tables = self._plan(terms, block, pipelines)
-            evaluated = self._evaluate(block, sums)
-            # Each term is in one group and its array is this call's own: the group's sum goes into it.
-            parts = [_accumulate([evaluated[name] for name in group]) for group in sums.names]
-            _combine(parts, tables, pipelines.index, bottleneck[rows], total_sum[rows], *scratch)
+        if n <= _BLOCK:
+            self._price_block(terms, batch, bottleneck, total_sum, scratch)
+        else:
+            for start in range(0, n, _BLOCK):
+                # Block by block, each step over the same layouts: every temporary is one block long
+                # and stays in cache.
+                rows = slice(start, start + _BLOCK)
+                self._price_block(terms, batch.subset(rows), bottleneck[rows], total_sum[rows], scratch)
         stages = None
         if per_stage:
             extra = () if per_stage is True else tuple(per_stage)
@@ -340,6 +342,16 @@ class StagePricer:
             stages["total"] = sum(stages[dim] for dim in STAGE_DIMENSIONS)
             stages.update(priced)
         return StagePrices(bottleneck=bottleneck, sum=total_sum, stages=stages)
+
+    def _price_block(self, terms: Terms, block: LayoutBatch, bottleneck: np.ndarray, total_sum: np.ndarray,
+                     scratch: tuple[np.ndarray, np.ndarray]) -> None:
+        """Fill *bottleneck* and *total_sum* of the layouts of *block* (at most ``_BLOCK`` of them)."""
+        pipelines = _Pipelines.of(block, functools.partial(self._stage_counts, block), self._pipelines)
+        sums, tables = self._plan(terms, block, pipelines)
+        evaluated = self._evaluate(block, sums)
+        # Each term is in one group and its array is this call's own: the group's sum goes into it.
+        parts = [_accumulate([evaluated[name] for name in group]) for group in sums.names]
+        _combine(parts, tables, pipelines.index, bottleneck, total_sum, *scratch)
 
     def stage_slopes(self, batch: LayoutBatch, degrees: Sequence[str], *, relax_p: bool = False
                      ) -> dict[str, np.ndarray]:
@@ -444,22 +456,31 @@ class StagePricer:
                            tuple(a for a in arguments if a in varying)) for name, function, arguments in _calls(sums))
             kernels = [(name, _kernel_plan(function, shared, own)) for name, function, shared, own in calls]
             kernels = [(name, kernel) for name, kernel in kernels if kernel is not None]
+            # A term the shared values decide alone is that number for every layout of this shape.
+            constants = {name: kernel.constant() for name, kernel in kernels}
+            constants = {name: value for name, value in constants.items() if value is not None}
             if len(self._call_plans) >= 1024:
                 self._call_plans.clear()
             self._call_plans[shape] = (
-                calls, varying, _sources(varying),
-                tuple((name, kernel) for name, kernel in kernels if not kernel.quiet),
-                tuple((name, kernel) for name, kernel in kernels if kernel.quiet),
+                calls, varying, _sources(varying), _column_steps(varying), tuple(constants.items()),
+                tuple((name, kernel) for name, kernel in kernels if not kernel.quiet and name not in constants),
+                tuple((name, kernel) for name, kernel in kernels if kernel.quiet and name not in constants),
                 max((kernel.reals for _name, kernel in kernels), default=0),
                 max((kernel.masks for _name, kernel in kernels), default=0),
                 len(kernels) == len(calls))
             return {name: function(**shared, **{a: values[a] for a in own}) for name, function, shared, own in calls}
-        calls, varying, fields, loud, quiet, reals, masks, every = plan
+        calls, varying, fields, steps, constants, loud, quiet, reals, masks, every = plan
         derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
-        values = bind(Fields(derived), varying, system=self.system, ttype=self.ttype, score=self._score)
         n = len(batch)
-        evaluated: dict[str, np.ndarray] = {}
-        if n <= _runtime_block() and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
+        if steps is None:
+            values = bind(Fields(derived), varying, system=self.system, ttype=self.ttype, score=self._score)
+        else:
+            # What bind gives for these arguments, without its generic walk: the layout fields' own
+            # float64 columns, and each ZeRO switch written straight from its level's column.
+            values = {name: derived[source] if level is None else np.equal(derived[source], level, out=np.empty(n))
+                      for name, source, level in steps}
+        evaluated = {name: np.full(n, value) for name, value in constants}
+        if n <= _RUNTIME_BLOCK and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
             buffers, flags = self._kernel_scratch(n, reals, masks)
             for name, kernel in loud:
                 evaluated[name] = kernel.run(values, n, buffers, flags)
@@ -526,6 +547,12 @@ class _KernelPlan:
         self.block, self.reals, self.masks, self.template, self.slots, self.quiet = (
             block, reals, masks, template, slots, quiet)
 
+    def constant(self) -> float | None:
+        """The number the term is for every layout whatever its varying arguments (see
+        ``folding.constant_output``), or None."""
+        return constant_output(self.block, self.reals, self.masks, self.template, [i for i, _ in self.slots],
+                               self.quiet)
+
     def run(self, values: Mapping[str, np.ndarray], n: int, reals: Sequence[np.ndarray],
             masks: Sequence[np.ndarray]) -> np.ndarray:
         """The term for *n* layouts whose varying arguments are *values* (float64 arrays of length *n*)."""
@@ -537,9 +564,11 @@ class _KernelPlan:
         return out
 
 
-def _as_call_value(value: Any) -> Any:
-    """*value* as ``generated._runtime.Call`` hands it to the blocks: a float as it is, else a float64 array."""
-    return value if isinstance(value, float) else np.asarray(value, dtype=np.float64)
+def _as_call_value(value: Any) -> np.ndarray:
+    """*value* as a float64 array for the blocks: a number as a 0-d array, which a ufunc takes without
+    converting it on every call (a third less time per call at a thousand elements than a Python
+    float); the same float64 numbers either way."""
+    return np.asarray(value, dtype=np.float64)
 
 
 def _kernel_plan(function: Callable[..., np.ndarray], shared: Mapping[str, Any], own: Sequence[str]
@@ -559,12 +588,20 @@ def _kernel_plan(function: Callable[..., np.ndarray], shared: Mapping[str, Any],
     return _KernelPlan(kernel.block, kernel.reals, kernel.masks, template, slots, kernel.quiet)
 
 
-def _runtime_block() -> int:
-    """The most elements the generated functions run as one block (``generated._runtime.BLOCK``)."""
-    runtime = sys.modules.get("generated._runtime")
-    if runtime is None:
-        from generated import _runtime as runtime
-    return runtime.BLOCK
+@functools.lru_cache(maxsize=256)
+def _column_steps(varying: frozenset[str]) -> tuple[tuple[str, str, float | None], ...] | None:
+    """How :func:`bind` makes each of the *varying* arguments from the derived fields, where every one is
+    a layout field (read as it is: ``(name, name, None)``) or a ZeRO switch of one (``(name, source,
+    level)``: 1.0 where the source field has the level); ``None`` when bind does more for some."""
+    steps = []
+    for name in sorted(varying):
+        if name in LAYOUT_FIELD_NAMES:
+            steps.append((name, name, None))
+        elif name in ZERO_SWITCHES and ZERO_SWITCHES[name][0] in LAYOUT_FIELD_NAMES:
+            steps.append((name, *ZERO_SWITCHES[name]))
+        else:
+            return None
+    return tuple(steps)
 
 
 @functools.lru_cache(maxsize=64)
@@ -630,6 +667,9 @@ def _counts_used(stage_counts: StageCounts, pipelines: _Pipelines) -> tuple[str,
     return tuple(name for name in STAGE_COUNT_NAMES if name in used)
 
 
+_minimum = np.minimum.reduce  # (the ufunc's own reduction: ndarray.min adds a Python wrapper per call)
+
+
 def _weighted_sum(parts: Sequence[np.ndarray], weights: Sequence[Any], out: np.ndarray, scratch: np.ndarray
                   ) -> np.ndarray | float:
     """``Σ weights[j] · parts[j]`` into *out* (weights None or 0 skipped); 0.0 when no term is left."""
@@ -667,7 +707,8 @@ def _combine(parts: Sequence[np.ndarray], tables: _StageTables, index: np.ndarra
         for w in weights:
             if isinstance(w, np.ndarray):
                 if id(w) not in gathered:
-                    gathered[id(w)] = np.take(w, index, mode="clip")  # every pipeline index is in the table
+                    # (every pipeline index is in the table; the method skips np.take's Python wrapper)
+                    gathered[id(w)] = w.take(index, mode="clip")
                 w = gathered[id(w)]
             out.append(w)
         return out
@@ -676,7 +717,7 @@ def _combine(parts: Sequence[np.ndarray], tables: _StageTables, index: np.ndarra
     if not isinstance(value, np.ndarray):
         total.fill(value)
     # With sums that are not negative, a stage another outweighs in every sum is never the bottleneck.
-    kinds = tables.front if all(part.min() >= 0 for part in parts) else tables.every
+    kinds = tables.front if all(_minimum(part) >= 0 for part in parts) else tables.every
     started = False
     for kind in kinds.kinds:
         stage = _weighted_sum(parts, per_layout(kind), current if started else bottleneck, scratch)

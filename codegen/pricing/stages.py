@@ -216,10 +216,13 @@ def terms_of(variant: Variant, degrees: Sequence[str] = ()) -> Terms:
 # ----------------------------------------------------------------------------- binding values
 
 
+#: The ZeRO switches: each is 1 where its DP communication level field has the level, else 0.
+ZERO_SWITCHES: dict[str, tuple[str, float]] = {
+    f"zero{level}_{which}": (f"comm_d_{which}", float(level)) for level in (2, 3) for which in ("non_exp", "exp")}
+
 #: The fields :func:`bind` reads for an argument that is no field itself (any other name is read as is).
 BIND_SOURCES: dict[str, tuple[str, ...]] = {
-    "zero2_non_exp": ("comm_d_non_exp",), "zero3_non_exp": ("comm_d_non_exp",),
-    "zero2_exp": ("comm_d_exp",), "zero3_exp": ("comm_d_exp",), "gather": ("rec_op",),
+    **{name: (source,) for name, (source, _level) in ZERO_SWITCHES.items()}, "gather": ("rec_op",),
     "level_bound_0": (), "stage_cost_scale": (), **{name: _SCORE_DEGREES for name in SCORE_FACTORS},
 }
 
@@ -249,12 +252,12 @@ def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
     for name in _bind_order(names if isinstance(names, frozenset) else frozenset(names)):
         if name in values:
             continue
-        if name.startswith(("zero2_", "zero3_")):
-            level, _, which = name.partition("_")
-            level_of = f.num(f"comm_d_{which}")
+        if name in ZERO_SWITCHES:
+            source, level = ZERO_SWITCHES[name]
+            level_of = f.num(source)
             # (an array's 0/1 written straight into float64: one pass, the same numbers as astype)
-            values[name] = (np.equal(level_of, float(level[-1]), out=np.empty(level_of.shape))
-                            if isinstance(level_of, np.ndarray) else np.equal(level_of, float(level[-1])).astype(np.float64))
+            values[name] = (np.equal(level_of, level, out=np.empty(level_of.shape))
+                            if isinstance(level_of, np.ndarray) else np.equal(level_of, level).astype(np.float64))
         elif name == "gather":
             values[name] = gather_switch(f.raw)
         elif name == "max_rank_tokens":
