@@ -268,6 +268,36 @@ def test_validated_arrays_skip_only_the_range_reductions():
     with pytest.raises(LayoutError, match=re.escape("validated: must be true or false (a bool), got 'yes'")):
         LayoutBatch.from_arrays(model.layout, validated="yes", **arrays)
 
+def test_repeated_call_shapes_build_the_same_batch():
+    """A vouched-for call of a shape seen before (the same defaults, settings and length, the same keys
+    as columns and as fixed numbers) is built from the earlier batch: column for column the batch the
+    full way builds, its inherited os derived from the new d, the caller's arrays left writable."""
+    from codegen.configs import layouts
+
+    defaults = Layout(d=8, t=2, p=2, m=4, os=4)
+    rng = np.random.default_rng(5)
+    layouts._KNOWN_SHAPES.clear()
+    for length, cp in ((50, 2), (50, 2), (50, 2), (51, 2), (50, 4), (50, 4)):
+        d, p = rng.choice([1, 2, 4, 8, 16], length), rng.choice([1, 2], length)
+        fast = LayoutBatch.from_arrays(defaults, validated=True, d=d, p=p, cp=cp, sp=True)
+        full = LayoutBatch.from_arrays(defaults, d=d, p=p, cp=cp, sp=True)
+        for name in ("d", "t", "p", "m", "cp", "ep", "b", "vp", "etp", "os"):
+            assert getattr(fast, name).tolist() == getattr(full, name).tolist(), name
+            assert not getattr(fast, name).flags.writeable
+        assert fast.os.tolist() == np.where(d % 4 == 0, 4, 0).tolist()  # inherited where 4 divides d
+        assert (fast.settings(), fast.shared_keys()) == (full.settings(), full.shared_keys())
+        assert fast.top("d") == int(d.max()) and fast.top("cp") == cp
+        assert d.flags.writeable
+    # Three shapes (length 50 with cp = 2, length 51, cp = 4), each kept once.
+    assert len(layouts._KNOWN_SHAPES) == 3
+    # Another defaults object or a setting of another type is another shape, built the full way.
+    other = dataclasses.replace(defaults, os=None)
+    d = rng.choice([1, 2, 4], 50)
+    assert LayoutBatch.from_arrays(other, validated=True, d=d, p=p[:50], cp=2, sp=True).os.tolist() == [0] * 50
+    with pytest.raises(LayoutError, match="sp"):
+        LayoutBatch.from_arrays(defaults, validated=True, d=d, p=p[:50], cp=2, sp=1)
+
+
 def test_batch_construction_errors():
     with pytest.raises(LayoutError, match=re.escape("from_arrays lacks p, m (no default layout to fall back on)")):
         LayoutBatch.from_arrays(d=[1, 2], t=[1, 1])

@@ -559,7 +559,9 @@ def _known_shape_batch(defaults: Layout, values: tuple[Any, ...], settings: tupl
             column.flags.writeable = False
             state[name] = column
     if signature[_OS_INDEX] is None and defaults.os is not None and signature[0] is True:
-        state["os"] = _per_value(functools.partial(_inherited_os, defaults.os), state["d"])
+        column = _per_value(functools.partial(_inherited_os, defaults.os), state["d"])
+        column.flags.writeable = False  # (as every column of a batch)
+        state["os"] = column
     return batch, None
 
 
