@@ -108,6 +108,19 @@ def test_blocks_and_one_pipeline():
     assert_same_as_one_at_a_time(model, batch.subset(slice(n - 20, n)), pricer.price_batch(batch.subset(slice(n - 20, n))))
 
 
+def test_tables_over_more_pipelines_price_alike():
+    """A batch whose pipelines the tables of an earlier, deeper batch cover reuses them, and prices as a
+    fresh pricer does (bit for bit)."""
+    model, deep = random_batch("deepseek-v3", 2000, seed=41)
+    shallow = deep.subset(np.flatnonzero(deep.p <= int(deep.p.max()) // 2))
+    assert len(shallow) and int(shallow.p.max()) < int(deep.p.max())
+    pricer = MemoryPricer(model, system=SYSTEM)
+    pricer.price_batch(deep, validated=True)
+    reused = _prices(pricer, shallow)
+    assert len(pricer._tables) == 1  # the deep batch's tables served the shallow one
+    _assert_identical(reused, _prices(MemoryPricer(model, system=SYSTEM), shallow))
+
+
 def test_empty_batch_and_bad_input():
     model = load_model("llama2-7b")
     pricer = MemoryPricer(model, system=SYSTEM)

@@ -310,7 +310,10 @@ def _candidates(counts: Mapping[str, np.ndarray]) -> list[int]:
                      layers - counts["n_full_rec"] - counts["n_sel_rec"], counts["n_sel_rec"], counts["n_full_rec"],
                      np.minimum(counts["n_full_rec"], 1), np.minimum(counts["n_sel_rec"], 1),
                      -np.arange(len(layers))], axis=1)
-    return [i for i in range(len(rows)) if not any(j != i and (rows[j] >= rows[i]).all() for j in range(len(rows)))]
+    # covers[j, i]: stage j matches or exceeds stage i in every weight (one comparison of all pairs).
+    covers = (rows[:, None, :] >= rows[None, :, :]).all(axis=2)
+    np.fill_diagonal(covers, False)
+    return np.flatnonzero(~covers.any(axis=0)).tolist()
 
 
 def _grouping_keys(batch: LayoutBatch) -> dict[str, np.ndarray]:
@@ -630,6 +633,7 @@ class MemoryPricer:
         self._settings_values: dict[Any, dict[str, Any]] = {}
         self._counts: dict[Any, Mapping[str, np.ndarray] | None] = {}
         self._tables: dict[Any, _Tables] = {}
+        self._chosen: dict[int, tuple[Mapping[str, np.ndarray], list[int]]] = {}  # per stage counts: _candidates
 
     def price_batch(self, batch: LayoutBatch, *, validated: bool = False) -> MemoryPrices:
         """Memory per rank of every layout of *batch* at its peak stage (:class:`MemoryPrices`).
@@ -811,6 +815,12 @@ class MemoryPricer:
         vp_range = (int(vp[0]), int(vp[0]) + 1) if single else (1, int(vp.max()) + 1)
         key = (p_range, vp_range, batch.offset, batch.offset_pipeline, batch.recompute, batch.recompute_pipeline)
         tables = self._tables.get(key)
+        if tables is None and not single:
+            # Tables over more pipelines serve as well (the same radix: the same index of each): a
+            # searcher's later chunks, whose largest p is smaller, reuse the first chunk's.
+            tables = next((known for (p_known, *rest), known in self._tables.items()
+                           if known.radix == vp_range[1] and p_known[0] <= p_range[0] and p_known[1] >= p_range[1]
+                           and tuple(rest) == key[1:]), None)
         if tables is not None:
             return tables
         radix = 0 if single else vp_range[1]
@@ -825,7 +835,11 @@ class MemoryPricer:
         for i, c in present.items():
             for name in STAGE_COUNT_NAMES:
                 counts[name][i, :len(c[name])] = c[name]
-            chosen[i] = _candidates(c)
+            # (once per pipeline and pricer: batches of other p ranges build their tables from the same)
+            known = self._chosen.get(id(c))
+            if known is None or known[0] is not c:
+                known = self._chosen[id(c)] = (c, _candidates(c))
+            chosen[i] = known[1]
         width = max(len(c) for c in chosen.values())
         kinds, extra = [], []
         for u in range(width):
