@@ -1007,9 +1007,9 @@ def _key_columns(batch: LayoutBatch, compact: bool) -> dict[str, Any]:
     if not compact:
         return {name: getattr(batch, name) for name in _ARRAY_KEYS}
     # (a shared key: a broadcast column, as LayoutBatch.shared_keys finds once per batch)
-    return {name: column if value is None else column[0]
-            for name, column, value in zip(_ARRAY_KEYS, (getattr(batch, name) for name in _ARRAY_KEYS),
-                                           batch.shared_keys())}
+    state = batch.__dict__
+    return {name: state[name] if value is None else state[name][0]
+            for name, value in zip(_ARRAY_KEYS, batch.shared_keys())}
 
 
 class _Derivation:
@@ -1138,7 +1138,9 @@ def _all_fields(model: ModelConfig, batch: LayoutBatch, network: System | None,
     if names is not None and _layout_only(tuple(names)):
         # Layout fields alone (a pricer that keeps the shared ones from an earlier call of the same
         # settings): nothing of the model or the run settings to assemble.
-        return {name: float(value) if compact and (type(value) is not np.ndarray or not value.ndim)
+        # (the usual column converted in place of the call: a pricer derives a few fields per call)
+        return {name: value.astype(np.float64) if type(value) is np.ndarray and value.shape == (n,)
+                else float(value) if compact and (type(value) is not np.ndarray or not value.ndim)
                 else _float_column(value, n) for name, value in _layout_fields(model, batch, names, compact=compact).items()}
     out: dict[str, Any] = model.fields()
     if batch.s is not None:

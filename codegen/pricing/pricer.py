@@ -38,7 +38,7 @@ import numpy as np
 
 from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
-from ..configs.layouts import ARRAY_KEYS, LAYOUT_FIELD_NAMES, LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
+from ..configs.layouts import ARRAY_KEYS, LAYOUT_FIELD_NAMES, LayoutBatch, dp_comm_level_values, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
 from generated import _runtime
 
@@ -350,7 +350,7 @@ class StagePricer:
         sums, tables = self._plan(terms, block, pipelines)
         evaluated = self._evaluate(block, sums)
         # Each term is in one group and its array is this call's own: the group's sum goes into it.
-        parts = [_accumulate([evaluated[name] for name in group]) for group in sums.names]
+        parts = [_accumulate([evaluated[name] for name in group if name in evaluated]) for group in sums.names]
         _combine(parts, tables, pipelines.index, bottleneck, total_sum, *scratch)
 
     def stage_slopes(self, batch: LayoutBatch, degrees: Sequence[str], *, relax_p: bool = False
@@ -451,6 +451,11 @@ class StagePricer:
         plan = self._call_plans.get(shape)
         if plan is None:
             values = self._values(batch, _needed(sums))
+            # A ZeRO switch of a level the batch's settings rule out is 0 for every layout: shared.
+            levels = dp_comm_level_values(batch)
+            for name, (_source, level) in ZERO_SWITCHES.items():
+                if isinstance(values.get(name), np.ndarray) and level not in levels:
+                    values[name] = 0.0
             varying = frozenset(name for name, value in values.items() if isinstance(value, np.ndarray) and value.ndim)
             calls = tuple((name, function, {a: values[a] for a in arguments if a not in varying},
                            tuple(a for a in arguments if a in varying)) for name, function, arguments in _calls(sums))
@@ -459,6 +464,13 @@ class StagePricer:
             # A term the shared values decide alone is that number for every layout of this shape.
             constants = {name: kernel.constant() for name, kernel in kernels}
             constants = {name: value for name, value in constants.items() if value is not None}
+            # A term that is 0 adds nothing to its group where the group has another term (its sum is that
+            # term's array: x + 0.0 is x): it is left out. (A group of such terms alone keeps one.)
+            for group in sums.names:
+                kept = [name for name in group if constants.get(name) != 0.0]
+                for name in group if kept else group[1:]:
+                    if constants.get(name) == 0.0:
+                        constants[name] = None
             if len(self._call_plans) >= 1024:
                 self._call_plans.clear()
             self._call_plans[shape] = (
@@ -479,7 +491,7 @@ class StagePricer:
             # float64 columns, and each ZeRO switch written straight from its level's column.
             values = {name: derived[source] if level is None else np.equal(derived[source], level, out=np.empty(n))
                       for name, source, level in steps}
-        evaluated = {name: np.full(n, value) for name, value in constants}
+        evaluated = {name: np.full(n, value) for name, value in constants if value is not None}
         if n <= _RUNTIME_BLOCK and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
             buffers, flags = self._kernel_scratch(n, reals, masks)
             for name, kernel in loud:
