@@ -288,8 +288,10 @@ def test_repeated_call_shapes_build_the_same_batch():
         assert (fast.settings(), fast.shared_keys()) == (full.settings(), full.shared_keys())
         assert fast.top("d") == int(d.max()) and fast.top("cp") == cp
         assert d.flags.writeable
-    # Three shapes (length 50 with cp = 2, length 51, cp = 4), each kept once.
+    # Three shapes (length 50 with cp = 2, length 51, cp = 4), each kept once, without the caller's arrays
+    # (nor the os derived from them).
     assert len(layouts._KNOWN_SHAPES) == 3
+    assert all(state[k] is None for _defaults, state in layouts._KNOWN_SHAPES.values() for k in ("d", "p", "os"))
     # Another defaults object or a setting of another type is another shape, built the full way.
     other = dataclasses.replace(defaults, os=None)
     d = rng.choice([1, 2, 4], 50)

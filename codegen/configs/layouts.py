@@ -506,9 +506,10 @@ _DEFAULT_COLUMNS: dict[tuple[int, int], np.ndarray] = {}
 _DEFAULT_COLUMN_IDS: dict[str, set[int]] = {}
 
 
-#: Batches :meth:`LayoutBatch.from_arrays` built from vouched-for columns, by the shape of the call
-#: (see :func:`_known_shape_batch`): ``key -> (defaults, batch)``.
-_KNOWN_SHAPES: dict[tuple[Any, ...], tuple[Any, LayoutBatch]] = {}
+#: The state of a batch :meth:`LayoutBatch.from_arrays` built from vouched-for columns, by the shape of
+#: the call (see :func:`_known_shape_batch`), without the columns each call brings:
+#: ``key -> (defaults, state)``.
+_KNOWN_SHAPES: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
 _INT64 = np.dtype(np.int64)
 _OS_INDEX = _ARRAY_KEYS.index("os")
 
@@ -552,7 +553,7 @@ def _known_shape_batch(defaults: Layout, values: tuple[Any, ...], settings: tupl
         return None, key
     batch = object.__new__(LayoutBatch)
     state = batch.__dict__
-    state.update(entry[1].__dict__)
+    state.update(entry[1])
     for name, value, given in zip(_ARRAY_KEYS, values, signature):
         if given is True:
             column = value.view()  # read-only, the caller's array left writable
@@ -566,13 +567,23 @@ def _known_shape_batch(defaults: Layout, values: tuple[Any, ...], settings: tupl
 
 
 def _keep_shape(key: tuple[Any, ...], defaults: Layout, batch: LayoutBatch) -> None:
-    """Keep *batch*, just built the full way from vouched-for columns, as the template of later calls of
-    its shape *key* (:func:`_known_shape_batch`), with what it derives once already derived."""
+    """Keep the state of *batch*, just built the full way from vouched-for columns, as the template of
+    later calls of its shape *key* (:func:`_known_shape_batch`), with what it derives once already
+    derived."""
     batch.settings()
     batch.shared_keys()
+    state = dict(batch.__dict__)
+    # Not the caller's columns (nor the os derived from them), which every later call replaces: the
+    # template must not keep a searcher's first arrays alive.
+    signature = key[2]
+    for name, given in zip(_ARRAY_KEYS, signature):
+        if given is True:
+            state[name] = None
+    if signature[_OS_INDEX] is None and defaults.os is not None and signature[0] is True:
+        state["os"] = None
     if len(_KNOWN_SHAPES) >= 64:
         _KNOWN_SHAPES.clear()
-    _KNOWN_SHAPES[key] = (defaults, batch)
+    _KNOWN_SHAPES[key] = (defaults, state)
 
 
 def _checked_settings(values: tuple[Any, ...], pipelines: tuple[Any, Any] = (None, None)) -> Any:
