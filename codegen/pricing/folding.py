@@ -139,8 +139,8 @@ def constant_output(block: Callable[..., None], reals: int, masks: int, template
     try:
         with np.errstate(**errors):
             block(out, *buffers, *arguments)
-    except (_Unfoldable, FloatingPointError, TypeError, ValueError):
-        return None
+    except (_Unfoldable, FloatingPointError, TypeError, ValueError, AttributeError):
+        return None  # (AttributeError: a stand-in asked for something it does not model)
     if out.value is None:
         return None
     return float(out.value)
