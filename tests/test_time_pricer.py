@@ -322,3 +322,47 @@ def test_row_groups_partition_the_rows_as_a_sort_does(table, monkeypatch):
     assert time_module._row_groups(keys, ["a", "half"]) is None  # not whole: not a key
     keys.columns["ids"] = np.arange(m, dtype=float)
     assert time_module._row_groups(keys, ["ids"]) is None  # every row distinct: grouping does not pay
+
+
+# ----------------------------------------------------------------------------- direct kernels: the same numbers
+
+
+def _call_values(rng: np.random.Generator, g: int, u: int) -> dict[str, np.ndarray]:
+    """Random NCCL call inputs as the time pricer passes them: the placement per layout ``(g, 1)``, S and n per
+    stage column ``(g, u)``; groups inside one node and across many, one-rank groups and empty messages."""
+    per_node = rng.choice([1.0, 2.0, 4.0, 8.0], (g, 1))
+    nodes = rng.choice([1.0, 1.0, 2.0, 4.0, 16.0, 128.0], (g, 1))
+    return {"ranks_per_node": per_node, "nodes": nodes, "nics_used": np.minimum(per_node, rng.choice([1.0, 8.0], (g, 1))),
+            "ranks": np.broadcast_to(per_node * nodes, (g, u)).copy(),
+            "msg_bytes": np.where(rng.random((g, u)) < 0.05, 0.0, np.floor(2.0 ** rng.uniform(0, 36, (g, u))))}
+
+
+@pytest.mark.parametrize("system", ["dgx_h100", "dgx_a100", "gb200_nvl72"])
+def test_chooser_gives_the_numbers_of_choose_to_the_bit(system, monkeypatch):
+    """``Chooser`` runs the candidates' kernels with the hardware bound; every number of its ``Choice`` must be
+    ``choose``'s (the generated functions' path) on random inputs of mixed shapes, and the direct path must be the
+    one taken (``choose`` fails if called)."""
+    import hardware
+    from hardware._nccl import time_bindings
+
+    from codegen.pricing import collective
+    from codegen.pricing.time import OPS
+
+    shared = {k: float(v) for k, v in time_bindings(hardware.load(system)).items()}
+    rng = np.random.default_rng(11)
+    cases = [_call_values(rng, 500, 3), _call_values(rng, 40, 1), _call_values(rng, 1, 2)]
+    inside = _call_values(rng, 60, 2)
+    inside["nodes"] = np.ones((60, 1))  # the hierarchical candidate is unavailable everywhere: not evaluated
+    cases.append(inside)
+    cases.append({k: v[0, 0] for k, v in _call_values(rng, 1, 1).items()})  # 0-d
+    for op in sorted(set(OPS.values())):
+        chooser = collective.Chooser(op, shared)
+        assert chooser.direct, op
+        wants = [collective.choose(op, {**shared, **values}) for values in cases]
+        with monkeypatch.context() as patch:
+            patch.setattr(collective, "choose", lambda *a: pytest.fail("Chooser fell back to choose"))
+            gots = [chooser(values) for values in cases]
+        for want, got in zip(wants, gots):
+            for field in ("time_s", "index", "times", "prices"):
+                np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{op} {field}")
+            assert got.labels == want.labels

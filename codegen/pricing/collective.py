@@ -34,6 +34,7 @@ time form, relative step ``1e-6``.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -41,7 +42,9 @@ import numpy as np
 
 import generated
 
-__all__ = ["Choice", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
+from .kernels import BLOCK, BoundKernel, scratch
+
+__all__ = ["Choice", "Chooser", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
 
 #: Each network level's α and β as the symbols a relative scale multiplies (``symbolic.collective_time``'s
 #: ``LEVEL_PARAMETERS``; a test holds the two equal).
@@ -166,10 +169,79 @@ def choose(op: str, values: Mapping[str, Any]) -> Choice:
     for i, (t, p) in enumerate(zip(times, prices)):
         times_a[i] = t
         prices_a[i] = p
+    return _pick(op, times_a, prices_a)
+
+
+def _pick(op: str, times_a: np.ndarray, prices_a: np.ndarray) -> Choice:
+    """The choice from every candidate's time and price ``(K, …)`` (*prices_a* is written to: NaN → inf)."""
     prices_a[np.isnan(prices_a)] = np.inf
     index = np.argmin(prices_a, axis=0)
     time = np.take_along_axis(times_a, index[None], axis=0)[0]
     return Choice(time_s=time, index=index, labels=labels(op), times=times_a, prices=prices_a)
+
+
+class Chooser:
+    """:func:`choose` for one collective with the values of *shared* (the hardware's constants) bound once.
+
+    ``Chooser(op, shared)(values)`` is ``choose(op, {**shared, **values})``, the same numbers to the bit,
+    for a caller that asks again and again with new placements, sizes and group sizes (the time pricer:
+    per item and block of layouts): each candidate's time and price forms run as their kernels
+    (``codegen.pricing.kernels.BoundKernel``: the shared arguments and the forms' invariants bound here),
+    writing straight into the ``(K, …)`` arrays of every candidate's time and price, with one set of
+    scratch buffers per call; a call of a generated function would convert and broadcast its arguments
+    and allocate its output and buffers each time, which on the pricer's small arrays costs more than
+    the arithmetic. A call this cannot take (a form without a kernel or with invariants that read a
+    varying value, a value of *shared* given again, more than ``BLOCK`` elements) is :func:`choose`'s.
+    """
+
+    def __init__(self, op: str, shared: Mapping[str, Any]) -> None:
+        self.op = op
+        self.shared = dict(shared)
+        forms: list[tuple[str, BoundKernel | None, BoundKernel | None, bool]] = []
+        for label, time_fn, _time_args, price_fn, _price_args in _plan(op):
+            forms.append((label, BoundKernel.bind(time_fn, self.shared),
+                          None if price_fn is None else BoundKernel.bind(price_fn, self.shared), price_fn is None))
+        #: Per candidate: (label, time kernel, price kernel or None, whether the price is the time).
+        self._forms = tuple(forms)
+        #: Every form has a kernel and every shared value is one number (the output's shape is then the
+        #: varying values' broadcast): the direct path is open.
+        self.direct = (all(np.ndim(v) == 0 for v in self.shared.values())
+                       and all(t is not None and (same or p is not None) for _, t, p, same in forms))
+        kernels = [k for _, t, p, _ in forms for k in (t, p) if k is not None]
+        self._reals = max((k.reals for k in kernels), default=0)
+        self._masks = max((k.masks for k in kernels), default=0)
+        #: Per candidate, the varying arguments its forms read (the output's shape is theirs broadcast).
+        self._reads = tuple(frozenset(a for k in (t, p) if k is not None for a in k.varying) for _, t, p, _ in forms)
+
+    def __call__(self, values: Mapping[str, Any]) -> Choice:
+        """NCCL's pick for the varying *values* (numbers or arrays that broadcast together)."""
+        if not self.direct or not self.shared.keys().isdisjoint(values):
+            return choose(self.op, {**self.shared, **values})
+        merged = {**self.shared, **values}
+        arrays = {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
+        available = [not (label in _UNAVAILABLE and _UNAVAILABLE[label](merged)) for label, *_ in self._forms]
+        shape = np.broadcast_shapes(*(arrays[a].shape for on, reads in zip(available, self._reads) if on
+                                      for a in reads))
+        if math.prod(shape) > BLOCK:
+            return choose(self.op, merged)
+        times_a = np.empty((len(self._forms), *shape))
+        prices_a = np.empty((len(self._forms), *shape))
+        reals, masks = scratch(shape, self._reals, self._masks)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for i, ((_label, time_k, price_k, same), on) in enumerate(zip(self._forms, available)):
+                time_out, price_out = times_a[i, ...], prices_a[i, ...]  # views, also of a 0-d shape
+                if not on:
+                    time_out.fill(np.inf)
+                    price_out.fill(np.inf)
+                    continue
+                assert time_k is not None
+                time_k.into(time_out, arrays, reals, masks)
+                if same:
+                    np.copyto(price_out, time_out)
+                else:
+                    assert price_k is not None
+                    price_k.into(price_out, arrays, reals, masks)
+        return _pick(self.op, times_a, prices_a)
 
 
 def _slope_name(op: str, label: str, by: str) -> str:

@@ -46,7 +46,7 @@ import generated
 from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
-from .collective import LEVEL_PARAMETERS, arguments as collective_arguments, choose, slopes as collective_slopes
+from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, slopes as collective_slopes
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, bind
 
@@ -309,6 +309,7 @@ class TimePricer:
         self.fsdp, self.recompute = fsdp, recompute
         self._counts: dict[Any, Mapping[str, np.ndarray]] = {}
         self._columns: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+        self._choosers: dict[str, Chooser] = {}
         for op in set(OPS.values()):  # the collective forms read the hardware, the placement, S and n only
             extra = collective_arguments(op) - TIME_SYMBOLS - set(_GROUP_SYMBOLS) - set(_CALL_SYMBOLS)
             if extra:
@@ -375,6 +376,14 @@ class TimePricer:
         return TimePrices(bottleneck_s=bottleneck, by_dimension=by_dim, bottleneck_stage=stage_idx, stages=stages)
 
     # ------------------------------------------------------------------ internals
+
+    def _chooser(self, op: str) -> Chooser:
+        """NCCL's pick for *op* with this system's constants bound, made when first asked (``Chooser``: the
+        numbers of ``choose``, without a generated function call's fixed cost per candidate form)."""
+        chooser = self._choosers.get(op)
+        if chooser is None or chooser.shared != self.hardware:  # made again for new constants (a caller's scaling)
+            chooser = self._choosers[op] = Chooser(op, self.hardware)
+        return chooser
 
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray]:
         offset_applies, list_applies = batch.stage_lists_apply(p, vp)
@@ -513,8 +522,8 @@ class TimePricer:
             found = rows(set(_arguments(size_name)) | set(_arguments(ranks_name)), True)
             sub = cols if found is None else {
                 k: (v[found[0]] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in cols.items()}
-            one = choose(OPS[f"{dim}.{coll}"], dict(self.hardware, **sub, msg_bytes=evaluate(size_name, args, found),
-                                                    ranks=evaluate(ranks_name, args, found))).time_s
+            one = self._chooser(OPS[f"{dim}.{coll}"])(dict(sub, msg_bytes=evaluate(size_name, args, found),
+                                                           ranks=evaluate(ranks_name, args, found))).time_s
             got["time_s"] = np.where(calls > 0, calls * gather(np.broadcast_to(one, calls.shape if found is None else
                                                                                (len(found[0]), shape[1])), found), 0.0)
         return got
