@@ -366,3 +366,41 @@ def test_chooser_gives_the_numbers_of_choose_to_the_bit(system, monkeypatch):
             for field in ("time_s", "index", "times", "prices"):
                 np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{op} {field}")
             assert got.labels == want.labels
+
+
+def _assert_same_prices(got, want) -> None:
+    np.testing.assert_array_equal(got.bottleneck_s, want.bottleneck_s)
+    np.testing.assert_array_equal(got.bottleneck_stage, want.bottleneck_stage)
+    for dim in TIME_DIMENSIONS:
+        np.testing.assert_array_equal(got.by_dimension[dim], want.by_dimension[dim], err_msg=dim)
+    if want.stages is not None:
+        for what in WHATS:
+            for key in want.stages[what]:
+                np.testing.assert_array_equal(got.stages[what][key], want.stages[what][key], err_msg=f"{what} {key}")
+        np.testing.assert_array_equal(got.stages["total_s"], want.stages["total_s"])
+
+
+@pytest.mark.parametrize("group_from", [256, 1 << 30])
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-72b"])
+def test_direct_kernels_price_as_the_generated_functions_to_the_bit(name, group_from, monkeypatch):
+    """The pricer's direct path (``TimePricer.direct``: NCCL's pick through ``Chooser``) against the generated
+    functions' (``direct = False``: ``choose``), grouped and not, every number; the direct path must be taken."""
+    import codegen.pricing.time as time_module
+    from codegen.pricing import collective
+
+    pricer = TimePricer(name, system="dgx_h100")
+    batch = _grid_batch(pricer.model, repeats=2)
+    monkeypatch.setattr(time_module, "_GROUP_FROM", group_from)
+    taken = []
+    real = collective.Chooser.__call__
+    monkeypatch.setattr(collective.Chooser, "__call__", lambda self, values: taken.append(1) or real(self, values))
+    monkeypatch.setattr(collective, "choose", lambda *a: pytest.fail("the direct path fell back to choose"))
+    for per_stage in (False, True):
+        fast = pricer.price_batch(batch, validated=True, per_stage=per_stage)
+        small = pricer.price_batch(batch.subset(slice(0, 37)), validated=True, per_stage=per_stage)
+        assert taken, "no pick went through Chooser: the test would prove nothing"
+        with monkeypatch.context() as patch:
+            patch.setattr(pricer, "direct", False)  # time.choose: the generated functions (collective.choose fails)
+            _assert_same_prices(fast, pricer.price_batch(batch, validated=True, per_stage=per_stage))
+            _assert_same_prices(small, pricer.price_batch(batch.subset(slice(0, 37)), validated=True,
+                                                          per_stage=per_stage))

@@ -284,6 +284,10 @@ class TimePricer:
             malformed order.
     """
 
+    #: NCCL's pick runs its candidates' kernels with the system's constants bound (``Chooser``); ``False`` calls
+    #: ``choose`` on the generated functions (the same numbers: the tests compare the two).
+    direct: bool = True
+
     def __init__(self, model: str | ModelConfig, *, system: str, order: str = DEFAULT_ORDER, fsdp: bool | None = None,
                  recompute: str | None = None, volumes_only: bool = False):
         import hardware
@@ -522,8 +526,10 @@ class TimePricer:
             found = rows(set(_arguments(size_name)) | set(_arguments(ranks_name)), True)
             sub = cols if found is None else {
                 k: (v[found[0]] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in cols.items()}
-            one = self._chooser(OPS[f"{dim}.{coll}"])(dict(sub, msg_bytes=evaluate(size_name, args, found),
-                                                           ranks=evaluate(ranks_name, args, found))).time_s
+            call_values = dict(sub, msg_bytes=evaluate(size_name, args, found), ranks=evaluate(ranks_name, args, found))
+            op = OPS[f"{dim}.{coll}"]
+            pick = self._chooser(op)(call_values) if self.direct else choose(op, dict(self.hardware, **call_values))
+            one = pick.time_s
             got["time_s"] = np.where(calls > 0, calls * gather(np.broadcast_to(one, calls.shape if found is None else
                                                                                (len(found[0]), shape[1])), found), 0.0)
         return got
