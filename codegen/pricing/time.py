@@ -72,6 +72,8 @@ _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
 #: distinct layouts of qwen3-72b and deepseek-v3: grouping is 1.1-1.4x slower at 300-1,000 layouts, about
 #: even at 2,000, 1.2-1.6x faster at 4,000).
 _GROUP_FROM = 1 << 11
+#: Most sets of pipeline shapes a pricer keeps the layer tables of (``TimePricer._shape_tables``).
+_TABLES_KEEP = 256
 
 
 @dataclass(frozen=True)
@@ -313,6 +315,7 @@ class TimePricer:
         self.fsdp, self.recompute = fsdp, recompute
         self._counts: dict[Any, Mapping[str, np.ndarray]] = {}
         self._columns: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+        self._tables: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._choosers: dict[str, Chooser] = {}
         for op in set(OPS.values()):  # the collective forms read the hardware, the placement, S and n only
             extra = collective_arguments(op) - TIME_SYMBOLS - set(_GROUP_SYMBOLS) - set(_CALL_SYMBOLS)
@@ -432,17 +435,30 @@ class TimePricer:
             layout's pipeline shape ``(p, vp)`` (the batch's run settings shared).
         """
         p, vp = batch.p, batch.vp
-        p_max = int(p.max())
-        key = p * (int(vp.max()) + 1) + vp
-        seen = np.zeros(p_max * (int(vp.max()) + 1) + int(vp.max()) + 1, dtype=bool)  # a table, no sort
+        vp_top = int(vp.max()) + 1
+        key = p * vp_top + vp
+        seen = np.zeros(int(p.max()) * vp_top + vp_top, dtype=bool)  # a table, no sort
         seen[key] = True
         shapes = np.flatnonzero(seen)
         number = np.empty(len(seen), dtype=np.int64)
-        number[key] = np.arange(len(key))  # a layout of each shape (the last)
-        tables = [self._stage_columns(batch, int(p[i]), int(vp[i]), moe) for i in number[shapes]]
         number[shapes] = np.arange(len(shapes))
         inverse = np.take(number, key)
+        lay, moe_lay, where, inside = self._shape_tables(batch, moe, vp_top, shapes)
+        return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
+
+    def _shape_tables(self, batch: LayoutBatch, moe: bool, vp_top: int, shapes: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_layer_columns`' four tables over the pipeline shapes *shapes* (codes ``p · vp_top + vp``),
+        once per pricer, run settings and set of shapes: a search's chunks repeat their few sets (read-only
+        arrays)."""
+        settings = (batch.recompute, batch.offset, batch.offset_pipeline, batch.recompute_pipeline, moe, vp_top,
+                    shapes.tobytes())
+        known = self._tables.get(settings)
+        if known is not None:
+            return known
+        tables = [self._stage_columns(batch, int(code) // vp_top, int(code) % vp_top, moe) for code in shapes]
         u_max = max(t[0].shape[1] for t in tables)
+        p_max = int(shapes[-1]) // vp_top
         lay = np.empty((len(shapes), u_max))
         moe_lay = np.empty((len(shapes), u_max))
         where = np.zeros((len(shapes), p_max), dtype=np.intp)
@@ -453,7 +469,12 @@ class TimePricer:
             lay[j, u:], moe_lay[j, u:] = distinct[0, 0], distinct[1, 0]
             where[j, :len(w)] = w
             inside[j, :len(w)] = True
-        return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
+        for table in (lay, moe_lay, where, inside):
+            table.flags.writeable = False
+        if len(self._tables) >= _TABLES_KEEP:
+            self._tables.clear()
+        self._tables[settings] = (lay, moe_lay, where, inside)
+        return lay, moe_lay, where, inside
 
     def _stage_columns(self, batch: LayoutBatch, p: int, vp: int, moe: bool) -> tuple[np.ndarray, np.ndarray]:
         """One pipeline's distinct (layers, MoE layers) columns (2, U) and each stage's column, once per pricer."""
@@ -463,8 +484,10 @@ class TimePricer:
         if key not in self._columns:
             counts = self._stage_counts(batch, p, vp)
             layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]  # (P,) body and MTP layers
-            both = np.stack([layers, layers if moe else np.zeros_like(layers)])
-            distinct, where = np.unique(both, axis=1, return_inverse=True)
+            # The distinct columns of (layers, MoE layers): the second row follows from the first, so the
+            # distinct layer counts in order (whole numbers: no -0.0 or NaN for a byte-wise unique to tell apart).
+            counts_in_order, where = np.unique(layers, return_inverse=True)
+            distinct = np.stack([counts_in_order, counts_in_order if moe else np.zeros_like(counts_in_order)])
             self._columns[key] = (distinct, np.asarray(where).reshape(-1))
         return self._columns[key]
 
