@@ -362,10 +362,13 @@ def test_chooser_gives_the_numbers_of_choose_to_the_bit(system, monkeypatch):
         with monkeypatch.context() as patch:
             patch.setattr(collective, "choose", lambda *a: pytest.fail("Chooser fell back to choose"))
             gots = [chooser(values) for values in cases]
-        for want, got in zip(wants, gots):
+            together = chooser.times(cases)  # side by side: one evaluation, the unavailable set per case
+        for want, got, one in zip(wants, gots, together):
             for field in ("time_s", "index", "times", "prices"):
                 np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{op} {field}")
             assert got.labels == want.labels
+            assert one.shape == want.time_s.shape
+            np.testing.assert_array_equal(one, want.time_s, err_msg=f"{op} times")
 
 
 def _assert_same_prices(got, want) -> None:
@@ -383,8 +386,9 @@ def _assert_same_prices(got, want) -> None:
 @pytest.mark.parametrize("group_from", [256, 1 << 30])
 @pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-72b"])
 def test_direct_kernels_price_as_the_generated_functions_to_the_bit(name, group_from, monkeypatch):
-    """The pricer's direct path (``TimePricer.direct``: NCCL's pick through ``Chooser``) against the generated
-    functions' (``direct = False``: ``choose``), grouped and not, every number; the direct path must be taken."""
+    """The pricer's direct path (``TimePricer.direct``: NCCL's pick through ``Chooser``, for every item of a
+    collective at once) against the generated functions' (``direct = False``: ``choose`` per item), grouped and
+    not, every number; the direct path must be taken."""
     import codegen.pricing.time as time_module
     from codegen.pricing import collective
 
@@ -392,8 +396,8 @@ def test_direct_kernels_price_as_the_generated_functions_to_the_bit(name, group_
     batch = _grid_batch(pricer.model, repeats=2)
     monkeypatch.setattr(time_module, "_GROUP_FROM", group_from)
     taken = []
-    real = collective.Chooser.__call__
-    monkeypatch.setattr(collective.Chooser, "__call__", lambda self, values: taken.append(1) or real(self, values))
+    real = collective.Chooser._fill  # the direct path's evaluation, of one call (__call__) or of several (times)
+    monkeypatch.setattr(collective.Chooser, "_fill", lambda self, *args: taken.append(1) or real(self, *args))
     monkeypatch.setattr(collective, "choose", lambda *a: pytest.fail("the direct path fell back to choose"))
     for per_stage in (False, True):
         fast = pricer.price_batch(batch, validated=True, per_stage=per_stage)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -215,20 +215,70 @@ class Chooser:
 
     def __call__(self, values: Mapping[str, Any]) -> Choice:
         """NCCL's pick for the varying *values* (numbers or arrays that broadcast together)."""
-        if not self.direct or not self.shared.keys().isdisjoint(values):
+        prepared = self._prepare(values)
+        if prepared is None or math.prod(prepared[2]) > BLOCK:
             return choose(self.op, {**self.shared, **values})
+        arrays, available, shape = prepared
+        return _pick(self.op, *self._fill(arrays, shape, available, ()))
+
+    def times(self, parts: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
+        """``[self(values).time_s for values in parts]``, the same numbers, as one evaluation of every candidate
+        over the parts' elements side by side (flat) where they take the direct path together.
+
+        The forms and the pick are element-wise (a ``Piecewise`` branch a block skips because no element
+        takes it is overwritten where it runs: ``Call`` cuts large arrays into blocks on the same ground),
+        and a candidate one part would not evaluate (``_UNAVAILABLE``) is set to ``inf`` over that part's
+        elements, as that part's own call has it. The time pricer asks once per collective and block of
+        layouts instead of once per item: a form's fixed cost per call (its 10-60 statements) is most of
+        the work on its small arrays.
+        """
+        prepared = [self._prepare(values) for values in parts]
+        if len(parts) < 2 or any(p is None for p in prepared):
+            return [self(values).time_s for values in parts]
+        sizes = [math.prod(shape) for _, _, shape in prepared]
+        evaluated = [any(available[k] for _, available, _ in prepared) for k in range(len(self._forms))]
+        reads = {a for k, on in enumerate(evaluated) if on for a in self._reads[k]}
+        try:
+            arrays = {a: np.concatenate([np.broadcast_to(values[a], shape).reshape(-1)
+                                         for values, _, shape in prepared]) for a in reads}
+        except (KeyError, ValueError):  # a part without a value the others read, or one that does not broadcast
+            return [self(values).time_s for values in parts]
+        if sum(sizes) > BLOCK:
+            return [self(values).time_s for values in parts]
+        off = []
+        start = 0
+        for (_, available, _), size in zip(prepared, sizes):
+            off += [(k, slice(start, start + size)) for k, on in enumerate(evaluated) if on and not available[k]]
+            start += size
+        time = _pick(self.op, *self._fill(arrays, (sum(sizes),), evaluated, off)).time_s
+        out = []
+        start = 0
+        for (_, _, shape), size in zip(prepared, sizes):
+            out.append(time[start:start + size].reshape(shape))
+            start += size
+        return out
+
+    def _prepare(self, values: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], list[bool], tuple[int, ...]] | None:
+        """*values* as float64 arrays, which candidates are available and the output's shape; ``None`` where the
+        direct path is closed (see the class)."""
+        if not self.direct or not self.shared.keys().isdisjoint(values):
+            return None
         merged = {**self.shared, **values}
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
         available = [not (label in _UNAVAILABLE and _UNAVAILABLE[label](merged)) for label, *_ in self._forms]
         shape = np.broadcast_shapes(*(arrays[a].shape for on, reads in zip(available, self._reads) if on
                                       for a in reads))
-        if math.prod(shape) > BLOCK:
-            return choose(self.op, merged)
+        return arrays, available, shape
+
+    def _fill(self, arrays: Mapping[str, np.ndarray], shape: tuple[int, ...], evaluated: Sequence[bool],
+              off: Sequence[tuple[int, slice]]) -> tuple[np.ndarray, np.ndarray]:
+        """Every candidate's time and price ``(K, *shape)``: ``inf`` for one not *evaluated* and over the
+        elements *off* gives (candidate, slice); the others' kernels write straight into their rows."""
         times_a = np.empty((len(self._forms), *shape))
         prices_a = np.empty((len(self._forms), *shape))
         reals, masks = scratch(shape, self._reals, self._masks)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            for i, ((_label, time_k, price_k, same), on) in enumerate(zip(self._forms, available)):
+            for i, ((_label, time_k, price_k, same), on) in enumerate(zip(self._forms, evaluated)):
                 time_out, price_out = times_a[i, ...], prices_a[i, ...]  # views, also of a 0-d shape
                 if not on:
                     time_out.fill(np.inf)
@@ -241,7 +291,10 @@ class Chooser:
                 else:
                     assert price_k is not None
                     price_k.into(price_out, arrays, reals, masks)
-        return _pick(self.op, times_a, prices_a)
+        for i, elements in off:
+            times_a[i, elements] = np.inf
+            prices_a[i, elements] = np.inf
+        return times_a, prices_a
 
 
 def _slope_name(op: str, label: str, by: str) -> str:

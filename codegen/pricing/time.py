@@ -37,7 +37,7 @@ columns, no sort) and gathered back; the numbers are those of evaluating every l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -159,7 +159,8 @@ def _whole(value: Any) -> np.ndarray | None:
     """*value* (a ``(m,)`` column) as int64 when every entry is a whole number, else ``None``."""
     with np.errstate(invalid="ignore"):  # NaN or ±inf: not whole
         whole = value.astype(np.int64)
-    return whole if np.array_equal(whole, value) else None
+    # np.array_equal's comparison, without its checks of shapes and types (the same by construction)
+    return whole if bool((whole == value).all()) else None
 
 
 class _Keys:
@@ -384,6 +385,17 @@ class TimePricer:
 
     # ------------------------------------------------------------------ internals
 
+    def _pick_times(self, op: str, calls: list[dict[str, Any]]) -> list[np.ndarray]:
+        """The time NCCL's pick of *op* takes for each of *calls* (S, n and the group's placement).
+
+        With :attr:`direct`, one evaluation of the candidates over every call's elements (``Chooser.times``:
+        the items of a collective in a block, three for an all-gather, are one call of each form instead of
+        three); else ``choose`` per call, on the generated functions. The same numbers either way.
+        """
+        if self.direct:
+            return self._chooser(op).times(calls)
+        return [choose(op, dict(self.hardware, **call)).time_s for call in calls]
+
     def _chooser(self, op: str) -> Chooser:
         """NCCL's pick for *op* with this system's constants bound, made when first asked (``Chooser``: the
         numbers of ``choose``, without a generated function call's fixed cost per candidate form)."""
@@ -493,7 +505,8 @@ class TimePricer:
 
     def _item(self, dim: str, coll: str, weight: str, args: Mapping[str, Any], placement: Mapping[str, Any],
               outputs: list[str], timed: bool, m: int, u: int, keys: _Keys, group: str,
-              found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None]) -> dict[str, np.ndarray]:
+              found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None]
+              ) -> tuple[dict[str, np.ndarray], tuple[dict[str, Any], Callable[[np.ndarray], None]] | None]:
         """One item's forms *outputs* (and with *timed* its seconds per layer or stage) over a block of *m*
         layouts: ``(m, 1)`` per layer or MoE layer, ``(m, U)`` per stage column.
 
@@ -506,6 +519,11 @@ class TimePricer:
         each form and NCCL's pick evaluated once per group, then gathered back with one ``take``:
         element-wise forms on the same inputs give the same numbers, to the bit. Seconds are then
         ``calls × t`` per layout, as without grouping.
+
+        Returns:
+            the forms by ``what`` and, where *timed* and the collective runs, NCCL's call to pick (its S, n
+            and placement) with the function that sets ``"time_s"`` from the picked time (the caller picks
+            for every item of a collective at once: :meth:`_pick_times`).
         """
         shape = (m, u) if weight == "stage" else (m, 1)
         cols = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim == 1 else v) for k, v in placement.items()}
@@ -544,18 +562,19 @@ class TimePricer:
             calls = got["calls_count"]
             if not np.any(calls):  # the collective does not run here: 0 s, skip NCCL's model
                 got["time_s"] = np.zeros(shape)
-                return got
+                return got, None
             size_name, ranks_name = _item_name(dim, coll, "msg_bytes"), _item_name(dim, coll, "ranks_count")
             found = rows(set(_arguments(size_name)) | set(_arguments(ranks_name)), True)
             sub = cols if found is None else {
                 k: (v[found[0]] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in cols.items()}
             call_values = dict(sub, msg_bytes=evaluate(size_name, args, found), ranks=evaluate(ranks_name, args, found))
-            op = OPS[f"{dim}.{coll}"]
-            pick = self._chooser(op)(call_values) if self.direct else choose(op, dict(self.hardware, **call_values))
-            one = pick.time_s
-            got["time_s"] = np.where(calls > 0, calls * gather(np.broadcast_to(one, calls.shape if found is None else
-                                                                               (len(found[0]), shape[1])), found), 0.0)
-        return got
+
+            def finish(one: np.ndarray) -> None:
+                got["time_s"] = np.where(calls > 0, calls * gather(np.broadcast_to(
+                    one, calls.shape if found is None else (len(found[0]), shape[1])), found), 0.0)
+
+            return got, (call_values, finish)
+        return got, None
 
     def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
                      stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None) -> None:
@@ -582,6 +601,8 @@ class TimePricer:
         per_column: dict[tuple[str, str], np.ndarray] = {}  # (item, what) -> (M, U)
         outputs = [w for w in FORMS if w in whats]
         found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None] = {}
+        items: list[tuple[str, str, dict[str, np.ndarray]]] = []
+        picks: dict[str, list[tuple[dict[str, Any], Callable[[np.ndarray], None]]]] = {}  # by NCCL collective
         for dim, coll, group, weight in ITEMS:
             key = f"{dim}.{coll}"
             if weight == "stage":
@@ -589,7 +610,14 @@ class TimePricer:
             else:
                 args = dict(values, n_layers_stage=1.0, n_moe_layers_stage=1.0)
             grp = placed[group] if timed else {}
-            got = self._item(dim, coll, weight, args, grp, outputs, timed, m, u, keys, group, found_by)
+            got, pick = self._item(dim, coll, weight, args, grp, outputs, timed, m, u, keys, group, found_by)
+            items.append((key, weight, got))
+            if pick is not None:
+                picks.setdefault(OPS[key], []).append(pick)
+        for op, asked in picks.items():
+            for (_, finish), one in zip(asked, self._pick_times(op, [call for call, _ in asked])):
+                finish(one)
+        for key, weight, got in items:
             for what in whats:
                 value = got[what]
                 if weight != "stage" and what != "msg_bytes":
