@@ -173,6 +173,7 @@ class _Keys:
         self.columns: dict[str, np.ndarray] = {}
         self._whole: dict[str, np.ndarray | None] = {}
         self._digits: dict[str, tuple[np.ndarray, int] | None] = {}
+        self._by_column: dict[int, tuple[np.ndarray, tuple[np.ndarray, int] | None]] = {}  # id → (column, digit)
 
     def get(self, name: str) -> np.ndarray | None:
         if name not in self._whole:
@@ -186,6 +187,11 @@ class _Keys:
         range is narrow (``_NARROW``), else numbered by the values present (a table over the column's range,
         or a sort where the range is wide); ``None`` where the column is not whole."""
         if name not in self._digits:
+            column = self.columns.get(name)
+            known = self._by_column.get(id(column))
+            if known is not None and known[0] is column:  # one array under two names (a group's size, a field)
+                self._digits[name] = known[1]
+                return known[1]
             whole = self.get(name)
             if whole is None:
                 self._digits[name] = None
@@ -205,6 +211,8 @@ class _Keys:
                 else:
                     distinct, code = np.unique(whole, return_inverse=True)
                     self._digits[name] = (np.asarray(code, dtype=np.int64).reshape(-1), len(distinct))
+            if column is not None:
+                self._by_column[id(column)] = (column, self._digits[name])
         return self._digits[name]
 
 
@@ -421,14 +429,19 @@ class TimePricer:
         values.update(self.hardware)
         return values, f
 
-    def _placements(self, f: Fields) -> dict[str, dict[str, Any]]:
-        """Per group (tp, cp, ep, dp, edp, pp): ranks_per_node, nodes and nics_used, numbers or arrays."""
+    def _groups(self, f: Fields) -> dict[str, tuple[Any, Any]]:
+        """Per group (tp, cp, ep, dp, edp, pp): its size and the stride between its ranks, numbers or arrays."""
         t, cp, ep, d, p = (f.num(k) for k in ("t", "cp", "ep", "d", "p"))
         t_exp, d_exp = f.num("t_exp"), f.num("d_exp")
         dense = group_strides(self.order, {"tp": t, "cp": cp, "ep": 1.0, "dp": d, "pp": p})
         expert = group_strides(self.order, {"tp": t_exp, "cp": 1.0, "ep": ep, "dp": d_exp, "pp": p})
-        groups = {"tp": (t, dense["tp"]), "cp": (cp, dense["cp"]), "dp": (d, dense["dp"]),
-                  "pp": (2.0, dense["pp"]), "ep": (ep, expert["ep"]), "edp": (d_exp, expert["dp"])}
+        return {"tp": (t, dense["tp"]), "cp": (cp, dense["cp"]), "dp": (d, dense["dp"]),
+                "pp": (2.0, dense["pp"]), "ep": (ep, expert["ep"]), "edp": (d_exp, expert["dp"])}
+
+    def _placements(self, f: Fields, groups: Mapping[str, tuple[Any, Any]] | None = None) -> dict[str, dict[str, Any]]:
+        """Per group (tp, cp, ep, dp, edp, pp): ranks_per_node, nodes and nics_used, numbers or arrays: the
+        ``placement_group_*`` forms of the group's size and stride (:meth:`_groups`) and the node's GPUs and NICs."""
+        groups = self._groups(f) if groups is None else groups
         node = {"gpus_per_node": self.hardware["gpus_per_node"], "nics_per_node": self.hardware["nics_per_node"]}
         out: dict[str, dict[str, Any]] = {}
         for group, (size, stride) in groups.items():
@@ -514,7 +527,8 @@ class TimePricer:
         pipeline's layer columns: functions of the pipeline shape, keys ``"p@shape"``, ``"vp@shape"``), and
         NCCL's pick reads those of S and n and the group's placement (not the micro-batches, say), and a
         block repeats them a lot. With *keys* (:class:`_Keys`: each varying value's whole ``(m,)`` column,
-        ``None`` where not whole; a placement's ``"<symbol>@<group>"``) the layouts are grouped by those inputs
+        ``None`` where not whole; the group's size and stride, which decide its placement, ``"size@<group>"``,
+        ``"stride@<group>"``) the layouts are grouped by those inputs
         (:func:`_row_groups`; *found_by* keeps the block's groupings by key set, shared by the items) and
         each form and NCCL's pick evaluated once per group, then gathered back with one ``take``:
         element-wise forms on the same inputs give the same numbers, to the bit. Seconds are then
@@ -534,8 +548,8 @@ class TimePricer:
             key = {a for a in names if a not in _LAYER_SYMBOLS and isinstance(args[a], np.ndarray) and args[a].ndim}
             if weight == "stage" and names & set(_LAYER_SYMBOLS):
                 key |= {"p@shape", "vp@shape"}
-            if placed:
-                key |= {f"{k}@{group}" for k, v in cols.items() if isinstance(v, np.ndarray) and v.ndim}
+            if placed:  # the group's placement: by its size and stride (see _price_block)
+                key |= {f"{k}@{group}" for k in ("size", "stride") if f"{k}@{group}" in keys.columns}
             frozen = frozenset(key)
             if frozen not in found_by:
                 found_by[frozen] = _row_groups(keys, sorted(frozen))
@@ -586,7 +600,8 @@ class TimePricer:
         """
         values, f = self._values(batch)
         timed = "time_s" in whats
-        placed = self._placements(f) if timed else {g: {} for g in ("tp", "cp", "ep", "dp", "edp", "pp")}
+        groups = self._groups(f)
+        placed = self._placements(f, groups) if timed else {g: {} for g in groups}
         m = len(batch)
         lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
         u = lay.shape[1]
@@ -595,8 +610,11 @@ class TimePricer:
         if m >= _GROUP_FROM:
             keys.columns = {k: v for k, v in values.items() if isinstance(v, np.ndarray) and v.ndim == 1}
             keys.columns["p@shape"], keys.columns["vp@shape"] = batch.p, batch.vp  # the layer columns' (_layer_columns)
-            for group, placement in placed.items():
-                keys.columns.update({f"{k}@{group}": v for k, v in placement.items()
+            # A group's placement follows from its size and stride alone (the node's GPUs and NICs fixed): two
+            # columns to group NCCL's calls by instead of the three placement values (and the size is often
+            # a column the forms read already: the same digits).
+            for group, (size, stride) in groups.items():
+                keys.columns.update({f"{k}@{group}": v for k, v in (("size", size), ("stride", stride))
                                      if isinstance(v, np.ndarray) and v.ndim == 1})
         per_column: dict[tuple[str, str], np.ndarray] = {}  # (item, what) -> (M, U)
         outputs = [w for w in FORMS if w in whats]
