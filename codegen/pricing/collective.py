@@ -70,14 +70,22 @@ def labels(op: str) -> tuple[str, ...]:
     Raises:
         ValueError: *op* has no generated candidate forms.
     """
-    out = []
-    for meta in generated.FORMULAS.values():
-        pairs = dict(meta.get("variant", ()))
-        if pairs.get("op") == op and pairs.get("what") == "time" and "candidate" in pairs:
-            out.append(pairs["candidate"])
+    out = _candidates().get(op)
     if not out:
         raise ValueError(f"op: no collective time forms for {op!r}")
-    return tuple(out)
+    return out
+
+
+@functools.cache
+def _candidates() -> dict[str, tuple[str, ...]]:
+    """Every collective's candidates in the generated table's order (NCCL's), from one pass over the table
+    (a few thousand forms: a pass per collective cost a cold search 1 ms each)."""
+    out: dict[str, list[str]] = {}
+    for meta in generated.FORMULAS.values():
+        pairs = dict(meta.get("variant", ()))
+        if "op" in pairs and pairs.get("what") == "time" and "candidate" in pairs:
+            out.setdefault(pairs["op"], []).append(pairs["candidate"])
+    return {op: tuple(found) for op, found in out.items()}
 
 
 def _time_name(op: str, label: str) -> str:
