@@ -247,8 +247,8 @@ class Chooser:
         evaluated = [any(available[k] for _, available, _ in prepared) for k in range(len(self._forms))]
         reads = {a for k, on in enumerate(evaluated) if on for a in self._reads[k]}
         try:
-            arrays = {a: np.concatenate([np.broadcast_to(values[a], shape).reshape(-1)
-                                         for values, _, shape in prepared]) for a in reads}
+            arrays = {a: np.concatenate([(values[a] if values[a].shape == shape else np.broadcast_to(values[a], shape))
+                                         .reshape(-1) for values, _, shape in prepared]) for a in reads}
         except (KeyError, ValueError):  # a part without a value the others read, or one that does not broadcast
             return [self(values).time_s for values in parts]
         if sum(sizes) > BLOCK:

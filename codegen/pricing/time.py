@@ -155,6 +155,12 @@ def _layer_params(f: Fields) -> dict[str, Any]:
     return {"P_ne": out["P_ne"] + out["P_s"], "P_r": out["P_r"]}
 
 
+def _broadcast(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """*value* seen as *shape*: itself where it has that shape already (most calls; ``np.broadcast_to`` costs a few
+    µs even then), else a read-only broadcast view. Nothing here writes into the arrays it passes on."""
+    return value if value.shape == shape else np.broadcast_to(value, shape)
+
+
 def _whole(value: Any) -> np.ndarray | None:
     """*value* (a ``(m,)`` column) as int64 when every entry is a whole number, else ``None``."""
     with np.errstate(invalid="ignore"):  # NaN or ±inf: not whole
@@ -562,7 +568,7 @@ class TimePricer:
             value = np.asarray(getattr(generated, name)(**{a: values[a] for a in _arguments(name)}), dtype=float)
             if value.ndim == 1 and len(shape) == 2:  # a per-layer form over the layouts: one column
                 value = value[:, None]
-            return np.broadcast_to(value, shape if found is None else (len(found[0]), shape[1]))
+            return _broadcast(value, shape if found is None else (len(found[0]), shape[1]))
 
         def gather(value: np.ndarray, found: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
             return value if found is None else np.take(value, found[1], axis=0)
@@ -584,7 +590,7 @@ class TimePricer:
             call_values = dict(sub, msg_bytes=evaluate(size_name, args, found), ranks=evaluate(ranks_name, args, found))
 
             def finish(one: np.ndarray) -> None:
-                got["time_s"] = np.where(calls > 0, calls * gather(np.broadcast_to(
+                got["time_s"] = np.where(calls > 0, calls * gather(_broadcast(
                     one, calls.shape if found is None else (len(found[0]), shape[1])), found), 0.0)
 
             return got, (call_values, finish)
@@ -640,7 +646,7 @@ class TimePricer:
                 value = got[what]
                 if weight != "stage" and what != "msg_bytes":
                     value = value * (lay if weight == "layer" else moe_lay)
-                per_column[(key, what)] = np.broadcast_to(value, (m, u))
+                per_column[(key, what)] = _broadcast(value, (m, u))
         keys = [f"{dim}.{coll}" for dim, coll, _, _ in ITEMS]
         if timed:
             dims = {dim: sum(per_column[(k, "time_s")] for k in keys if k.split(".")[0] == dim) for dim in TIME_DIMENSIONS}
