@@ -139,8 +139,8 @@ class Choice:
 #: group inside one node (``nodes < 2``), NVLS where the switch has none (``nvls = 0``) or across nodes.
 #: :func:`choose` does not evaluate them where every element is unavailable (a test holds the forms to it).
 _UNAVAILABLE = {
-    "hierarchical": lambda v: bool(np.all(np.asarray(v["nodes"]) < 2)),
-    "nvls_simple": lambda v: bool(np.all(np.asarray(v["nvls"]) <= 0) or np.all(np.asarray(v["nodes"]) >= 2)),
+    "hierarchical": lambda v: bool((np.asarray(v["nodes"]) < 2).all()),
+    "nvls_simple": lambda v: bool((np.asarray(v["nvls"]) <= 0).all() or (np.asarray(v["nodes"]) >= 2).all()),
 }
 
 
@@ -272,10 +272,11 @@ class Chooser:
         if not self.direct or not self.shared.keys().isdisjoint(values):
             return None
         merged = {**self.shared, **values}
-        arrays = {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
+        arrays = {k: v if type(v) is np.ndarray and v.dtype == np.float64 else np.asarray(v, dtype=np.float64)
+                  for k, v in values.items()}
         available = [not (label in _UNAVAILABLE and _UNAVAILABLE[label](merged)) for label, *_ in self._forms]
-        shape = np.broadcast_shapes(*(arrays[a].shape for on, reads in zip(available, self._reads) if on
-                                      for a in reads))
+        shapes = {arrays[a].shape for on, reads in zip(available, self._reads) if on for a in reads}
+        shape = shapes.pop() if len(shapes) == 1 else np.broadcast_shapes(*shapes)  # most often one, or two
         return arrays, available, shape
 
     def _fill(self, arrays: Mapping[str, np.ndarray], shape: tuple[int, ...], evaluated: Sequence[bool],
