@@ -515,8 +515,8 @@ class TimePricer:
         if key not in self._columns:
             counts = self._stage_counts(batch, p, vp)
             layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]  # (P,) body and MTP layers
-            # The distinct columns of (layers, MoE layers): the second row follows from the first, so the
-            # distinct layer counts in order (whole numbers: no -0.0 or NaN for a byte-wise unique to tell apart).
+            # The distinct columns of (layers, MoE layers): the second row follows from the first, so they are the
+            # distinct layer counts in order (a 1-D unique, a quarter of the cost of a column-wise one).
             counts_in_order, where = np.unique(layers, return_inverse=True)
             distinct = np.stack([counts_in_order, counts_in_order if moe else np.zeros_like(counts_in_order)])
             self._columns[key] = (distinct, np.asarray(where).reshape(-1))
