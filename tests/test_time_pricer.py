@@ -408,3 +408,12 @@ def test_direct_kernels_price_as_the_generated_functions_to_the_bit(name, group_
             _assert_same_prices(fast, pricer.price_batch(batch, validated=True, per_stage=per_stage))
             _assert_same_prices(small, pricer.price_batch(batch.subset(slice(0, 37)), validated=True,
                                                           per_stage=per_stage))
+
+
+def test_pricers_of_one_system_share_nccls_pick_until_their_constants_change():
+    first = TimePricer("deepseek-v3", system="dgx_h100")
+    second = TimePricer("deepseek-v3", system="dgx_h100", recompute="full")
+    assert first._chooser("all_gather") is second._chooser("all_gather")
+    second.hardware = dict(second.hardware, nic_bw_bytes_per_s=2 * second.hardware["nic_bw_bytes_per_s"])
+    scaled = second._chooser("all_gather")
+    assert scaled is not first._chooser("all_gather") and scaled.shared == second.hardware

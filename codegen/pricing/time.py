@@ -72,6 +72,8 @@ _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
 #: distinct layouts of qwen3-72b and deepseek-v3: grouping is 1.1-1.4x slower at 300-1,000 layouts, about
 #: even at 2,000, 1.2-1.6x faster at 4,000).
 _GROUP_FROM = 1 << 11
+#: NCCL's pick per collective and system constants, for every pricer (``TimePricer._chooser``).
+_CHOOSERS: dict[tuple[Any, ...], Chooser] = {}
 #: Most sets of pipeline shapes a pricer keeps the layer tables of (``TimePricer._shape_tables``).
 _TABLES_KEEP = 256
 
@@ -415,7 +417,16 @@ class TimePricer:
         numbers of ``choose``, without a generated function call's fixed cost per candidate form)."""
         chooser = self._choosers.get(op)
         if chooser is None or chooser.shared != self.hardware:  # made again for new constants (a caller's scaling)
-            chooser = self._choosers[op] = Chooser(op, self.hardware)
+            # Shared by the pricers of one system (a search builds one per run setting); keyed by the constants'
+            # exact bits (float.hex: 0.0 and -0.0 apart), as the kernels' invariants see them.
+            key = (op, tuple((name, type(value), float.hex(value) if isinstance(value, float) else value)
+                             for name, value in sorted(self.hardware.items())))
+            chooser = _CHOOSERS.get(key)
+            if chooser is None:
+                if len(_CHOOSERS) >= 64:
+                    _CHOOSERS.clear()
+                chooser = _CHOOSERS[key] = Chooser(op, self.hardware)
+            self._choosers[op] = chooser
         return chooser
 
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray]:
