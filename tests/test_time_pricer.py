@@ -322,3 +322,98 @@ def test_row_groups_partition_the_rows_as_a_sort_does(table, monkeypatch):
     assert time_module._row_groups(keys, ["a", "half"]) is None  # not whole: not a key
     keys.columns["ids"] = np.arange(m, dtype=float)
     assert time_module._row_groups(keys, ["ids"]) is None  # every row distinct: grouping does not pay
+
+
+# ----------------------------------------------------------------------------- direct kernels: the same numbers
+
+
+def _call_values(rng: np.random.Generator, g: int, u: int) -> dict[str, np.ndarray]:
+    """Random NCCL call inputs as the time pricer passes them: the placement per layout ``(g, 1)``, S and n per
+    stage column ``(g, u)``; groups inside one node and across many, one-rank groups and empty messages."""
+    per_node = rng.choice([1.0, 2.0, 4.0, 8.0], (g, 1))
+    nodes = rng.choice([1.0, 1.0, 2.0, 4.0, 16.0, 128.0], (g, 1))
+    return {"ranks_per_node": per_node, "nodes": nodes, "nics_used": np.minimum(per_node, rng.choice([1.0, 8.0], (g, 1))),
+            "ranks": np.broadcast_to(per_node * nodes, (g, u)).copy(),
+            "msg_bytes": np.where(rng.random((g, u)) < 0.05, 0.0, np.floor(2.0 ** rng.uniform(0, 36, (g, u))))}
+
+
+@pytest.mark.parametrize("system", ["dgx_h100", "dgx_a100", "gb200_nvl72"])
+def test_chooser_gives_the_numbers_of_choose_to_the_bit(system, monkeypatch):
+    """``Chooser`` runs the candidates' kernels with the hardware bound; every number of its ``Choice`` must be
+    ``choose``'s (the generated functions' path) on random inputs of mixed shapes, and the direct path must be the
+    one taken (``choose`` fails if called)."""
+    import hardware
+    from hardware._nccl import time_bindings
+
+    from codegen.pricing import collective
+    from codegen.pricing.time import OPS
+
+    shared = {k: float(v) for k, v in time_bindings(hardware.load(system)).items()}
+    rng = np.random.default_rng(11)
+    cases = [_call_values(rng, 500, 3), _call_values(rng, 40, 1), _call_values(rng, 1, 2)]
+    inside = _call_values(rng, 60, 2)
+    inside["nodes"] = np.ones((60, 1))  # the hierarchical candidate is unavailable everywhere: not evaluated
+    cases.append(inside)
+    cases.append({k: v[0, 0] for k, v in _call_values(rng, 1, 1).items()})  # 0-d
+    for op in sorted(set(OPS.values())):
+        chooser = collective.Chooser(op, shared)
+        assert chooser.direct, op
+        wants = [collective.choose(op, {**shared, **values}) for values in cases]
+        with monkeypatch.context() as patch:
+            patch.setattr(collective, "choose", lambda *a: pytest.fail("Chooser fell back to choose"))
+            gots = [chooser(values) for values in cases]
+            together = chooser.times(cases)  # side by side: one evaluation, the unavailable set per case
+        for want, got, one in zip(wants, gots, together):
+            for field in ("time_s", "index", "times", "prices"):
+                np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{op} {field}")
+            assert got.labels == want.labels
+            assert one.shape == want.time_s.shape
+            np.testing.assert_array_equal(one, want.time_s, err_msg=f"{op} times")
+
+
+def _assert_same_prices(got, want) -> None:
+    np.testing.assert_array_equal(got.bottleneck_s, want.bottleneck_s)
+    np.testing.assert_array_equal(got.bottleneck_stage, want.bottleneck_stage)
+    for dim in TIME_DIMENSIONS:
+        np.testing.assert_array_equal(got.by_dimension[dim], want.by_dimension[dim], err_msg=dim)
+    if want.stages is not None:
+        for what in WHATS:
+            for key in want.stages[what]:
+                np.testing.assert_array_equal(got.stages[what][key], want.stages[what][key], err_msg=f"{what} {key}")
+        np.testing.assert_array_equal(got.stages["total_s"], want.stages["total_s"])
+
+
+@pytest.mark.parametrize("group_from", [256, 1 << 30])
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-72b"])
+def test_direct_kernels_price_as_the_generated_functions_to_the_bit(name, group_from, monkeypatch):
+    """The pricer's direct path (``TimePricer.direct``: NCCL's pick through ``Chooser``, for every item of a
+    collective at once) against the generated functions' (``direct = False``: ``choose`` per item), grouped and
+    not, every number; the direct path must be taken."""
+    import codegen.pricing.time as time_module
+    from codegen.pricing import collective
+
+    pricer = TimePricer(name, system="dgx_h100")
+    batch = _grid_batch(pricer.model, repeats=2)
+    monkeypatch.setattr(time_module, "_GROUP_FROM", group_from)
+    taken = []
+    real = collective.Chooser._fill  # the direct path's evaluation, of one call (__call__) or of several (times)
+    monkeypatch.setattr(collective.Chooser, "_fill", lambda self, *args: taken.append(1) or real(self, *args))
+    monkeypatch.setattr(collective, "choose", lambda *a: pytest.fail("the direct path fell back to choose"))
+    for per_stage in (False, True):
+        fast = pricer.price_batch(batch, validated=True, per_stage=per_stage)
+        small = pricer.price_batch(batch.subset(slice(0, 37)), validated=True, per_stage=per_stage)
+        assert taken, "no pick went through Chooser: the test would prove nothing"
+        with monkeypatch.context() as patch:
+            patch.setattr(pricer, "direct", False)  # time.choose: the generated functions (collective.choose fails)
+            _assert_same_prices(fast, pricer.price_batch(batch, validated=True, per_stage=per_stage))
+            _assert_same_prices(small, pricer.price_batch(batch.subset(slice(0, 37)), validated=True,
+                                                          per_stage=per_stage))
+
+
+def test_pricers_of_one_system_share_nccls_pick_until_their_constants_change():
+    first = TimePricer("deepseek-v3", system="dgx_h100")
+    second = TimePricer("deepseek-v3", system="dgx_h100", recompute="full")
+    assert first._chooser("all_gather") is second._chooser("all_gather")
+    second.hardware = dict(second.hardware, nic_bw_bytes_per_s=2 * second.hardware["nic_bw_bytes_per_s"])
+    scaled = second._chooser("all_gather")
+    assert scaled is not first._chooser("all_gather") and scaled.shared == second.hardware

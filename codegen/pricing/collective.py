@@ -34,14 +34,17 @@ time form, relative step ``1e-6``.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 import generated
 
-__all__ = ["Choice", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
+from .kernels import BLOCK, BoundKernel, scratch
+
+__all__ = ["Choice", "Chooser", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
 
 #: Each network level's α and β as the symbols a relative scale multiplies (``symbolic.collective_time``'s
 #: ``LEVEL_PARAMETERS``; a test holds the two equal).
@@ -67,14 +70,22 @@ def labels(op: str) -> tuple[str, ...]:
     Raises:
         ValueError: *op* has no generated candidate forms.
     """
-    out = []
-    for meta in generated.FORMULAS.values():
-        pairs = dict(meta.get("variant", ()))
-        if pairs.get("op") == op and pairs.get("what") == "time" and "candidate" in pairs:
-            out.append(pairs["candidate"])
+    out = _candidates().get(op)
     if not out:
         raise ValueError(f"op: no collective time forms for {op!r}")
-    return tuple(out)
+    return out
+
+
+@functools.cache
+def _candidates() -> dict[str, tuple[str, ...]]:
+    """Every collective's candidates in the generated table's order (NCCL's), from one pass over the table
+    (a few thousand forms: a pass per collective cost a cold search 1 ms each)."""
+    out: dict[str, list[str]] = {}
+    for meta in generated.FORMULAS.values():
+        pairs = dict(meta.get("variant", ()))
+        if "op" in pairs and pairs.get("what") == "time" and "candidate" in pairs:
+            out.setdefault(pairs["op"], []).append(pairs["candidate"])
+    return {op: tuple(found) for op, found in out.items()}
 
 
 def _time_name(op: str, label: str) -> str:
@@ -128,8 +139,8 @@ class Choice:
 #: group inside one node (``nodes < 2``), NVLS where the switch has none (``nvls = 0``) or across nodes.
 #: :func:`choose` does not evaluate them where every element is unavailable (a test holds the forms to it).
 _UNAVAILABLE = {
-    "hierarchical": lambda v: bool(np.all(np.asarray(v["nodes"]) < 2)),
-    "nvls_simple": lambda v: bool(np.all(np.asarray(v["nvls"]) <= 0) or np.all(np.asarray(v["nodes"]) >= 2)),
+    "hierarchical": lambda v: bool((np.asarray(v["nodes"]) < 2).all()),
+    "nvls_simple": lambda v: bool((np.asarray(v["nvls"]) <= 0).all() or (np.asarray(v["nodes"]) >= 2).all()),
 }
 
 
@@ -166,10 +177,133 @@ def choose(op: str, values: Mapping[str, Any]) -> Choice:
     for i, (t, p) in enumerate(zip(times, prices)):
         times_a[i] = t
         prices_a[i] = p
+    return _pick(op, times_a, prices_a)
+
+
+def _pick(op: str, times_a: np.ndarray, prices_a: np.ndarray) -> Choice:
+    """The choice from every candidate's time and price ``(K, …)`` (*prices_a* is written to: NaN → inf)."""
     prices_a[np.isnan(prices_a)] = np.inf
     index = np.argmin(prices_a, axis=0)
     time = np.take_along_axis(times_a, index[None], axis=0)[0]
     return Choice(time_s=time, index=index, labels=labels(op), times=times_a, prices=prices_a)
+
+
+class Chooser:
+    """:func:`choose` for one collective with the values of *shared* (the hardware's constants) bound once.
+
+    ``Chooser(op, shared)(values)`` is ``choose(op, {**shared, **values})``, the same numbers to the bit,
+    for a caller that asks again and again with new placements, sizes and group sizes (the time pricer:
+    per item and block of layouts): each candidate's time and price forms run as their kernels
+    (``codegen.pricing.kernels.BoundKernel``: the shared arguments and the forms' invariants bound here),
+    writing straight into the ``(K, …)`` arrays of every candidate's time and price, with one set of
+    scratch buffers per call; a call of a generated function would convert and broadcast its arguments
+    and allocate its output and buffers each time, which on the pricer's small arrays costs more than
+    the arithmetic. A call this cannot take (a form without a kernel or with invariants that read a
+    varying value, a value of *shared* given again, more than ``BLOCK`` elements) is :func:`choose`'s.
+    """
+
+    def __init__(self, op: str, shared: Mapping[str, Any]) -> None:
+        self.op = op
+        self.shared = dict(shared)
+        forms: list[tuple[str, BoundKernel | None, BoundKernel | None, bool]] = []
+        for label, time_fn, _time_args, price_fn, _price_args in _plan(op):
+            forms.append((label, BoundKernel.bind(time_fn, self.shared),
+                          None if price_fn is None else BoundKernel.bind(price_fn, self.shared), price_fn is None))
+        #: Per candidate: (label, time kernel, price kernel or None, whether the price is the time).
+        self._forms = tuple(forms)
+        #: Every form has a kernel and every shared value is one number (the output's shape is then the
+        #: varying values' broadcast): the direct path is open.
+        self.direct = (all(np.ndim(v) == 0 for v in self.shared.values())
+                       and all(t is not None and (same or p is not None) for _, t, p, same in forms))
+        kernels = [k for _, t, p, _ in forms for k in (t, p) if k is not None]
+        self._reals = max((k.reals for k in kernels), default=0)
+        self._masks = max((k.masks for k in kernels), default=0)
+        #: Per candidate, the varying arguments its forms read (the output's shape is theirs broadcast).
+        self._reads = tuple(frozenset(a for k in (t, p) if k is not None for a in k.varying) for _, t, p, _ in forms)
+
+    def __call__(self, values: Mapping[str, Any]) -> Choice:
+        """NCCL's pick for the varying *values* (numbers or arrays that broadcast together)."""
+        prepared = self._prepare(values)
+        if prepared is None or math.prod(prepared[2]) > BLOCK:
+            return choose(self.op, {**self.shared, **values})
+        arrays, available, shape = prepared
+        return _pick(self.op, *self._fill(arrays, shape, available, ()))
+
+    def times(self, parts: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
+        """``[self(values).time_s for values in parts]``, the same numbers, as one evaluation of every candidate
+        over the parts' elements side by side (flat) where they take the direct path together.
+
+        The forms and the pick are element-wise (a ``Piecewise`` branch a block skips because no element
+        takes it is overwritten where it runs: ``Call`` cuts large arrays into blocks on the same ground),
+        and a candidate one part would not evaluate (``_UNAVAILABLE``) is set to ``inf`` over that part's
+        elements, as that part's own call has it. The time pricer asks once per collective and block of
+        layouts instead of once per item: a form's fixed cost per call (its 10-60 statements) is most of
+        the work on its small arrays.
+        """
+        prepared = [self._prepare(values) for values in parts]
+        if len(parts) < 2 or any(p is None for p in prepared):
+            return [self(values).time_s for values in parts]
+        sizes = [math.prod(shape) for _, _, shape in prepared]
+        evaluated = [any(available[k] for _, available, _ in prepared) for k in range(len(self._forms))]
+        reads = {a for k, on in enumerate(evaluated) if on for a in self._reads[k]}
+        try:
+            arrays = {a: np.concatenate([(values[a] if values[a].shape == shape else np.broadcast_to(values[a], shape))
+                                         .reshape(-1) for values, _, shape in prepared]) for a in reads}
+        except (KeyError, ValueError):  # a part without a value the others read, or one that does not broadcast
+            return [self(values).time_s for values in parts]
+        if sum(sizes) > BLOCK:
+            return [self(values).time_s for values in parts]
+        off = []
+        start = 0
+        for (_, available, _), size in zip(prepared, sizes):
+            off += [(k, slice(start, start + size)) for k, on in enumerate(evaluated) if on and not available[k]]
+            start += size
+        time = _pick(self.op, *self._fill(arrays, (sum(sizes),), evaluated, off)).time_s
+        out = []
+        start = 0
+        for (_, _, shape), size in zip(prepared, sizes):
+            out.append(time[start:start + size].reshape(shape))
+            start += size
+        return out
+
+    def _prepare(self, values: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], list[bool], tuple[int, ...]] | None:
+        """*values* as float64 arrays, which candidates are available and the output's shape; ``None`` where the
+        direct path is closed (see the class)."""
+        if not self.direct or not self.shared.keys().isdisjoint(values):
+            return None
+        merged = {**self.shared, **values}
+        arrays = {k: v if type(v) is np.ndarray and v.dtype == np.float64 else np.asarray(v, dtype=np.float64)
+                  for k, v in values.items()}
+        available = [not (label in _UNAVAILABLE and _UNAVAILABLE[label](merged)) for label, *_ in self._forms]
+        shapes = {arrays[a].shape for on, reads in zip(available, self._reads) if on for a in reads}
+        shape = shapes.pop() if len(shapes) == 1 else np.broadcast_shapes(*shapes)  # most often one, or two
+        return arrays, available, shape
+
+    def _fill(self, arrays: Mapping[str, np.ndarray], shape: tuple[int, ...], evaluated: Sequence[bool],
+              off: Sequence[tuple[int, slice]]) -> tuple[np.ndarray, np.ndarray]:
+        """Every candidate's time and price ``(K, *shape)``: ``inf`` for one not *evaluated* and over the
+        elements *off* gives (candidate, slice); the others' kernels write straight into their rows."""
+        times_a = np.empty((len(self._forms), *shape))
+        prices_a = np.empty((len(self._forms), *shape))
+        reals, masks = scratch(shape, self._reals, self._masks)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for i, ((_label, time_k, price_k, same), on) in enumerate(zip(self._forms, evaluated)):
+                time_out, price_out = times_a[i, ...], prices_a[i, ...]  # views, also of a 0-d shape
+                if not on:
+                    time_out.fill(np.inf)
+                    price_out.fill(np.inf)
+                    continue
+                assert time_k is not None
+                time_k.into(time_out, arrays, reals, masks)
+                if same:
+                    np.copyto(price_out, time_out)
+                else:
+                    assert price_k is not None
+                    price_k.into(price_out, arrays, reals, masks)
+        for i, elements in off:
+            times_a[i, elements] = np.inf
+            prices_a[i, elements] = np.inf
+        return times_a, prices_a
 
 
 def _slope_name(op: str, label: str, by: str) -> str:

@@ -37,7 +37,7 @@ columns, no sort) and gathered back; the numbers are those of evaluating every l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -46,7 +46,7 @@ import generated
 from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
-from .collective import LEVEL_PARAMETERS, arguments as collective_arguments, choose, slopes as collective_slopes
+from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, slopes as collective_slopes
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, bind
 
@@ -72,6 +72,10 @@ _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
 #: distinct layouts of qwen3-72b and deepseek-v3: grouping is 1.1-1.4x slower at 300-1,000 layouts, about
 #: even at 2,000, 1.2-1.6x faster at 4,000).
 _GROUP_FROM = 1 << 11
+#: NCCL's pick per collective and system constants, for every pricer (``TimePricer._chooser``).
+_CHOOSERS: dict[tuple[Any, ...], Chooser] = {}
+#: Most sets of pipeline shapes a pricer keeps the layer tables of (``TimePricer._shape_tables``).
+_TABLES_KEEP = 256
 
 
 @dataclass(frozen=True)
@@ -153,11 +157,18 @@ def _layer_params(f: Fields) -> dict[str, Any]:
     return {"P_ne": out["P_ne"] + out["P_s"], "P_r": out["P_r"]}
 
 
+def _broadcast(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """*value* seen as *shape*: itself where it has that shape already (most calls; ``np.broadcast_to`` costs a few
+    µs even then), else a read-only broadcast view. Nothing here writes into the arrays it passes on."""
+    return value if value.shape == shape else np.broadcast_to(value, shape)
+
+
 def _whole(value: Any) -> np.ndarray | None:
     """*value* (a ``(m,)`` column) as int64 when every entry is a whole number, else ``None``."""
     with np.errstate(invalid="ignore"):  # NaN or ±inf: not whole
         whole = value.astype(np.int64)
-    return whole if np.array_equal(whole, value) else None
+    # np.array_equal's comparison, without its checks of shapes and types (the same by construction)
+    return whole if bool((whole == value).all()) else None
 
 
 class _Keys:
@@ -170,6 +181,7 @@ class _Keys:
         self.columns: dict[str, np.ndarray] = {}
         self._whole: dict[str, np.ndarray | None] = {}
         self._digits: dict[str, tuple[np.ndarray, int] | None] = {}
+        self._by_column: dict[int, tuple[np.ndarray, tuple[np.ndarray, int] | None]] = {}  # id → (column, digit)
 
     def get(self, name: str) -> np.ndarray | None:
         if name not in self._whole:
@@ -183,6 +195,11 @@ class _Keys:
         range is narrow (``_NARROW``), else numbered by the values present (a table over the column's range,
         or a sort where the range is wide); ``None`` where the column is not whole."""
         if name not in self._digits:
+            column = self.columns.get(name)
+            known = self._by_column.get(id(column))
+            if known is not None and known[0] is column:  # one array under two names (a group's size, a field)
+                self._digits[name] = known[1]
+                return known[1]
             whole = self.get(name)
             if whole is None:
                 self._digits[name] = None
@@ -202,6 +219,8 @@ class _Keys:
                 else:
                     distinct, code = np.unique(whole, return_inverse=True)
                     self._digits[name] = (np.asarray(code, dtype=np.int64).reshape(-1), len(distinct))
+            if column is not None:
+                self._by_column[id(column)] = (column, self._digits[name])
         return self._digits[name]
 
 
@@ -284,6 +303,10 @@ class TimePricer:
             malformed order.
     """
 
+    #: NCCL's pick runs its candidates' kernels with the system's constants bound (``Chooser``); ``False`` calls
+    #: ``choose`` on the generated functions (the same numbers: the tests compare the two).
+    direct: bool = True
+
     def __init__(self, model: str | ModelConfig, *, system: str, order: str = DEFAULT_ORDER, fsdp: bool | None = None,
                  recompute: str | None = None, volumes_only: bool = False):
         import hardware
@@ -309,6 +332,8 @@ class TimePricer:
         self.fsdp, self.recompute = fsdp, recompute
         self._counts: dict[Any, Mapping[str, np.ndarray]] = {}
         self._columns: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+        self._tables: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._choosers: dict[str, Chooser] = {}
         for op in set(OPS.values()):  # the collective forms read the hardware, the placement, S and n only
             extra = collective_arguments(op) - TIME_SYMBOLS - set(_GROUP_SYMBOLS) - set(_CALL_SYMBOLS)
             if extra:
@@ -376,6 +401,34 @@ class TimePricer:
 
     # ------------------------------------------------------------------ internals
 
+    def _pick_times(self, op: str, calls: list[dict[str, Any]]) -> list[np.ndarray]:
+        """The time NCCL's pick of *op* takes for each of *calls* (S, n and the group's placement).
+
+        With :attr:`direct`, one evaluation of the candidates over every call's elements (``Chooser.times``:
+        the items of a collective in a block, three for an all-gather, are one call of each form instead of
+        three); else ``choose`` per call, on the generated functions. The same numbers either way.
+        """
+        if self.direct:
+            return self._chooser(op).times(calls)
+        return [choose(op, dict(self.hardware, **call)).time_s for call in calls]
+
+    def _chooser(self, op: str) -> Chooser:
+        """NCCL's pick for *op* with this system's constants bound, made when first asked (``Chooser``: the
+        numbers of ``choose``, without a generated function call's fixed cost per candidate form)."""
+        chooser = self._choosers.get(op)
+        if chooser is None or chooser.shared != self.hardware:  # made again for new constants (a caller's scaling)
+            # Shared by the pricers of one system (a search builds one per run setting); keyed by the constants'
+            # exact bits (float.hex: 0.0 and -0.0 apart), as the kernels' invariants see them.
+            key = (op, tuple((name, type(value), float.hex(value) if isinstance(value, float) else value)
+                             for name, value in sorted(self.hardware.items())))
+            chooser = _CHOOSERS.get(key)
+            if chooser is None:
+                if len(_CHOOSERS) >= 64:
+                    _CHOOSERS.clear()
+                chooser = _CHOOSERS[key] = Chooser(op, self.hardware)
+            self._choosers[op] = chooser
+        return chooser
+
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray]:
         offset_applies, list_applies = batch.stage_lists_apply(p, vp)
         plan = batch.recompute if list_applies else batch.recompute.uniform()
@@ -393,14 +446,19 @@ class TimePricer:
         values.update(self.hardware)
         return values, f
 
-    def _placements(self, f: Fields) -> dict[str, dict[str, Any]]:
-        """Per group (tp, cp, ep, dp, edp, pp): ranks_per_node, nodes and nics_used, numbers or arrays."""
+    def _groups(self, f: Fields) -> dict[str, tuple[Any, Any]]:
+        """Per group (tp, cp, ep, dp, edp, pp): its size and the stride between its ranks, numbers or arrays."""
         t, cp, ep, d, p = (f.num(k) for k in ("t", "cp", "ep", "d", "p"))
         t_exp, d_exp = f.num("t_exp"), f.num("d_exp")
         dense = group_strides(self.order, {"tp": t, "cp": cp, "ep": 1.0, "dp": d, "pp": p})
         expert = group_strides(self.order, {"tp": t_exp, "cp": 1.0, "ep": ep, "dp": d_exp, "pp": p})
-        groups = {"tp": (t, dense["tp"]), "cp": (cp, dense["cp"]), "dp": (d, dense["dp"]),
-                  "pp": (2.0, dense["pp"]), "ep": (ep, expert["ep"]), "edp": (d_exp, expert["dp"])}
+        return {"tp": (t, dense["tp"]), "cp": (cp, dense["cp"]), "dp": (d, dense["dp"]),
+                "pp": (2.0, dense["pp"]), "ep": (ep, expert["ep"]), "edp": (d_exp, expert["dp"])}
+
+    def _placements(self, f: Fields, groups: Mapping[str, tuple[Any, Any]] | None = None) -> dict[str, dict[str, Any]]:
+        """Per group (tp, cp, ep, dp, edp, pp): ranks_per_node, nodes and nics_used, numbers or arrays: the
+        ``placement_group_*`` forms of the group's size and stride (:meth:`_groups`) and the node's GPUs and NICs."""
+        groups = self._groups(f) if groups is None else groups
         node = {"gpus_per_node": self.hardware["gpus_per_node"], "nics_per_node": self.hardware["nics_per_node"]}
         out: dict[str, dict[str, Any]] = {}
         for group, (size, stride) in groups.items():
@@ -419,17 +477,30 @@ class TimePricer:
             layout's pipeline shape ``(p, vp)`` (the batch's run settings shared).
         """
         p, vp = batch.p, batch.vp
-        p_max = int(p.max())
-        key = p * (int(vp.max()) + 1) + vp
-        seen = np.zeros(p_max * (int(vp.max()) + 1) + int(vp.max()) + 1, dtype=bool)  # a table, no sort
+        vp_top = int(vp.max()) + 1
+        key = p * vp_top + vp
+        seen = np.zeros(int(p.max()) * vp_top + vp_top, dtype=bool)  # a table, no sort
         seen[key] = True
         shapes = np.flatnonzero(seen)
         number = np.empty(len(seen), dtype=np.int64)
-        number[key] = np.arange(len(key))  # a layout of each shape (the last)
-        tables = [self._stage_columns(batch, int(p[i]), int(vp[i]), moe) for i in number[shapes]]
         number[shapes] = np.arange(len(shapes))
         inverse = np.take(number, key)
+        lay, moe_lay, where, inside = self._shape_tables(batch, moe, vp_top, shapes)
+        return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
+
+    def _shape_tables(self, batch: LayoutBatch, moe: bool, vp_top: int, shapes: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_layer_columns`' four tables over the pipeline shapes *shapes* (codes ``p · vp_top + vp``),
+        once per pricer, run settings and set of shapes: a search's chunks repeat their few sets (read-only
+        arrays)."""
+        settings = (batch.recompute, batch.offset, batch.offset_pipeline, batch.recompute_pipeline, moe, vp_top,
+                    shapes.tobytes())
+        known = self._tables.get(settings)
+        if known is not None:
+            return known
+        tables = [self._stage_columns(batch, int(code) // vp_top, int(code) % vp_top, moe) for code in shapes]
         u_max = max(t[0].shape[1] for t in tables)
+        p_max = int(shapes[-1]) // vp_top
         lay = np.empty((len(shapes), u_max))
         moe_lay = np.empty((len(shapes), u_max))
         where = np.zeros((len(shapes), p_max), dtype=np.intp)
@@ -440,7 +511,12 @@ class TimePricer:
             lay[j, u:], moe_lay[j, u:] = distinct[0, 0], distinct[1, 0]
             where[j, :len(w)] = w
             inside[j, :len(w)] = True
-        return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
+        for table in (lay, moe_lay, where, inside):
+            table.flags.writeable = False
+        if len(self._tables) >= _TABLES_KEEP:
+            self._tables.clear()
+        self._tables[settings] = (lay, moe_lay, where, inside)
+        return lay, moe_lay, where, inside
 
     def _stage_columns(self, batch: LayoutBatch, p: int, vp: int, moe: bool) -> tuple[np.ndarray, np.ndarray]:
         """One pipeline's distinct (layers, MoE layers) columns (2, U) and each stage's column, once per pricer."""
@@ -450,14 +526,17 @@ class TimePricer:
         if key not in self._columns:
             counts = self._stage_counts(batch, p, vp)
             layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]  # (P,) body and MTP layers
-            both = np.stack([layers, layers if moe else np.zeros_like(layers)])
-            distinct, where = np.unique(both, axis=1, return_inverse=True)
+            # The distinct columns of (layers, MoE layers): the second row follows from the first, so they are the
+            # distinct layer counts in order (a 1-D unique, a quarter of the cost of a column-wise one).
+            counts_in_order, where = np.unique(layers, return_inverse=True)
+            distinct = np.stack([counts_in_order, counts_in_order if moe else np.zeros_like(counts_in_order)])
             self._columns[key] = (distinct, np.asarray(where).reshape(-1))
         return self._columns[key]
 
     def _item(self, dim: str, coll: str, weight: str, args: Mapping[str, Any], placement: Mapping[str, Any],
               outputs: list[str], timed: bool, m: int, u: int, keys: _Keys, group: str,
-              found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None]) -> dict[str, np.ndarray]:
+              found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None]
+              ) -> tuple[dict[str, np.ndarray], tuple[dict[str, Any], Callable[[np.ndarray], None]] | None]:
         """One item's forms *outputs* (and with *timed* its seconds per layer or stage) over a block of *m*
         layouts: ``(m, 1)`` per layer or MoE layer, ``(m, U)`` per stage column.
 
@@ -465,11 +544,17 @@ class TimePricer:
         pipeline's layer columns: functions of the pipeline shape, keys ``"p@shape"``, ``"vp@shape"``), and
         NCCL's pick reads those of S and n and the group's placement (not the micro-batches, say), and a
         block repeats them a lot. With *keys* (:class:`_Keys`: each varying value's whole ``(m,)`` column,
-        ``None`` where not whole; a placement's ``"<symbol>@<group>"``) the layouts are grouped by those inputs
+        ``None`` where not whole; the group's size and stride, which decide its placement, ``"size@<group>"``,
+        ``"stride@<group>"``) the layouts are grouped by those inputs
         (:func:`_row_groups`; *found_by* keeps the block's groupings by key set, shared by the items) and
         each form and NCCL's pick evaluated once per group, then gathered back with one ``take``:
         element-wise forms on the same inputs give the same numbers, to the bit. Seconds are then
         ``calls × t`` per layout, as without grouping.
+
+        Returns:
+            the forms by ``what`` and, where *timed* and the collective runs, NCCL's call to pick (its S, n
+            and placement) with the function that sets ``"time_s"`` from the picked time (the caller picks
+            for every item of a collective at once: :meth:`_pick_times`).
         """
         shape = (m, u) if weight == "stage" else (m, 1)
         cols = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim == 1 else v) for k, v in placement.items()}
@@ -480,8 +565,8 @@ class TimePricer:
             key = {a for a in names if a not in _LAYER_SYMBOLS and isinstance(args[a], np.ndarray) and args[a].ndim}
             if weight == "stage" and names & set(_LAYER_SYMBOLS):
                 key |= {"p@shape", "vp@shape"}
-            if placed:
-                key |= {f"{k}@{group}" for k, v in cols.items() if isinstance(v, np.ndarray) and v.ndim}
+            if placed:  # the group's placement: by its size and stride (see _price_block)
+                key |= {f"{k}@{group}" for k in ("size", "stride") if f"{k}@{group}" in keys.columns}
             frozen = frozenset(key)
             if frozen not in found_by:
                 found_by[frozen] = _row_groups(keys, sorted(frozen))
@@ -494,7 +579,7 @@ class TimePricer:
             value = np.asarray(getattr(generated, name)(**{a: values[a] for a in _arguments(name)}), dtype=float)
             if value.ndim == 1 and len(shape) == 2:  # a per-layer form over the layouts: one column
                 value = value[:, None]
-            return np.broadcast_to(value, shape if found is None else (len(found[0]), shape[1]))
+            return _broadcast(value, shape if found is None else (len(found[0]), shape[1]))
 
         def gather(value: np.ndarray, found: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
             return value if found is None else np.take(value, found[1], axis=0)
@@ -508,16 +593,19 @@ class TimePricer:
             calls = got["calls_count"]
             if not np.any(calls):  # the collective does not run here: 0 s, skip NCCL's model
                 got["time_s"] = np.zeros(shape)
-                return got
+                return got, None
             size_name, ranks_name = _item_name(dim, coll, "msg_bytes"), _item_name(dim, coll, "ranks_count")
             found = rows(set(_arguments(size_name)) | set(_arguments(ranks_name)), True)
             sub = cols if found is None else {
                 k: (v[found[0]] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in cols.items()}
-            one = choose(OPS[f"{dim}.{coll}"], dict(self.hardware, **sub, msg_bytes=evaluate(size_name, args, found),
-                                                    ranks=evaluate(ranks_name, args, found))).time_s
-            got["time_s"] = np.where(calls > 0, calls * gather(np.broadcast_to(one, calls.shape if found is None else
-                                                                               (len(found[0]), shape[1])), found), 0.0)
-        return got
+            call_values = dict(sub, msg_bytes=evaluate(size_name, args, found), ranks=evaluate(ranks_name, args, found))
+
+            def finish(one: np.ndarray) -> None:
+                got["time_s"] = np.where(calls > 0, calls * gather(_broadcast(
+                    one, calls.shape if found is None else (len(found[0]), shape[1])), found), 0.0)
+
+            return got, (call_values, finish)
+        return got, None
 
     def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
                      stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None) -> None:
@@ -529,7 +617,8 @@ class TimePricer:
         """
         values, f = self._values(batch)
         timed = "time_s" in whats
-        placed = self._placements(f) if timed else {g: {} for g in ("tp", "cp", "ep", "dp", "edp", "pp")}
+        groups = self._groups(f)
+        placed = self._placements(f, groups) if timed else {g: {} for g in groups}
         m = len(batch)
         lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
         u = lay.shape[1]
@@ -538,12 +627,17 @@ class TimePricer:
         if m >= _GROUP_FROM:
             keys.columns = {k: v for k, v in values.items() if isinstance(v, np.ndarray) and v.ndim == 1}
             keys.columns["p@shape"], keys.columns["vp@shape"] = batch.p, batch.vp  # the layer columns' (_layer_columns)
-            for group, placement in placed.items():
-                keys.columns.update({f"{k}@{group}": v for k, v in placement.items()
+            # A group's placement follows from its size and stride alone (the node's GPUs and NICs fixed): two
+            # columns to group NCCL's calls by instead of the three placement values (and the size is often
+            # a column the forms read already: the same digits).
+            for group, (size, stride) in groups.items():
+                keys.columns.update({f"{k}@{group}": v for k, v in (("size", size), ("stride", stride))
                                      if isinstance(v, np.ndarray) and v.ndim == 1})
         per_column: dict[tuple[str, str], np.ndarray] = {}  # (item, what) -> (M, U)
         outputs = [w for w in FORMS if w in whats]
         found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None] = {}
+        items: list[tuple[str, str, dict[str, np.ndarray]]] = []
+        picks: dict[str, list[tuple[dict[str, Any], Callable[[np.ndarray], None]]]] = {}  # by NCCL collective
         for dim, coll, group, weight in ITEMS:
             key = f"{dim}.{coll}"
             if weight == "stage":
@@ -551,12 +645,19 @@ class TimePricer:
             else:
                 args = dict(values, n_layers_stage=1.0, n_moe_layers_stage=1.0)
             grp = placed[group] if timed else {}
-            got = self._item(dim, coll, weight, args, grp, outputs, timed, m, u, keys, group, found_by)
+            got, pick = self._item(dim, coll, weight, args, grp, outputs, timed, m, u, keys, group, found_by)
+            items.append((key, weight, got))
+            if pick is not None:
+                picks.setdefault(OPS[key], []).append(pick)
+        for op, asked in picks.items():
+            for (_, finish), one in zip(asked, self._pick_times(op, [call for call, _ in asked])):
+                finish(one)
+        for key, weight, got in items:
             for what in whats:
                 value = got[what]
                 if weight != "stage" and what != "msg_bytes":
                     value = value * (lay if weight == "layer" else moe_lay)
-                per_column[(key, what)] = np.broadcast_to(value, (m, u))
+                per_column[(key, what)] = _broadcast(value, (m, u))
         keys = [f"{dim}.{coll}" for dim, coll, _, _ in ITEMS]
         if timed:
             dims = {dim: sum(per_column[(k, "time_s")] for k in keys if k.split(".")[0] == dim) for dim in TIME_DIMENSIONS}
