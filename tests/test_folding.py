@@ -8,8 +8,8 @@ import pytest
 
 import generated
 from codegen.configs.models import load_model
-from codegen.pricing import pricer as pricer_module
-from codegen.pricing.pricer import StagePricer, _kernel_plan
+from codegen.pricing.kernels import BoundKernel
+from codegen.pricing.pricer import StagePricer
 
 #: Shared values that make conditions hold (0, 1: no such dimension, no communication) and some that do not.
 _SHARED = np.array([0.0, 1.0, 1.0, 1.0, 2.0, 3.0, 4.0, 8.0, 0.5])
@@ -32,8 +32,8 @@ def test_folded_terms_equal_every_layouts_value():
                       if a in kernel.widened or rng.random() < 0.5}
             own = [a for a in kernel.arguments if a not in shared]
             with np.errstate(all="ignore"):  # (a 0 field divides in the invariants, as the function would)
-                plan = _kernel_plan(function, shared, own)
-            if plan is None:
+                plan = BoundKernel.bind(function, shared)
+            if plan is None or not own:
                 continue
             value = plan.constant()
             if value is None:
@@ -97,7 +97,7 @@ def test_pricer_prices_alike_with_and_without_folding(monkeypatch, fixed):
     pricer(**arrays)  # the plan
     folded = pricer(**arrays)
     assert any(plan[4] for plan in pricer._call_plans.values()), "nothing folded: the test checks nothing"
-    monkeypatch.setattr(pricer_module._KernelPlan, "constant", lambda self: None)
+    monkeypatch.setattr(BoundKernel, "constant", lambda self: None)
     plain = StagePricer(model, device="A2")
     plain(**arrays)
     unfolded = plain(**arrays)

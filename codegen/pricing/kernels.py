@@ -27,6 +27,8 @@ import numpy as np
 
 from generated._runtime import BLOCK
 
+from .folding import constant_output
+
 __all__ = ["BLOCK", "BoundKernel", "scratch"]
 
 
@@ -63,6 +65,12 @@ class BoundKernel:
         template += [np.asarray(value, dtype=np.float64) for value in passed]
         slots = tuple((i, a) for i, a in enumerate(kernel.arguments) if a not in shared)
         return cls(kernel.block, kernel.reals, kernel.masks, kernel.quiet, template, slots)
+
+    def constant(self) -> float | None:
+        """The number the function is for every value of :attr:`varying`, where the bound arguments decide it
+        alone (``codegen.pricing.folding.constant_output``), else ``None``."""
+        return constant_output(self.block, self.reals, self.masks, self.template, [i for i, _ in self.slots],
+                               self.quiet)
 
     def into(self, out: np.ndarray, values: Mapping[str, np.ndarray], reals: Sequence[np.ndarray],
              masks: Sequence[np.ndarray]) -> np.ndarray:

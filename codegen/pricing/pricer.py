@@ -28,7 +28,6 @@ beyond a layout's own ``p`` are NaN in the per-stage arrays.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from ..configs.models import ModelConfig, load_model
 from generated import _runtime
 
 from ..inputs import flag
-from .folding import constant_output
+from .kernels import BoundKernel
 from .levels import score_factors
 from .stages import BIND_SOURCES, TTYPES, ZERO_SWITCHES, Fields, Terms, bind, stage_outputs, terms_of, variant_of
 
@@ -442,10 +441,11 @@ class StagePricer:
         As :meth:`_values` (whose plans decide which arguments are one number for a shape of batch),
         and per such shape each term's shared arguments are bound once: a later call derives, binds
         and passes only the arguments that vary per layout. A term whose generated function has a
-        kernel (``generated._runtime.Kernel``) then runs its block statements directly: its
-        invariants computed once per shape, the arguments in place, buffers shared by the terms,
-        one ``errstate`` for them all: the function's own steps on the same values, without its
-        per-call checks (the values are the pricer's own floats and float64 columns).
+        kernel (``generated._runtime.Kernel``) then runs its block statements directly
+        (``kernels.BoundKernel``): its invariants computed once per shape, the arguments in place,
+        buffers shared by the terms, one ``errstate`` for them all: the function's own steps on the
+        same values, without its per-call checks (the values are the pricer's own floats and float64
+        columns). A term the shared values decide alone (``BoundKernel.constant``) is that number.
         """
         shape = (sums, batch.settings(), batch.shared_keys())
         plan = self._call_plans.get(shape)
@@ -459,7 +459,9 @@ class StagePricer:
             varying = frozenset(name for name, value in values.items() if isinstance(value, np.ndarray) and value.ndim)
             calls = tuple((name, function, {a: values[a] for a in arguments if a not in varying},
                            tuple(a for a in arguments if a in varying)) for name, function, arguments in _calls(sums))
-            kernels = [(name, _kernel_plan(function, shared, own)) for name, function, shared, own in calls]
+            # (a term with no argument that varies is one call of the function: no kernel to run)
+            kernels = [(name, BoundKernel.bind(function, shared) if own else None)
+                       for name, function, shared, own in calls]
             kernels = [(name, kernel) for name, kernel in kernels if kernel is not None]
             # A term the shared values decide alone is that number for every layout of this shape.
             constants = {name: kernel.constant() for name, kernel in kernels}
@@ -495,11 +497,11 @@ class StagePricer:
         if n <= _RUNTIME_BLOCK and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
             buffers, flags = self._kernel_scratch(n, reals, masks)
             for name, kernel in loud:
-                evaluated[name] = kernel.run(values, n, buffers, flags)
+                evaluated[name] = kernel.into(np.empty(n), values, buffers, flags)
             if quiet:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     for name, kernel in quiet:
-                        evaluated[name] = kernel.run(values, n, buffers, flags)
+                        evaluated[name] = kernel.into(np.empty(n), values, buffers, flags)
             if every:
                 return evaluated
         for name, function, shared, own in calls:
@@ -547,57 +549,6 @@ class StagePricer:
             for name, value in stage_outputs(terms, picked, counts, outputs, wrt=wrt).items():
                 stages[name][rows, :p] = value
         return stages
-
-
-class _KernelPlan:
-    """One term's generated kernel with its shared arguments bound (see ``StagePricer._evaluate``)."""
-
-    __slots__ = ("block", "reals", "masks", "template", "slots", "quiet")
-
-    def __init__(self, block: Callable[..., None], reals: int, masks: int, template: list[Any],
-                 slots: tuple[tuple[int, str], ...], quiet: bool):
-        self.block, self.reals, self.masks, self.template, self.slots, self.quiet = (
-            block, reals, masks, template, slots, quiet)
-
-    def constant(self) -> float | None:
-        """The number the term is for every layout whatever its varying arguments (see
-        ``folding.constant_output``), or None."""
-        return constant_output(self.block, self.reals, self.masks, self.template, [i for i, _ in self.slots],
-                               self.quiet)
-
-    def run(self, values: Mapping[str, np.ndarray], n: int, reals: Sequence[np.ndarray],
-            masks: Sequence[np.ndarray]) -> np.ndarray:
-        """The term for *n* layouts whose varying arguments are *values* (float64 arrays of length *n*)."""
-        arguments = self.template.copy()
-        for i, name in self.slots:
-            arguments[i] = values[name]
-        out = np.empty(n)
-        self.block(out, *reals[:self.reals], *masks[:self.masks], *arguments)
-        return out
-
-
-def _as_call_value(value: Any) -> np.ndarray:
-    """*value* as a float64 array for the blocks: a number as a 0-d array, which a ufunc takes without
-    converting it on every call (a third less time per call at a thousand elements than a Python
-    float); the same float64 numbers either way."""
-    return np.asarray(value, dtype=np.float64)
-
-
-def _kernel_plan(function: Callable[..., np.ndarray], shared: Mapping[str, Any], own: Sequence[str]
-                 ) -> _KernelPlan | None:
-    """*function*'s kernel with the *shared* arguments and its invariants bound, or None (no kernel, no
-    argument that varies, or invariants that read one)."""
-    kernel = getattr(function, "kernel", None)
-    if kernel is None or not own or any(a not in shared for a in kernel.widened):
-        return None
-    passed: tuple[Any, ...] = ()
-    if kernel.invariants is not None:
-        with np.errstate(divide="ignore", invalid="ignore") if kernel.quiet else contextlib.nullcontext():
-            passed = kernel.invariants(*(shared[a] for a in kernel.widened))
-    template = [_as_call_value(shared[a]) if a in shared else None for a in kernel.arguments]
-    template += [_as_call_value(value) for value in passed]
-    slots = tuple((i, a) for i, a in enumerate(kernel.arguments) if a not in shared)
-    return _KernelPlan(kernel.block, kernel.reals, kernel.masks, template, slots, kernel.quiet)
 
 
 @functools.lru_cache(maxsize=256)
