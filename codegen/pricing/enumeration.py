@@ -90,7 +90,9 @@ class Chunk:
     @property
     def batch(self) -> LayoutBatch:
         if self._batch is None:
-            self._batch = LayoutBatch.from_arrays(self._model.layout, **self.values, **self.setting.batch_kwargs())
+            # (every layout of a chunk is valid by construction: the input gate's range checks are skipped)
+            self._batch = LayoutBatch.from_arrays(self._model.layout, **self.values, **self.setting.batch_kwargs(),
+                                                  validated=True)
         return self._batch
 
 

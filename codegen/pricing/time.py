@@ -350,7 +350,8 @@ class TimePricer:
 
     def __call__(self, *, per_stage: bool = False, validated: bool = False, **arrays: Any) -> TimePrices:
         """Prices of the layouts given as arrays (``d, t, p, cp, ep, m, b``, …; ``LayoutBatch.from_arrays``)."""
-        batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute, **arrays)
+        batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute,
+                                        validated=validated, **arrays)
         return self.price_batch(batch, per_stage=per_stage, validated=validated)
 
     def price_batch(self, batch: LayoutBatch, *, validated: bool = False, per_stage: bool = False) -> TimePrices:
