@@ -35,12 +35,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from generated import _runtime
 from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
-from ..configs.layouts import ARRAY_KEYS, LAYOUT_FIELD_NAMES, LayoutBatch, dp_comm_level_values, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
+from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, LayoutBatch, LayoutError, check_batch,
+                               derive_fields_batch, dp_comm_level_values, pipeline_stage_counts)
 from ..configs.models import ModelConfig, load_model
-from generated import _runtime
-
 from ..inputs import flag
 from .kernels import BoundKernel
 from .levels import score_factors
