@@ -657,8 +657,8 @@ class MemoryPricer:
                                 fits=np.empty(0, dtype=bool), peak_stage=np.empty(0, dtype=np.int64),
                                 _parts=lambda: {part: np.empty(0) for part in PARTS})
         shared = self._shared(batch)
-        tables = self._plan(batch)
         groups = _group(_grouping_keys(batch), n) if n >= _GROUP_FROM else None
+        tables = self._plan(batch, groups)
         # The stages of each group of layouts with equal keys, evaluated once (on its keys).
         g = n if groups is None else len(groups.present)
         best, stage = np.empty(g), np.empty(g, dtype=np.int64)
@@ -807,28 +807,35 @@ class MemoryPricer:
                 self._counts[key] = None
         return self._counts[key]
 
-    def _plan(self, batch: LayoutBatch) -> _Tables:
-        """The count tables for the batch's pipelines: every ``(p, vp)`` up to its largest (each built once)."""
+    def _plan(self, batch: LayoutBatch, groups: _Groups | None = None) -> _Tables:
+        """The count tables for the pipelines ``(p, vp)`` the batch's layouts have (read from one layout of
+        each group, with *groups*); tables built for a superset of them serve too (each pipeline is built
+        once per pricer)."""
         p, vp = batch.p, batch.vp
-        single = p.strides == (0,) and vp.strides == (0,)
-        p_range = (int(p[0]), int(p[0]) + 1) if single else (1, int(p.max()) + 1)
-        vp_range = (int(vp[0]), int(vp[0]) + 1) if single else (1, int(vp.max()) + 1)
-        key = (p_range, vp_range, batch.offset, batch.offset_pipeline, batch.recompute, batch.recompute_pipeline)
+        rest = (batch.offset, batch.offset_pipeline, batch.recompute, batch.recompute_pipeline)
+        if p.strides == (0,) and vp.strides == (0,):  # one pipeline: index 0
+            radix, pipelines = 0, {0: (int(p[0]), int(vp[0]))}
+        else:
+            if groups is not None:  # (the groups' keys: a value per group, not per layout)
+                p = groups.keys.get("p", p[:1])
+                vp = groups.keys.get("vp", vp[:1])
+            radix = int(vp.max()) + 1
+            seen = np.zeros(int(p.max()) * radix + radix, dtype=bool)  # a table, no sort
+            seen[p * radix + vp] = True
+            pipelines = {int(i): (int(i) // radix, int(i) % radix) for i in np.flatnonzero(seen)}
+        key = (radix, frozenset(pipelines.items()), *rest)
         tables = self._tables.get(key)
-        if tables is None and not single:
+        if tables is None and radix:
             # Tables over more pipelines serve as well (the same radix: the same index of each): a
-            # searcher's later chunks, whose largest p is smaller, reuse the first chunk's.
-            tables = next((known for (p_known, *rest), known in self._tables.items()
-                           if known.radix == vp_range[1] and p_known[0] <= p_range[0] and p_known[1] >= p_range[1]
-                           and tuple(rest) == key[1:]), None)
+            # searcher's later chunks, whose pipelines the first chunks had, reuse theirs.
+            tables = next((known for (r, built, *others), known in self._tables.items()
+                           if r == radix and key[1] <= built and tuple(others) == rest), None)
         if tables is not None:
             return tables
-        radix = 0 if single else vp_range[1]
-        pipelines = {(0 if single else pv * radix + v): (pv, v) for pv in range(*p_range) for v in range(*vp_range)}
         present = {i: counts for i, (pv, v) in pipelines.items()
                    if (counts := self._stage_counts(batch, pv, v)) is not None}
         if not present:
-            raise LayoutError(f"no pipeline of p <= {p_range[1] - 1}, vp <= {vp_range[1] - 1} fits {self.model.name}")
+            raise LayoutError(f"no pipeline of the batch fits {self.model.name}: (p, vp) in {sorted(pipelines.values())}")
         size, depth = max(pipelines) + 1, max(len(c["n_body"]) for c in present.values())
         counts = {name: np.zeros((size, depth)) for name in STAGE_COUNT_NAMES}
         chosen: dict[int, list[int]] = {}
