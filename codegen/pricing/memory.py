@@ -541,7 +541,7 @@ class MemoryPrices:
 
     Attributes:
         peak_total: the largest stage total of each layout (bytes per rank).
-        capacity: the GPU's HBM per rank (the same for every layout).
+        capacity: the GPU's HBM per rank (the same for every layout: a read-only broadcast).
         headroom: ``capacity − reserve − peak_total``: the least headroom over the stages.
         fits: ``headroom >= 0`` (bool): every stage of the layout fits.
         peak_stage: the index of the stage with the largest total (int64; the first on a tie).
@@ -680,7 +680,9 @@ class MemoryPricer:
                 np.take(stages, number, out=peak_stage[rows], mode="clip")
                 headroom[rows] = _headroom(self.capacity, self.settings, peak_total[rows])
                 np.greater_equal(headroom[rows], 0, out=fits[rows])
-        return MemoryPrices(peak_total=peak_total, capacity=np.full(n, self.capacity), headroom=headroom,
+        # (capacity: one number for every layout, a read-only broadcast rather than a pass writing n copies)
+        return MemoryPrices(peak_total=peak_total, capacity=np.broadcast_to(np.float64(self.capacity), (n,)),
+                            headroom=headroom,
                             fits=fits, peak_stage=peak_stage,
                             _parts=functools.partial(self._parts, batch, tables, groups, stage, shared))
 
