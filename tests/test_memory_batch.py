@@ -13,7 +13,7 @@ import pytest
 
 import generated
 from codegen.cli import main
-from codegen.configs.layouts import LayoutBatch, LayoutError, validate_batch
+from codegen.configs.layouts import ARRAY_KEYS, LayoutBatch, LayoutError, validate_batch
 from codegen.configs.models import load_model
 from codegen.kernels import fused_available
 from codegen.pricing import memory
@@ -193,6 +193,17 @@ def test_grouped_prices_equal_every_layout_priced_alone(name, settings, monkeypa
     assert_same_as_one_at_a_time(model, batch.subset(np.arange(0, len(batch), len(batch) // 25)),
                                  MemoryPricer(model, system=SYSTEM).price_batch(
                                      batch.subset(np.arange(0, len(batch), len(batch) // 25))))
+
+
+def test_an_inherited_os_is_grouped_by_d():
+    """An os column derived from d (the defaults' os where it divides d) is no grouping key: each group's os
+    comes from its d, and the prices equal those with os given as the very same column (a key then)."""
+    model, batch = random_batch("qwen3-72b", 6000, seed=53)
+    assert batch.os_inherited_from() is not None and "os" not in memory._grouping_keys(batch)
+    given = LayoutBatch.from_arrays(model.layout, **{k: getattr(batch, k) for k in ARRAY_KEYS})
+    assert given.os_inherited_from() is None and "os" in memory._grouping_keys(given)
+    assert len(set(batch.os.tolist())) > 1  # both outcomes of the rule occur
+    _assert_identical(_prices(MemoryPricer(model, system=SYSTEM), batch), _prices(MemoryPricer(model, system=SYSTEM), given))
 
 
 @pytest.mark.parametrize("table", [1 << 18, 1 << 9, 1 << 5])

@@ -438,6 +438,12 @@ def _inherited_os(os: int, d: Any) -> Any:
     return np.where(rest == 0, os, WHOLE_DP_GROUP)
 
 
+def inherit_os(os: int, d: Any) -> Any:
+    """The ``os`` of layouts of DP degree *d* that inherit a default layout's *os* (as
+    :meth:`LayoutBatch.from_arrays` derives the column): *os* where it divides ``d``, else the whole DP group."""
+    return _inherited_os(os, np.asarray(d))
+
+
 def _gate_together(batch: Any, reduce: bool = True) -> dict[str, int | None]:
     """The keys of *batch* whose columns pass the input gate, found with one reduction over them all,
     each with its column's largest value (without *reduce*: every int64 column of the batch's
@@ -765,7 +771,8 @@ class LayoutBatch:
                 columns[name] = given[name]
             else:
                 columns[name] = np.broadcast_to(given[name], (length,))
-        if "os" not in given and template.os is not None:
+        inherited = template.os if "os" not in given and template.os is not None else None
+        if inherited is not None:
             dp = columns["d"]
             if not (type(dp) is np.ndarray and dp.dtype == np.int64 and dp.ndim == 1):
                 # (an int64 column is used as it is: the batch gates it, and rejects it before this os is used)
@@ -784,6 +791,8 @@ class LayoutBatch:
         batch = cls(**columns, **settings, offset=template.offset,
                     offset_pipeline=own_pipeline if template.offset is not None else None,
                     recompute=plan, recompute_pipeline=plan_pipeline, validated=flag("validated", validated, error=LayoutError))
+        if inherited is not None:
+            object.__setattr__(batch, "_os_rule", inherited)  # (kept by subset and by later calls of this shape)
         if shape is not None:
             _keep_shape(shape, template, batch)
         return batch
@@ -843,6 +852,12 @@ class LayoutBatch:
             object.__setattr__(self, "_shared_keys", known)
         return known
 
+    def os_inherited_from(self) -> int | None:
+        """The default layout's ``os`` that the batch's ``os`` column was derived from, layout by layout
+        (:func:`inherit_os` of ``d``: then a function of ``d`` alone), or ``None`` where the column was given
+        (or the batch was not made by :meth:`from_arrays`)."""
+        return self.__dict__.get("_os_rule")
+
     @property
     def devices(self) -> np.ndarray:
         """Devices each layout occupies: d·t·cp·p."""
@@ -890,7 +905,10 @@ class LayoutBatch:
             for name in _ARRAY_KEYS:
                 object.__setattr__(view, name, getattr(self, name)[selector])
             return view
-        return replace(self, **{name: getattr(self, name)[selector] for name in _ARRAY_KEYS})
+        picked = replace(self, **{name: getattr(self, name)[selector] for name in _ARRAY_KEYS})
+        if self.os_inherited_from() is not None:  # (os and d picked alike: os still follows from d)
+            object.__setattr__(picked, "_os_rule", self.os_inherited_from())
+        return picked
 
 
 # --------------------------------------------------------------------------- derivation rules

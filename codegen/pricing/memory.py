@@ -43,7 +43,7 @@ from hardware import System
 from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
 
 from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, build_stages, check_batch,
-                               derive_fields, derive_fields_batch, pipeline_stage_counts)
+                               derive_fields, derive_fields_batch, inherit_os, pipeline_stage_counts)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import finite, flag
 from ..kernels import fused_available, fused_function
@@ -334,6 +334,8 @@ def _grouping_keys(batch: LayoutBatch) -> dict[str, np.ndarray]:
         column = getattr(batch, name)
         if column.strides == (0,):  # one value for every layout (a default or a number given)
             continue
+        if name == "os" and batch.os_inherited_from() is not None:
+            continue  # derived from d (the defaults' os where it divides d): d's digit groups it (see _rows)
         if name == "m":
             p = batch.p
             column = np.minimum(column, 2 * (int(p[0]) if p.strides == (0,) else p))
@@ -507,8 +509,12 @@ def _rows(batch: LayoutBatch, groups: _Groups | None, rows: slice) -> LayoutBatc
     if groups is None:
         return batch.subset(rows)
     size = len(groups.present[rows])
-    return dataclasses.replace(batch, **{name: groups.keys[name][rows] if name in groups.keys else column[:size]
-                                          for name in ARRAY_KEYS for column in (getattr(batch, name),)})
+    columns = {name: groups.keys[name][rows] if name in groups.keys else column[:size]
+               for name in ARRAY_KEYS for column in (getattr(batch, name),)}
+    inherited = batch.os_inherited_from()
+    if inherited is not None and "os" not in groups.keys:  # (not a key: each group's from its d)
+        columns["os"] = inherit_os(inherited, columns["d"])
+    return dataclasses.replace(batch, **columns)
 
 
 @dataclass(frozen=True)
