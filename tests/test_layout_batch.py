@@ -277,9 +277,11 @@ def test_repeated_call_shapes_build_the_same_batch():
     defaults = Layout(d=8, t=2, p=2, m=4, os=4)
     rng = np.random.default_rng(5)
     layouts._KNOWN_SHAPES.clear()
+    lazy = 0
     for length, cp in ((50, 2), (50, 2), (50, 2), (51, 2), (50, 4), (50, 4)):
         d, p = rng.choice([1, 2, 4, 8, 16], length), rng.choice([1, 2], length)
         fast = LayoutBatch.from_arrays(defaults, validated=True, d=d, p=p, cp=cp, sp=True)
+        lazy += "os" not in fast.__dict__  # (derived from d when first read, below)
         full = LayoutBatch.from_arrays(defaults, d=d, p=p, cp=cp, sp=True)
         for name in ("d", "t", "p", "m", "cp", "ep", "b", "vp", "etp", "os"):
             assert getattr(fast, name).tolist() == getattr(full, name).tolist(), name
@@ -288,6 +290,10 @@ def test_repeated_call_shapes_build_the_same_batch():
         assert (fast.settings(), fast.shared_keys()) == (full.settings(), full.shared_keys())
         assert fast.top("d") == int(d.max()) and fast.top("cp") == cp
         assert d.flags.writeable
+    assert lazy == 3  # every call of a shape seen before
+    again = LayoutBatch.from_arrays(defaults, validated=True, d=d, p=p, cp=cp, sp=True)
+    half = again.subset(slice(0, 25))  # a slice of a batch whose os is not derived yet derives its own
+    assert "os" not in half.__dict__ and half.os.tolist() == full.os[:25].tolist() and "os" not in again.__dict__
     # Three shapes (length 50 with cp = 2, length 51, cp = 4), each kept once, without the caller's arrays
     # (nor the os derived from them).
     assert len(layouts._KNOWN_SHAPES) == 3

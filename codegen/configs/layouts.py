@@ -566,9 +566,9 @@ def _known_shape_batch(defaults: Layout, values: tuple[Any, ...], settings: tupl
             column.flags.writeable = False
             state[name] = column
     if signature[_OS_INDEX] is None and defaults.os is not None and signature[0] is True:
-        column = _per_value(functools.partial(_inherited_os, defaults.os), state["d"])
-        column.flags.writeable = False  # (as every column of a batch)
-        state["os"] = column
+        # Derived from the new d when first read (LayoutBatch.__getattr__): a pricer that reads no field of
+        # os (the communication terms read none) never pays for it.
+        del state["os"]
     return batch, None
 
 
@@ -823,6 +823,17 @@ class LayoutBatch:
     def __len__(self) -> int:
         return len(self.d)
 
+    def __getattr__(self, name: str) -> Any:
+        # Only for an attribute not set: the os column a batch of a known call shape derives from d when
+        # first read (_known_shape_batch), read-only as every column, and kept.
+        rule = self.__dict__.get("_os_rule")
+        if name != "os" or rule is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        column = _per_value(functools.partial(_inherited_os, rule), self.__dict__["d"])
+        column.flags.writeable = False
+        object.__setattr__(self, "os", column)
+        return column
+
     def settings(self) -> tuple[Any, ...]:
         """The run settings every layout of the batch shares (hashable): a key for what they decide."""
         # Made once per batch (the settings never change; a slice of the batch shares them).
@@ -848,7 +859,7 @@ class LayoutBatch:
         if known is None:
             state = self.__dict__
             known = tuple(int(column[0]) if column.strides == (0,) and len(column) else None
-                          for column in (state[name] for name in _ARRAY_KEYS))
+                          for column in (state[name] if name in state else getattr(self, name) for name in _ARRAY_KEYS))
             object.__setattr__(self, "_shared_keys", known)
         return known
 
@@ -903,7 +914,8 @@ class LayoutBatch:
             view = copy.copy(self)
             view.__dict__.pop("_tops", None)  # the largest values of the whole batch, not of the slice
             for name in _ARRAY_KEYS:
-                object.__setattr__(view, name, getattr(self, name)[selector])
+                if name in self.__dict__:  # (an os not derived yet is derived from the view's own d)
+                    object.__setattr__(view, name, self.__dict__[name][selector])
             return view
         picked = replace(self, **{name: getattr(self, name)[selector] for name in _ARRAY_KEYS})
         if self.os_inherited_from() is not None:  # (os and d picked alike: os still follows from d)
@@ -1037,8 +1049,21 @@ def _key_columns(batch: LayoutBatch, compact: bool) -> dict[str, Any]:
         return {name: getattr(batch, name) for name in _ARRAY_KEYS}
     # (a shared key: a broadcast column, as LayoutBatch.shared_keys finds once per batch)
     state = batch.__dict__
-    return {name: state[name] if value is None else state[name][0]
-            for name, value in zip(_ARRAY_KEYS, batch.shared_keys())}
+    keys = _KeyColumns({name: state[name] if value is None else state[name][0]
+                        for name, value in zip(_ARRAY_KEYS, batch.shared_keys()) if name in state})
+    keys.batch = batch
+    return keys
+
+
+class _KeyColumns(dict):
+    """The key columns of :func:`_key_columns`; a key the batch has not derived yet (a lazy ``os``) is read
+    from the batch when a rule first asks for it."""
+
+    batch: LayoutBatch
+
+    def __missing__(self, name: str) -> Any:
+        value = self[name] = getattr(self.batch, name)
+        return value
 
 
 class _Derivation:

@@ -331,11 +331,11 @@ def _grouping_keys(batch: LayoutBatch) -> dict[str, np.ndarray]:
     """
     columns = {}
     for name in ARRAY_KEYS:
+        if name == "os" and batch.os_inherited_from() is not None:
+            continue  # derived from d (the defaults' os where it divides d): d's digit groups it (see _rows)
         column = getattr(batch, name)
         if column.strides == (0,):  # one value for every layout (a default or a number given)
             continue
-        if name == "os" and batch.os_inherited_from() is not None:
-            continue  # derived from d (the defaults' os where it divides d): d's digit groups it (see _rows)
         if name == "m":
             p = batch.p
             column = np.minimum(column, 2 * (int(p[0]) if p.strides == (0,) else p))
