@@ -887,6 +887,12 @@ class LayoutBatch:
         listed = self.recompute.full_per_stage is not None and _pipeline_is(self.recompute_pipeline, p, vp)
         return offset, listed
 
+    def stage_lists(self, p: int, vp: int) -> tuple[RecomputePlan, Any]:
+        """The recompute plan and the offset that layouts of pipeline shape ``(p, vp)`` have: the batch's own
+        where they apply (:meth:`stage_lists_apply`), else the plan's uniform part and the even split (None)."""
+        offset_applies, list_applies = self.stage_lists_apply(p, vp)
+        return (self.recompute if list_applies else self.recompute.uniform()), (self.offset if offset_applies else None)
+
     def layout(self, index: int) -> Layout:
         """Layout *index* of the batch, with the offset and recompute plan that apply to it.
 
@@ -897,11 +903,9 @@ class LayoutBatch:
             raise IndexError(f"layout index {index!r} is outside the batch of {len(self)}")
         values = {name: int(getattr(self, name)[index]) for name in _ARRAY_KEYS}
         values["os"] = values["os"] or None
-        offset_applies, list_applies = self.stage_lists_apply(values["p"], values["vp"])
+        plan, offset = self.stage_lists(values["p"], values["vp"])
         return Layout(**values, op=self.op, grad_shard=self.grad_shard, sp=self.sp, fsdp=self.fsdp,
-                      reshards=self.reshards, cp_algo=self.cp_algo, s=self.s,
-                      offset=self.offset if offset_applies else None,
-                      recompute=self.recompute if list_applies else self.recompute.uniform())
+                      reshards=self.reshards, cp_algo=self.cp_algo, s=self.s, offset=offset, recompute=plan)
 
     def subset(self, selector: Any) -> LayoutBatch:
         """The layouts *selector* picks (a boolean mask of length N, indices, or a slice), settings kept.
@@ -1790,6 +1794,11 @@ def build_stages(model: ModelConfig, layout: Layout) -> list[list[list[str]]]:
     stages[0][0].insert(0, LayerType.EMBEDDING_LAYER.value)
     stages[-1][-1].append(LayerType.OUTPUT_LAYER.value)
     return stages
+
+
+def stage_layers(counts: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Body and MTP layers of each stage (recomputed or not), from :func:`pipeline_stage_counts`' counts."""
+    return counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]
 
 
 def pipeline_stage_counts(model: ModelConfig, p: int, vp: int = 1, *,

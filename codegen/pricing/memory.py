@@ -43,7 +43,7 @@ from hardware import System
 from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
 
 from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, build_stages, check_batch,
-                               derive_fields, derive_fields_batch, inherit_os, pipeline_stage_counts)
+                               derive_fields, derive_fields_batch, inherit_os, pipeline_stage_counts, stage_layers)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import finite, flag
 from ..kernels import fused_available, fused_function
@@ -305,7 +305,7 @@ def _candidates(counts: Mapping[str, np.ndarray]) -> list[int]:
     flight, which fall with the stage index. A stage another stage matches or exceeds in every
     weight, an earlier one included, is never the first largest: only the others are evaluated.
     """
-    layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]
+    layers = stage_layers(counts)
     rows = np.stack([counts["n_embedding"], counts["n_output"], layers,
                      layers - counts["n_full_rec"] - counts["n_sel_rec"], counts["n_sel_rec"], counts["n_full_rec"],
                      np.minimum(counts["n_full_rec"], 1), np.minimum(counts["n_sel_rec"], 1),
@@ -804,9 +804,7 @@ class MemoryPricer:
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray] | None:
         """The stage counts of the batch's layouts with pipeline (p, vp), as ``build_stages`` gives them;
         ``None`` when no layout can have that pipeline."""
-        offset_applies, list_applies = batch.stage_lists_apply(p, vp)
-        plan = batch.recompute if list_applies else batch.recompute.uniform()
-        offset = batch.offset if offset_applies else None
+        plan, offset = batch.stage_lists(p, vp)
         key = (p, vp, plan, offset)
         if key not in self._counts:
             try:
@@ -843,7 +841,8 @@ class MemoryPricer:
         present = {i: counts for i, (pv, v) in pipelines.items()
                    if (counts := self._stage_counts(batch, pv, v)) is not None}
         if not present:
-            raise LayoutError(f"no pipeline of the batch fits {self.model.name}: (p, vp) in {sorted(pipelines.values())}")
+            raise LayoutError(f"no pipeline of the batch fits {self.model.name}: "
+                              f"(p, vp) in {sorted(pipelines.values())}")
         size, depth = max(pipelines) + 1, max(len(c["n_body"]) for c in present.values())
         counts = {name: np.zeros((size, depth)) for name in STAGE_COUNT_NAMES}
         chosen: dict[int, list[int]] = {}

@@ -398,9 +398,7 @@ class StagePricer:
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray] | None:
         """The stage counts of the batch's layouts with pipeline (p, vp), offset and recompute list where they
         apply; ``None`` when no layout can have that pipeline."""
-        offset_applies, list_applies = batch.stage_lists_apply(p, vp)
-        plan = batch.recompute if list_applies else batch.recompute.uniform()
-        offset = batch.offset if offset_applies else None
+        plan, offset = batch.stage_lists(p, vp)
         key = (p, vp, plan, offset)
         if key not in self._counts:
             try:

@@ -211,7 +211,7 @@ def _recompute_free(spec: SearchSpec) -> bool:
     space holds the same layers per stage under each of the spec's recompute modes, counted as ``TimePricer``
     counts them (``pipeline_stage_counts`` with the plan and offset that apply: body, MTP recomputed or not).
     Then the floors' tables are shared by the recompute modes."""
-    from ..configs.layouts import pipeline_stage_counts
+    from ..configs.layouts import pipeline_stage_counts, stage_layers
 
     space, step, _, _ = _context(spec)
     keys = getattr(step.comm, "item_keys", None) if step is not None else None
@@ -233,11 +233,8 @@ def _recompute_free(spec: SearchSpec) -> bool:
     for p, vp in shapes:
         seen = None
         for batch in batches:
-            offset_applies, list_applies = batch.stage_lists_apply(p, vp)
-            counts = pipeline_stage_counts(spec.model, p, vp,
-                                           recompute=batch.recompute if list_applies else batch.recompute.uniform(),
-                                           offset=batch.offset if offset_applies else None)
-            layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]
+            plan, offset = batch.stage_lists(p, vp)
+            layers = stage_layers(pipeline_stage_counts(spec.model, p, vp, recompute=plan, offset=offset))
             if seen is not None and not np.array_equal(layers, seen):
                 return False
             seen = layers

@@ -43,7 +43,8 @@ import numpy as np
 
 import generated
 
-from ..configs.layouts import LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts
+from ..configs.layouts import (LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts,
+                               stage_layers)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
 from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, slopes as collective_slopes
@@ -431,9 +432,7 @@ class TimePricer:
         return chooser
 
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray]:
-        offset_applies, list_applies = batch.stage_lists_apply(p, vp)
-        plan = batch.recompute if list_applies else batch.recompute.uniform()
-        offset = batch.offset if offset_applies else None
+        plan, offset = batch.stage_lists(p, vp)
         key = (p, vp, plan, offset)
         if key not in self._counts:
             self._counts[key] = pipeline_stage_counts(self.model, p, vp, recompute=plan, offset=offset)
@@ -521,12 +520,9 @@ class TimePricer:
 
     def _stage_columns(self, batch: LayoutBatch, p: int, vp: int, moe: bool) -> tuple[np.ndarray, np.ndarray]:
         """One pipeline's distinct (layers, MoE layers) columns (2, U) and each stage's column, once per pricer."""
-        offset_applies, list_applies = batch.stage_lists_apply(p, vp)
-        key = (p, vp, batch.recompute if list_applies else batch.recompute.uniform(),
-               batch.offset if offset_applies else None, moe)
+        key = (p, vp, *batch.stage_lists(p, vp), moe)
         if key not in self._columns:
-            counts = self._stage_counts(batch, p, vp)
-            layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]  # (P,) body and MTP layers
+            layers = stage_layers(self._stage_counts(batch, p, vp))  # (P,)
             # The distinct columns of (layers, MoE layers): the second row follows from the first, so they are the
             # distinct layer counts in order (a 1-D unique, a quarter of the cost of a column-wise one).
             counts_in_order, where = np.unique(layers, return_inverse=True)
