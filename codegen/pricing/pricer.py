@@ -35,23 +35,19 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from generated import _runtime
 from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
 from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, LayoutBatch, LayoutError, check_batch,
                                derive_fields_batch, dp_comm_level_values, pipeline_stage_counts)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
-from .kernels import BoundKernel
+from .kernels import BLOCK as _RUNTIME_BLOCK, BoundKernel  # (the most elements a kernel's block runs)
 from .levels import score_factors
 from .stages import BIND_SOURCES, TTYPES, ZERO_SWITCHES, Fields, Terms, bind, stage_outputs, terms_of, variant_of
 
 __all__ = ["StagePricer", "StagePrices"]
 
 _FLOAT64 = np.dtype(np.float64)
-
-#: The most elements the generated functions run as one block (their kernels' buffers hold no more).
-_RUNTIME_BLOCK = _runtime.BLOCK
 
 #: Layouts per block of the pricing loop: its temporaries (a few float64 arrays of a block) stay in the
 #: processor's cache, and the Python cost per block is spread over enough layouts.
