@@ -83,6 +83,7 @@ __all__ = [
     "derive_fields_batch",
     "dp_comm_level_values",
     "layout_violations",
+    "one_pass_column",
     "parse_layout",
     "parse_recompute",
     "pipeline_stage_counts",
@@ -563,7 +564,7 @@ def _known_shape_batch(defaults: Layout, values: tuple[Any, ...], settings: tupl
     for name, value, given in zip(_ARRAY_KEYS, values, signature):
         if given is True:
             column = value.view()  # read-only, the caller's array left writable
-            column.flags.writeable = False
+            column.setflags(write=False)
             state[name] = column
     if signature[_OS_INDEX] is None and defaults.os is not None and signature[0] is True:
         # Derived from the new d when first read (LayoutBatch.__getattr__): a pricer that reads no field of
@@ -1137,6 +1138,41 @@ LAYOUT_FIELD_KEYS: dict[str, tuple[str, ...]] = {
     "gather_embed": ("d", "os"),
 }
 assert tuple(LAYOUT_FIELD_KEYS) == LAYOUT_FIELD_NAMES
+
+
+def one_pass_column(model: ModelConfig, batch: LayoutBatch, name: str, level: float | None = None
+                    ) -> Callable[[LayoutBatch], np.ndarray] | None:
+    """How to write layout field *name* of a batch shaped like *batch* as a fresh float64 column in one
+    NumPy pass over one key column, where the rules above allow it; ``None`` where they do not.
+
+    With *level*, the column is the field's switch for that level (1.0 where the field has it), the
+    form the ZeRO terms read. The result takes a batch and holds for every batch of the same run settings (``LayoutBatch.settings``) whose column of the key is an array: a
+    key field as it is (``b``, ``t``, …), ``comm_t``, ``comm_cp`` and ``comm_ep`` (the degree above 1;
+    ``comm_ep`` is 1 throughout in a model of several experts), and the switch of ``comm_d_non_exp`` at
+    the level the settings give (``d`` above 1). A pricer writes the
+    columns its kernels read this way, without a whole derivation per call; the numbers are the
+    rules' (tests/test_pricer_fast_paths.py).
+    """
+    key = None
+    compare: Callable[..., np.ndarray] | None = None
+    if level is None and name in LAYOUT_FIELD_KEYS and LAYOUT_FIELD_KEYS[name] == (name,):
+        key = name  # (a key field: the column as float64)
+    elif level is None and name == "comm_ep" and model.n_exp > 1:
+        return lambda batch: np.ones(len(batch))
+    elif level is None and name in ("comm_t", "comm_cp", "comm_ep"):
+        key, compare = LAYOUT_FIELD_KEYS[name][0], np.greater
+    elif level is not None and name == "comm_d_non_exp" and batch.op and level == _dp_comm_level(
+            np.array([2]), batch.op, batch.grad_shard)[0]:
+        key, compare = "d", np.not_equal
+    if key is None:
+        return None
+    if compare is None:
+        return lambda batch: getattr(batch, key).astype(np.float64)
+
+    def column(batch: LayoutBatch) -> np.ndarray:
+        values = getattr(batch, key)
+        return compare(values, 1, out=np.empty(len(values)))  # (0/1 written straight as float64)
+    return column
 
 
 def _layout_fields(model: ModelConfig, batch: LayoutBatch, names: Sequence[str] | None = None, *,

@@ -31,13 +31,14 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
 from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, LayoutBatch, LayoutError, check_batch,
+                                one_pass_column,
                                derive_fields_batch, dp_comm_level_values, pipeline_stage_counts)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
@@ -278,7 +279,8 @@ class StagePricer:
         self._counts_used: dict[Any, tuple[str, ...]] = {}
         self._pipelines: dict[Any, dict[int, tuple[int, int]]] = {}
         self._value_plans: dict[Any, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {}
-        self._call_plans: dict[Any, tuple[tuple[Any, ...], frozenset[str], tuple[str, ...]]] = {}
+        self._call_plans: dict[Any, _CallPlan] = {}
+        self._last_plan: tuple[Any, ...] = (None, None, None, None)
         self._variants: dict[Any, Terms] = {}
         self._scratch: dict[tuple[int, int], tuple[list[np.ndarray], list[np.ndarray]]] = {}
 
@@ -300,6 +302,13 @@ class StagePricer:
         validated = flag("validated", validated)
         batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute,
                                         validated=validated, **arrays)
+        n = len(batch)
+        if validated and per_stage is False and 0 < n <= _BLOCK:
+            # A searcher's call (vouched-for layouts, one block, no stages): price_batch's own path, without
+            # its checks of what this call's arguments already are.
+            bottleneck, total_sum = np.empty(n), np.empty(n)
+            self._price_block(self._terms(batch), batch, bottleneck, total_sum, self._combine_scratch(n))
+            return StagePrices(bottleneck=bottleneck, sum=total_sum)
         return self.price_batch(batch, per_stage=per_stage, validated=validated)
 
     def price_batch(self, batch: LayoutBatch, *, per_stage: bool | Sequence[str] = False,
@@ -319,7 +328,7 @@ class StagePricer:
             check_batch(self.model, batch)
         terms = self._terms(batch)
         bottleneck, total_sum = np.empty(n), np.empty(n)
-        scratch = (np.empty(min(n, _BLOCK)), np.empty(min(n, _BLOCK)))
+        scratch = self._combine_scratch(min(n, _BLOCK))
         if n <= _BLOCK:
             self._price_block(terms, batch, bottleneck, total_sum, scratch)
         else:
@@ -441,8 +450,15 @@ class StagePricer:
         same values, without its per-call checks (the values are the pricer's own floats and float64
         columns). A term the shared values decide alone (``BoundKernel.constant``) is that number.
         """
-        shape = (sums, batch.settings(), batch.shared_keys())
-        plan = self._call_plans.get(shape)
+        settings, shared_keys = batch.settings(), batch.shared_keys()
+        last = self._last_plan  # (a searcher's calls of one shape share these very objects: no hashing)
+        if last[0] is sums and last[1] is settings and last[2] is shared_keys:
+            plan = last[3]
+        else:
+            shape = (sums, settings, shared_keys)
+            plan = self._call_plans.get(shape)
+            if plan is not None:
+                self._last_plan = (sums, settings, shared_keys, plan)
         if plan is None:
             values = self._values(batch, _needed(sums))
             # A ZeRO switch of a level the batch's settings rule out is 0 for every layout: shared.
@@ -469,8 +485,15 @@ class StagePricer:
                         constants[name] = None
             if len(self._call_plans) >= 1024:
                 self._call_plans.clear()
-            self._call_plans[shape] = (
-                calls, varying, _sources(varying), _column_steps(varying), tuple(constants.items()),
+            steps, fields = _column_steps(varying), _sources(varying)
+            if steps is not None:
+                # Each column a kernel reads written in one pass where the field's rule allows; the rest
+                # derived together (their rules share groups).
+                steps = tuple((name, source, level, one_pass_column(self.model, batch, source, level))
+                              for name, source, level in steps)
+                fields = tuple(sorted({source for _name, source, _level, write in steps if write is None}))
+            self._call_plans[shape] = _CallPlan(
+                calls, varying, fields, steps, tuple(constants.items()),
                 tuple((name, kernel) for name, kernel in kernels if not kernel.quiet and name not in constants),
                 tuple((name, kernel) for name, kernel in kernels if kernel.quiet and name not in constants),
                 max((kernel.reals for _name, kernel in kernels), default=0),
@@ -478,15 +501,16 @@ class StagePricer:
                 len(kernels) == len(calls))
             return {name: function(**shared, **{a: values[a] for a in own}) for name, function, shared, own in calls}
         calls, varying, fields, steps, constants, loud, quiet, reals, masks, every = plan
-        derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
         n = len(batch)
+        derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True) if fields else {}
         if steps is None:
             values = bind(Fields(derived), varying, system=self.system, ttype=self.ttype, score=self._score)
         else:
-            # What bind gives for these arguments, without its generic walk: the layout fields' own
-            # float64 columns, and each ZeRO switch written straight from its level's column.
-            values = {name: derived[source] if level is None else np.equal(derived[source], level, out=np.empty(n))
-                      for name, source, level in steps}
+            # What bind gives for these arguments, without its generic walk: a column written in one pass
+            # (layouts.one_pass_column), a layout field's own float64 column, or a ZeRO switch written
+            # straight from its level's column.
+            values = {name: write(batch) if write is not None else derived[source] if level is None
+                      else np.equal(derived[source], level, out=np.empty(n)) for name, source, level, write in steps}
         evaluated = {name: np.full(n, value) for name, value in constants if value is not None}
         if n <= _RUNTIME_BLOCK and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
             buffers, flags = self._kernel_scratch(n, reals, masks)
@@ -505,6 +529,17 @@ class StagePricer:
                     arguments[a] = values[a]
                 evaluated[name] = function(**arguments)
         return evaluated
+
+    def _combine_scratch(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The two scratch arrays of :func:`_combine` for *n* layouts, made once per length and thread (as
+        :meth:`_kernel_scratch`'s: nothing a call returns is written there)."""
+        key = (threading.get_ident(), -n)
+        known = self._scratch.get(key)
+        if known is None:
+            if len(self._scratch) >= 64:
+                self._scratch.clear()
+            known = self._scratch[key] = ([np.empty(n), np.empty(n)], [])
+        return known[0][0], known[0][1]
 
     def _kernel_scratch(self, n: int, reals: int, masks: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The kernels' scratch arrays for *n* layouts (*reals* float64, *masks* bool), made once per
@@ -543,6 +578,22 @@ class StagePricer:
             for name, value in stage_outputs(terms, picked, counts, outputs, wrt=wrt).items():
                 stages[name][rows, :p] = value
         return stages
+
+
+class _CallPlan(NamedTuple):
+    """What :meth:`StagePricer._evaluate` keeps per shape of call (its docstring says how it is made)."""
+
+    calls: tuple[Any, ...]  # (term, generated function, shared arguments, varying arguments)
+    varying: frozenset[str]  # the arguments that vary per layout
+    fields: tuple[str, ...]  # the layout fields derived per call (those no step writes in one pass)
+    # _column_steps of varying, each with its one-pass writer (or None: from the derived fields)
+    steps: tuple[tuple[str, str, float | None, Callable[[LayoutBatch], np.ndarray] | None], ...] | None
+    constants: tuple[tuple[str, float | None], ...]  # folded terms (None: a 0 left out of its group)
+    loud: tuple[tuple[str, BoundKernel], ...]  # kernels run as they are
+    quiet: tuple[tuple[str, BoundKernel], ...]  # kernels run with divide and invalid ignored
+    reals: int  # scratch buffers the kernels need
+    masks: int
+    every: bool  # every term has a kernel
 
 
 @functools.lru_cache(maxsize=256)
