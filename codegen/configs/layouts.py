@@ -551,7 +551,7 @@ def _known_shape_batch(defaults: Layout, values: tuple[Any, ...], settings: tupl
             return None, None
     if length < 0:
         return None, None
-    key = (id(defaults), length, tuple(signature), tuple((type(x), x) for x in settings))
+    key = (id(defaults), length, tuple(signature), settings, tuple(map(type, settings)))
     try:
         entry = _KNOWN_SHAPES.get(key)
     except TypeError:  # an unhashable setting: the full way names it

@@ -29,6 +29,7 @@ beyond a layout's own ``p`` are NaN in the per-stage arrays.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -148,13 +149,17 @@ def _stage_rows(weights: np.ndarray) -> list[int]:
 StageCounts = Callable[[int, int], "Mapping[str, np.ndarray] | None"]
 
 
+_PIPELINE_TOKENS = itertools.count()
+
+
 @dataclass(frozen=True)
 class _Pipelines:
     """The pipeline shapes a batch can hold: each layout's index into tables over them, and the shapes.
 
     Attributes:
         key: what decides ``present`` (the ranges of ``p`` and ``vp``, the index's radix and the
-            batch's stage lists): a key for the tables built over them.
+            batch's stage lists): a key for the tables built over them. With *known*, a number that
+            stands for that key (one per key, never reused: hashed once per call, not once per table).
         index: per layout, ``p`` (``p·(max vp + 1) + vp`` when vp varies); ``None`` when every
             layout has the same pipeline.
         present: index → ``(p, vp)`` for every pipeline up to the batch's largest ``p`` (and
@@ -168,7 +173,7 @@ class _Pipelines:
 
     @classmethod
     def of(cls, batch: LayoutBatch, stage_counts: StageCounts,
-           known: dict[Any, dict[int, tuple[int, int]]] | None = None) -> _Pipelines:
+           known: dict[Any, tuple[dict[int, tuple[int, int]], int]] | None = None) -> _Pipelines:
         """The pipelines of *batch*; *known* keeps the shapes found for each range of ``p`` and ``vp``."""
         p, vp = batch.p, batch.vp
         single_p = p.strides == (0,)
@@ -180,15 +185,16 @@ class _Pipelines:
             index, vp_range = p * radix + vp, (1, radix)
         key = (p_range, vp_range, single_p, radix, batch.offset, batch.offset_pipeline, batch.recompute,
                batch.recompute_pipeline)
-        present = None if known is None else known.get(key)
-        if present is None:
+        entry = None if known is None else known.get(key)
+        if entry is None:
             shapes = [(pv, v) for pv in range(*p_range) for v in range(*vp_range)]
             where = {shape: (0 if index is None else shape[0] * radix + shape[1] if radix else shape[0])
                      for shape in shapes}
             present = {where[shape]: shape for shape in shapes if stage_counts(*shape) is not None}
-            if known is not None:
-                known[key] = present
-        return cls(index, present, key)
+            if known is None:
+                return cls(index, present, key)
+            entry = known[key] = (present, next(_PIPELINE_TOKENS))
+        return cls(index, *entry)
 
     def table(self, values: Mapping[int, float]) -> Any:
         """A weight per layout from its value per pipeline: one number when every pipeline has the same."""
@@ -277,7 +283,7 @@ class StagePricer:
         self._weights: dict[Any, Any] = {}
         self._counts: dict[Any, Mapping[str, np.ndarray] | None] = {}
         self._counts_used: dict[Any, tuple[str, ...]] = {}
-        self._pipelines: dict[Any, dict[int, tuple[int, int]]] = {}
+        self._pipelines: dict[Any, tuple[dict[int, tuple[int, int]], int]] = {}
         self._value_plans: dict[Any, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {}
         self._call_plans: dict[Any, _CallPlan] = {}
         self._last_plan: tuple[Any, ...] = (None, None, None, None)
