@@ -155,14 +155,15 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
     ``P_ne`` / ``P_r`` from the ``params_*`` forms' arguments, a model field from nothing that varies;
     any other argument from everything. A stage's layer counts, which weigh every item, follow from
     ``(p, vp)`` and the recompute mode. NCCL's pick reads S, the ranks and the group's placement
-    (``TimePricer`` checks it), which follows from ``t, cp, d, p`` for the dense groups and from
-    ``t_exp, ep, d_exp, p`` for the expert ones (``TimePricer._placements``); the pricer is built per
+    (``TimePricer`` checks it), which follows from the degrees of the group's rank grid
+    (``time.PLACEMENT_GRIDS``: ``t, cp, d, p`` for the dense groups, ``t_exp, ep, d_exp, p`` for the expert
+    ones, as ``TimePricer._groups`` places them); the pricer is built per
     ZeRO level and recompute mode (``time_family_comm``) and reads ``fsdp`` only through the fields.
     Layouts of one search that agree on an item's keys and settings have the same seconds per stage for it.
     """
     from ..configs.layouts import LAYOUT_FIELD_KEYS
     from .stages import BIND_SOURCES
-    from .time import ITEMS
+    from .time import ITEMS, PLACEMENT_GRIDS, PLACEMENT_GROUPS
 
     constants = set(model.fields())
     params: dict[str, set[str]] = {"P_ne": set(), "P_r": set()}
@@ -189,12 +190,14 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
             return set(_EVERYTHING)
         return found
 
-    placement = {"tp": {"t", "cp", "d", "p"}, "cp": {"t", "cp", "d", "p"}, "dp": {"t", "cp", "d", "p"},
-                 "pp": {"t", "cp", "d", "p"}}
-    expert = set().union(*(LAYOUT_FIELD_KEYS[k] for k in ("t_exp", "d_exp")), {"ep", "p"})
+    # A group's placement follows from its size and its stride, which the degrees of its whole grid decide.
+    grid_keys = {grid: set().union(*(LAYOUT_FIELD_KEYS[field] for field in degrees.values() if field is not None))
+                 for grid, degrees in PLACEMENT_GRIDS.items()}
+    placement = {group: grid_keys[grid] | (set(LAYOUT_FIELD_KEYS[size]) if size is not None else set())
+                 for group, (grid, _dim, size) in PLACEMENT_GROUPS.items()}
     out = {}
     for dim, coll, group, _ in ITEMS:
-        found: set[str] = set(placement.get(group, expert)) | {"p", "vp", "recompute"}  # the stage's layers weigh it
+        found: set[str] = placement[group] | {"p", "vp", "recompute"}  # the stage's layers weigh it
         for what in ("calls_count", "msg_bytes", "ranks_count"):
             for argument in generated.FORMULAS[f"{dim}_{coll}_stage_{what}"]["arguments"]:
                 found |= keys(argument)

@@ -74,6 +74,19 @@ _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
 #: even at 2,000, 1.2-1.6x faster at 4,000).
 _GROUP_FROM = 1 << 11
 #: NCCL's pick per collective and system constants, for every pricer (``TimePricer._chooser``).
+#: The two rank grids groups are placed in (Megatron's dense and expert rank generators): per grid, the
+#: layout field that is each dimension's degree of the rank order (None: 1, the grid has no such dimension).
+PLACEMENT_GRIDS: dict[str, dict[str, str | None]] = {
+    "dense": {"tp": "t", "cp": "cp", "ep": None, "dp": "d", "pp": "p"},
+    "expert": {"tp": "t_exp", "cp": None, "ep": "ep", "dp": "d_exp", "pp": "p"},
+}
+#: Per group of the time items: its grid, the dimension whose stride it has there, and the layout field that
+#: is its size (None: 2, the pair of neighbouring stages a pipeline send joins).
+PLACEMENT_GROUPS: dict[str, tuple[str, str, str | None]] = {
+    "tp": ("dense", "tp", "t"), "cp": ("dense", "cp", "cp"), "dp": ("dense", "dp", "d"), "pp": ("dense", "pp", None),
+    "ep": ("expert", "ep", "ep"), "edp": ("expert", "dp", "d_exp"),
+}
+
 _CHOOSERS: dict[tuple[Any, ...], Chooser] = {}
 #: Most sets of pipeline shapes a pricer keeps the layer tables of (``TimePricer._shape_tables``).
 _TABLES_KEEP = 256
@@ -447,13 +460,13 @@ class TimePricer:
         return values, f
 
     def _groups(self, f: Fields) -> dict[str, tuple[Any, Any]]:
-        """Per group (tp, cp, ep, dp, edp, pp): its size and the stride between its ranks, numbers or arrays."""
-        t, cp, ep, d, p = (f.num(k) for k in ("t", "cp", "ep", "d", "p"))
-        t_exp, d_exp = f.num("t_exp"), f.num("d_exp")
-        dense = group_strides(self.order, {"tp": t, "cp": cp, "ep": 1.0, "dp": d, "pp": p})
-        expert = group_strides(self.order, {"tp": t_exp, "cp": 1.0, "ep": ep, "dp": d_exp, "pp": p})
-        return {"tp": (t, dense["tp"]), "cp": (cp, dense["cp"]), "dp": (d, dense["dp"]),
-                "pp": (2.0, dense["pp"]), "ep": (ep, expert["ep"]), "edp": (d_exp, expert["dp"])}
+        """Per group (tp, cp, ep, dp, edp, pp): its size and the stride between its ranks, numbers or arrays
+        (:data:`PLACEMENT_GRIDS`, :data:`PLACEMENT_GROUPS`)."""
+        strides = {grid: group_strides(self.order, {dim: 1.0 if field is None else f.num(field)
+                                                    for dim, field in degrees.items()})
+                   for grid, degrees in PLACEMENT_GRIDS.items()}
+        return {group: (2.0 if size is None else f.num(size), strides[grid][dim])
+                for group, (grid, dim, size) in PLACEMENT_GROUPS.items()}
 
     def _placements(self, f: Fields, groups: Mapping[str, tuple[Any, Any]] | None = None) -> dict[str, dict[str, Any]]:
         """Per group (tp, cp, ep, dp, edp, pp): ranks_per_node, nodes and nics_used, numbers or arrays: the
