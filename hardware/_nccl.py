@@ -3,7 +3,8 @@
 ``time_bindings(system)`` gives every hardware-side symbol the collective time formulas
 (``symbolic/collective_time.py``) read: NCCL's latencies (times the generation's ``latency_scale``),
 its per-generation bandwidth caps, the ring channels its topology search finds on the system's NVLink
-(their bus bandwidth capped at the generation's ``app_bus_bw_bytes_per_s``), NCCL's P2P LL threshold,
+(their bus bandwidth capped at the generation's ``app_bus_bw_bytes_per_s``), NCCL's P2P LL threshold, its
+point-to-point channels and NVLink step size,
 the NIC bandwidth, NVLS availability. The group-side symbols (``msg_bytes``, ``ranks``, ``ranks_per_node``, ``nodes``,
 ``nics_used``) are the caller's.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from ._system import GENERATIONS, HardwareSpecError, System, _positive_real
 
-__all__ = ["NcclTuning", "RingGraph", "TIME_SYMBOLS", "nccl_tuning", "ring_graph", "time_bindings"]
+__all__ = ["NcclTuning", "RingGraph", "TIME_SYMBOLS", "nccl_tuning", "p2p_channels", "ring_graph", "time_bindings"]
 
 TUNING_FILE = Path(__file__).resolve().parent / "nccl_tuning.toml"
 
@@ -34,17 +35,31 @@ _GENERATION_REQUIRED = ("nvlink_link_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "
                         "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s",
                         "intra_speeds_bytes_per_s")
 _GENERATION_OPTIONAL = ("nvls_efficiency", "latency_scale", "app_bus_bw_bytes_per_s")
-_P2P_KEYS = ("ll_threshold_bytes",)
+_P2P_KEYS = ("ll_threshold_bytes", "nvl_chunk_bytes")
 
 #: The names ``time_bindings`` binds: every hardware-side symbol of the collective time forms.
 TIME_SYMBOLS = frozenset(_LATENCY_KEYS) | frozenset({
-    "ring_channels", "ring_channel_bw_bytes_per_s", "p2p_ll_threshold_bytes", "nvlink_nccl_bw_bytes_per_s",
+    "ring_channels", "ring_channel_bw_bytes_per_s", "p2p_ll_threshold_bytes", "p2p_channels", "p2p_chunk_bytes",
+    "nvlink_nccl_bw_bytes_per_s",
     "ll_max_bw_bytes_per_s", "ll128_channel_max_bw_bytes_per_s", "tree_channel_max_bw_bytes_per_s",
     "tree_ll128_channel_max_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s", "nvls", "nvls_efficiency",
     "nic_bw_bytes_per_s", "gpus_per_node", "nics_per_node"})
 
 #: search.cc: the ring graph searches at most MAXCHANNELS / 2 channels (init.cc line 1177, MAXCHANNELS = 64).
 RING_MAX_CHANNELS = 32
+
+
+def p2p_channels(ring_channels: int) -> int:
+    """NCCL's ``p2pnChannels`` on one node: the thread blocks its point-to-point kernel (send/recv, all-to-all) runs.
+
+    ``src/graph/connect.cc`` (``ncclTopoPostset``) doubles the ring graph's channels (``nChannels =
+    min(MAXCHANNELS, 2 nChannels)``); ``src/graph/paths.cc`` (``ncclTopoComputeP2pChannels``) takes
+    ``min(nChannels, NCCL_MAX_P2P_NCHANNELS = MAXCHANNELS)`` and rounds it up to a power of two (the peers' channels
+    are mapped by bit reversal). Left out: the cap by the kernel's argument space (``ncclDevMaxChannelsForArgsBytes``,
+    above MAXCHANNELS at the default size) and the extra copies across nodes.
+    """
+    channels = min(2 * RING_MAX_CHANNELS, 2 * ring_channels)
+    return min(2 * RING_MAX_CHANNELS, 1 << max(0, math.ceil(math.log2(channels))))
 
 
 @dataclass(frozen=True)
@@ -167,6 +182,8 @@ def time_bindings(system: System) -> dict[str, float]:
         "ring_channels": ring.channels,
         "ring_channel_bw_bytes_per_s": channel_bw,
         "p2p_ll_threshold_bytes": tuning.p2p["ll_threshold_bytes"],
+        "p2p_channels": p2p_channels(ring.channels),
+        "p2p_chunk_bytes": tuning.p2p["nvl_chunk_bytes"],
         "nvlink_nccl_bw_bytes_per_s": nvlink_total,
         "ll_max_bw_bytes_per_s": gen["ll_max_bw_bytes_per_s"],
         "ll128_channel_max_bw_bytes_per_s": gen["ll128_channel_max_bw_bytes_per_s"],

@@ -38,9 +38,10 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
   ``min(nvls_channel_max_bw, nvlink_nccl_bw / (n − 1))`` — the search's upper bound (search.cc raises
   the total by n/(n − 1) for non-ring patterns); its speed-array rounding is dropped.
 * Not modelled: the tree's size-dependent ``treeCorrectionFactor``, the ring's multi-node plateau
-  factor, CollNet, PAT, NVLS-tree; all-to-all and send/recv, which NCCL runs as grouped point-to-point
-  operations its tuner does not price, use the ring constants of one step and NCCL's P2P LL threshold
-  (stated below).
+  factor, CollNet, PAT, NVLS-tree. All-to-all and send/recv, which NCCL runs as grouped point-to-point
+  operations its tuner does not price, use the ring constants of one step and NCCL's P2P LL threshold; the
+  all-to-all's Simple path inside a node moves each peer's bytes on NCCL's point-to-point blocks (stated at
+  ``_p2p_nvlink``).
 * Added to tuning.cc's model (what nccl-tests measures and the tuner leaves out): the ring loop's pipeline
   fill, one slice per loop with Simple (``SLICESTEPS/CHUNKSTEPS`` chunk steps, src/device/collectives.h) and
   one chunk step with LL and LL128 (their final receive reads the FIFO), see ``_loop_fill``. The per-generation bindings (``hardware/_nccl.py``) may scale the
@@ -125,9 +126,57 @@ _SLICE_PER_CHUNK = {"all_reduce": sympy.Rational(1, 2), "all_gather": sympy.Rati
 #: LL and LL128 (enqueue.cc: chunkSteps = sliceSteps = 1 outside the Simple ring): the loop's last primitive
 #: unpacks the whole chunk from the protocol's FIFO at the protocol's rate, one chunk step (see ``_loop_fill``).
 _FIFO_FILL = {"all_reduce": sympy.Integer(1), "all_gather": sympy.Integer(1), "reduce_scatter": sympy.Integer(1)}
-#: All-to-all and send/recv (NCCL's point-to-point, which its tuner does not price): the collectives' one
-#: half-chunk fill is assumed (NCCL's p2p pipeline is not stated as slices of a ring loop).
+#: All-to-all and send/recv (NCCL's point-to-point, which its tuner does not price): the pipeline fill, in
+#: p2p steps. A thread block moves its share of a peer's bytes through the peer's FIFO in steps of
+#: ``P2P_NVL_CHUNKSIZE`` (one slice per step: ``ProtoSimple<1, 1>`` in src/device/sendrecv.h, and
+#: prims_simple.h makes the slice the whole chunk), copied in by the sender and out by the receiver; the
+#: collectives' half-step fill (``SLICESTEPS/CHUNKSTEPS``) is assumed for the copy that trails (see ``_p2p_nvlink``).
+#: An assumption checked against the sweeps: the source's pipeline would charge the whole step, which makes H100
+#: 17-49 % slow at 2-16 MiB (docs/time.md, round 3).
+#: Send/recv (no shipped sweep) keeps the earlier form: half of its S as fill at the ring's bus bandwidth.
 _P2P_FILL = sympy.Rational(1, 2)
+
+
+def _p2p_blocks_per_peer(n: sympy.Expr) -> sympy.Expr:
+    """Thread blocks (channels) NCCL's point-to-point kernel gives one peer, in channels.
+
+    src/enqueue.cc ``scheduleP2pTasksToPlan``: ``nChannelsMin`` starts at the peers' channel count (at least
+    ``p2pnChannels`` on NVSwitch nodes, paths.cc ``ncclTopoGetNchannels``: 2 x the GPU's NVLinks, capped at
+    ``p2pnChannels``) and halves while ``nChannelsMin · nRanks > p2pnChannels``; src/include/channel.h
+    (``ncclP2pChannelBaseForRound``) gives every round of the schedule its own channels. So each peer gets
+    ``p2pnChannels / n`` blocks (16, 8, 4 of 32 at 2, 4, 8 ranks), at least one. ``pow2Down`` is relaxed to the
+    plain ratio (equal on powers of two). Simplified: below 64 KiB per block (``P2P_NVL_CHUNKSIZE / 8``, enqueue.cc
+    ``addP2pToPlan``) NCCL spreads a peer's bytes over fewer of them; the time there is the latency's (with NCCL's
+    count the blocks' sustained bandwidth would make A100 below 1 MiB 28 % slow; docs/time.md, round 3).
+    """
+    return sympy.Max(1, _sym("p2p_channels") / n)
+
+
+def _p2p_block_bw(n: sympy.Expr, q: sympy.Expr) -> sympy.Expr:
+    """Bytes/s one thread block of the point-to-point kernel sends to its peer over NVLink.
+
+    src/device/sendrecv.h (``RunWorkBatch<ncclFuncSendRecv, …>::run``): a block serving one send and one receive
+    splits its warps in two halves (``nSendWarpPerWork``, ``nRecvWarpPerWork``), so each direction gets half of what
+    one channel moves, ``ring_channel_bw / 2`` (NCCL's speed of one channel, search.cc). Bounded by the peer's share
+    of the NVLink bus: ``ring_channels × ring_channel_bw`` spread over the ``q − 1`` peers inside the node and their
+    blocks.
+    """
+    bus = _sym("ring_channels") * _sym("ring_channel_bw_bytes_per_s")
+    return Min(_sym("ring_channel_bw_bytes_per_s") / 2, bus / (sympy.Max(q - 1, 1) * _p2p_blocks_per_peer(n)))
+
+
+def _p2p_nvlink(per_peer: sympy.Expr, n: sympy.Expr, q: sympy.Expr) -> sympy.Expr:
+    """Seconds the Simple point-to-point kernel takes to move *per_peer* bytes to each NVLink peer (all at once).
+
+    Each peer's bytes are split evenly over its blocks (``ncclP2pPartBounds``); a block moves its share at
+    ``_p2p_block_bw``, in FIFO steps of ``P2P_NVL_CHUNKSIZE`` (src/init.cc), each step written by the sender and
+    then read out by the receiver (NCCL_STEPS = 8 steps in flight, so the copies overlap after the first). The last
+    step's trailing copy is the fill: ``_P2P_FILL`` of one step, or of the block's share when that is smaller.
+    """
+    blocks = _p2p_blocks_per_peer(n)
+    rate = _p2p_block_bw(n, q)
+    share = per_peer / blocks
+    return share / rate + _P2P_FILL * Min(share, _sym("p2p_chunk_bytes")) / rate
 
 
 def _loop_fill(op: str, proto: str) -> sympy.Expr:
@@ -257,10 +306,12 @@ def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
     The protocol is NCCL's rule, not a minimum: LL when the bytes sent to one peer are at most
     ``P2P_LL_THRESHOLD`` (src/enqueue.cc, default 16384), Simple above (p2p never uses LL128); the other
     candidate is ``oo``. Priced with the ring constants of one step: base latency plus one NVLink step
-    (one network step across nodes); bandwidth the ring's bus bandwidth for that protocol. All-to-all
-    sends ``(q − 1)/n`` of S over NVLink and ``(n − q)/n`` through the NICs, concurrently; the slower side
-    sets the time. Send/recv moves S to one peer: NVLink inside a node, one NIC across nodes. Simple adds
-    the pipeline fill of half of one peer's share (``_P2P_FILL``, the collectives' one slice per chunk).
+    (one network step across nodes). All-to-all sends ``S/n`` to each of the ``q − 1`` peers inside the node
+    and the ``n − q`` outside, concurrently; the slower side sets the time. Inside the node Simple moves the
+    bytes with NCCL's point-to-point blocks (``_p2p_nvlink``: ``p2pnChannels / n`` blocks per peer, half a
+    ring channel each, one FIFO step of fill); LL at the ring's LL bus bandwidth. Through the NICs each of
+    the node's ranks has its share of them. Send/recv moves S to one peer: NVLink inside a node (the ring
+    bus bandwidth, half of S added as fill with Simple), one NIC across nodes.
     """
     out: dict[str, sympy.Expr] = {}
     nvlink_only = _NODES < 2
@@ -275,7 +326,12 @@ def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
             # The node's ranks_per_node ranks send off-node at once and share its NICs.
             share = _sym("nics_used") / _Q
             inter = _ring_bus(p, sympy.Integer(2), share) if p != "simple" else share * _sym("nic_bw_bytes_per_s")
-            move = sympy.Max(_S * (_Q - 1 + fill) / _N / intra, _S * (_N - _Q) / _N / inter)
+            if p == "simple":
+                # No NVLink peers (one rank per node): nothing moves inside the node.
+                nvlink = Min(_Q - 1, 1) * _p2p_nvlink(_S / _N, _N, _Q)
+            else:
+                nvlink = _S * (_Q - 1) / _N / intra
+            move = sympy.Max(nvlink, _S * (_N - _Q) / _N / inter)
         else:
             inter = Min(intra, _sym("nic_bw_bytes_per_s"))
             move = Piecewise((_S * (1 + fill) / intra, nvlink_only), (_S * (1 + fill) / inter, True))
@@ -319,7 +375,11 @@ _CANDIDATE_SOURCE = {
                     "2-level form)",
     "p2p": f"{_TUNING} ring constants for one step; NCCL src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes "
            "per peer, else Simple); nccl-tests doc/PERFORMANCE.md (alltoall busbw); NCCL runs "
-           "all-to-all and send/recv as grouped point-to-point, which ncclTopoTuneModel does not price",
+           "all-to-all and send/recv as grouped point-to-point, which ncclTopoTuneModel does not price; "
+           "all-to-all Simple: p2pnChannels (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc "
+           "ncclTopoComputeP2pChannels), blocks per peer (src/enqueue.cc scheduleP2pTasksToPlan, "
+           "src/include/channel.h ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h), "
+           "P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h)",
 }
 
 

@@ -15,7 +15,7 @@ from codegen.cli import main
 from codegen.cli.collective import parse_size
 from codegen.validation import collectives
 from codegen.pricing.placement import DEFAULT_ORDER, group_strides
-from hardware._nccl import RingGraph, nccl_tuning, ring_graph, time_bindings
+from hardware._nccl import RingGraph, nccl_tuning, p2p_channels, ring_graph, time_bindings
 from symbolic import registry
 from symbolic.symbols import SPECS, symbol
 
@@ -274,6 +274,56 @@ def test_ring_graph_follows_nccls_search_on_switch_nodes():
     assert (b200["ring_channels"], b200["ring_channel_bw_bytes_per_s"]) == (16, 45e9)
 
 
+def test_p2p_channels_follow_nccls_setup():
+    # connect.cc doubles the ring graph's channels, paths.cc rounds them up to a power of two (at most MAXCHANNELS).
+    assert [p2p_channels(c) for c in (1, 3, 6, 12, 16, 24, 32)] == [2, 8, 16, 32, 32, 64, 64]
+    for name in ("dgx_a100", "dgx_h100", "dgx_b200"):
+        b = time_bindings(hardware.load(name))
+        # 12, 12 and 16 ring channels: 32 p2p blocks on all three; 512 KiB steps (P2P_NVL_CHUNKSIZE).
+        assert (b["p2p_channels"], b["p2p_chunk_bytes"]) == (32, 2**19), name
+
+
+def test_p2p_blocks_per_peer_follow_nccls_schedule():
+    import sympy
+    from symbolic.collective_time import _p2p_blocks_per_peer
+    # enqueue.cc scheduleP2pTasksToPlan: nChannelsMin halves while nChannelsMin x nRanks > p2pnChannels.
+    blocks = [_p2p_blocks_per_peer(sympy.Integer(n)).subs(symbol("p2p_channels"), 32) for n in (2, 4, 8, 32, 64)]
+    assert blocks == [16, 8, 4, 1, 1]
+
+
+@pytest.mark.parametrize("system", ["dgx_a100", "dgx_h100", "dgx_b200"])
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_p2p_simple_all_to_all_is_blocks_at_half_a_channel_plus_at_most_half_a_step(system, ranks):
+    v = _values(system, ranks, 2.0 ** np.arange(20, 34))
+    t = _eval("collective_all_to_all_p2p_simple_time_s", v)
+    blocks = v["p2p_channels"] / ranks
+    # Half of a ring channel per block (sendrecv.h splits a block's warps between its send and its receive),
+    # bounded by the peer's share of the NVLink bus.
+    bus = v["ring_channels"] * v["ring_channel_bw_bytes_per_s"]
+    rate = min(v["ring_channel_bw_bytes_per_s"] / 2, bus / ((ranks - 1) * blocks))
+    share = v["msg_bytes"] / ranks / blocks  # bytes one block moves
+    move = t - v["alpha_ring_simple_s"] - v["hop_nvlink_ring_simple_s"] - share / rate
+    # The fill: half of one FIFO step (or of the block's share, if smaller), never more.
+    assert np.all(move > 0) and np.all(move <= 0.5 * v["p2p_chunk_bytes"] / rate * (1 + 1e-9))
+    assert_close(move, 0.5 * np.minimum(share, v["p2p_chunk_bytes"]) / rate, rtol=1e-9)
+    # Beyond one step per block the time grows by the blocks' bandwidth alone: on B200 (720 GB/s ring bus, 16 x 45)
+    # 32 blocks at 22.5 GB/s, so the bus bandwidth (n-1)/n x S / t approaches 22.5 x 32 x (n-1)/n GB/s.
+    big = v["msg_bytes"] >= 2 * v["p2p_chunk_bytes"] * ranks * blocks
+    slope = np.diff(t[big]) / np.diff(v["msg_bytes"][big])
+    assert_close(slope, 1 / (v["p2p_channels"] * rate), rtol=1e-9)
+    if system == "dgx_b200":
+        assert_close(rate * v["p2p_channels"], 720e9, rtol=1e-9)
+
+
+def test_p2p_all_to_all_with_one_rank_per_node_moves_nothing_over_nvlink():
+    # 8 nodes, one rank each: the time is the NICs' (plus latency), whatever NVLink's constants are.
+    v = _values("dgx_h100", 8, 2.0**30, nodes=8, per_node=1, nics=1)
+    t = _eval("collective_all_to_all_p2p_simple_time_s", v)
+    slow = dict(v, ring_channel_bw_bytes_per_s=v["ring_channel_bw_bytes_per_s"] / 100)
+    assert_close(_eval("collective_all_to_all_p2p_simple_time_s", slow), t, rtol=1e-12)
+    assert_close(t - v["alpha_ring_simple_s"] - v["hop_net_ring_simple_s"], 2.0**30 * 7 / 8 / v["nic_bw_bytes_per_s"])
+
+
 @pytest.mark.parametrize("name", TIME_SYSTEMS)
 def test_time_bindings_cover_the_hardware_side_of_every_collective_formula(name):
     b = time_bindings(hardware.load(name))
@@ -359,9 +409,6 @@ _BOUND = {"small": 0.25, "large": 0.12}
 _NOT_YET = {
     ("a100_sxm", "all_gather", "large"): "12.7 %: the Simple ring's mid sizes (2-64 MiB) run 15-80 us above "
                                          "one alpha-beta line; no NCCL figure prices a Simple step that slow",
-    ("a100_sxm", "all_to_all", "large"): "19 %: the p2p Simple path's mid-size ramp; no NCCL figure prices p2p",
-    ("b200_sxm", "all_to_all", "large"): "24.6 %: p2p Simple reaches 85-90 % of the ring's bandwidth at 512 MiB "
-                                         "and ramps slower at mid sizes; no NCCL figure prices p2p",
 }
 
 #: Regression guard for every group: the median reached today (docs/time.md) with a little room.
