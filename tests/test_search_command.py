@@ -323,3 +323,23 @@ def test_stage_vector_flops_equal_an_operation_count(recompute, sp, zero):
     gpu = pricer
     assert seconds[0] == pytest.approx(flops[0] / (gpu.peak * gpu.efficiency) + moved[0] / (gpu.hbm * gpu.hbm_efficiency)
                                        + got[0] / (78e12 * 0.1), rel=1e-12)
+
+
+def test_every_step_time_system_has_vector_facts_and_without_them_is_refused():
+    """The systems the step time prices carry the vector unit's peak and efficiency (one per generation, from
+    Calculon's system files); a GPU without them is refused with the missing field named."""
+    import dataclasses
+
+    import hardware
+    from codegen.pricing.step_time import NoComputeFactsError
+
+    priced = [n for n in hardware.names() if (g := hardware.load(n).gpu) is not None and g.compute_efficiency]
+    assert {"selene_a100", "dgx_a100", "dgx_h100", "dgx_h200"} <= set(priced)
+    for name in priced:
+        gpu = hardware.load(name).gpu
+        assert gpu.vector_flops_per_s == {"ampere": 78e12, "hopper": 120e12}[gpu.generation]
+        assert gpu.vector_efficiency == 0.1
+    spec = hardware.load("selene_a100")
+    bare = dataclasses.replace(spec, gpu=dataclasses.replace(spec.gpu, vector_efficiency=None))
+    with pytest.raises(NoComputeFactsError, match="vector_efficiency"):
+        StepTimePricer(load_model("llama2-7b"), system=bare)
