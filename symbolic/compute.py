@@ -46,6 +46,7 @@ n_layers_stage, n_full_rec, n_sel_rec, n_output = syms("n_layers_stage", "n_full
 stage_flops_sym, peak, efficiency, exposed = syms(
     "stage_flops", "peak_flops_per_s", "compute_efficiency", "exposed_comm_s")
 n_kv, sp, d, ep, zero_level, flash, dropout = syms("n_kv", "sp", "d", "ep", "zero_level", "flash_attention", "dropout")
+bytes_grad = syms("bytes_grad")[0]
 hbm_bytes_sym, hbm_bw, hbm_eff = syms("stage_hbm_bytes", "hbm_bytes_per_s", "hbm_efficiency")
 vector_sym, vector_peak, vector_eff = syms("stage_vector_flops", "vector_flops_per_s", "vector_efficiency")
 
@@ -58,6 +59,10 @@ VECTOR = ("Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/l
           "each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7 backward; GeLU 8, 13; softmax "
           "5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients n; Adam 11 per parameter), their time "
           "added to the operation's memory time (processing_mode no_overlap, calculon/system.py)")
+ACCUMULATE = ("Megatron-LM (NVIDIA/Megatron-LM, megatron/core/tensor_parallel/layers.py, "
+              "LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in "
+              "place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or "
+              "main_grad.add_), which reads and writes the buffer in the gradient dtype")
 BUBBLE = "Narayanan et al. 2021 (arXiv:2104.04473), §2.2.1 (1F1B) and §2.2.2 (interleaved): bubble (p-1)/(vp·m)"
 
 
@@ -178,14 +183,18 @@ def stage_hbm_bytes(variant: AttentionParams, moe: bool) -> sympy.Expr:
 
     Per layer and micro-batch: the element-wise operations (forward and backward), the GEMMs' operands
     (inputs, outputs and weights; forward once, backward twice: input and weight gradients), the
-    recomputed forward pass (full) or attention core (selective); per step, the Adam update of the rank's
+    weight-gradient GEMM's accumulation into the gradient buffer (Megatron-LM's ``main_grad += dY^T·X``, in
+    place, every micro-batch: the buffer read and written in the gradient dtype, ``2·bytes_grad`` a parameter,
+    where the GEMM operands above count one 16-bit write), the recomputed forward pass (full) or attention core
+    (selective); per step, the Adam update of the rank's
     parameters (30 bytes each: fp32 gradient, weight and two moments read, the three written, the 16-bit
     weight copy written), over the data-parallel group under ZeRO level >= 1.
     """
     fwd, bwd, gemm, core = _layer_hbm(variant, moe)
-    per_layer = fwd + bwd + 3 * gemm
+    accumulate = 2 * bytes_grad - _E  # per parameter and micro-batch, beyond the 16-bit write counted in gemm
+    per_layer = fwd + bwd + 3 * gemm + accumulate * _rank_weights(variant, moe)
     body = m * (n_layers_stage * per_layer + n_full_rec * (fwd + gemm) + n_sel_rec * core)
-    output = m * n_output * _E * 3 * (b * s / cp * (h + v / t) + h * v / t)
+    output = m * n_output * (_E * 3 * (b * s / cp * (h + v / t) + h * v / t) + accumulate * h * v / t)
     shards = Piecewise((d, sympy.Ge(zero_level, 1)), (1, True))
     optimizer = 30 * (n_layers_stage * _rank_weights(variant, moe) + n_output * h * v / t) / shards
     return body + output + optimizer
@@ -210,8 +219,9 @@ def _build() -> tuple[Formula, ...]:
                           f"{NARAYANAN}; {KORTHIKANTI}"))
             out.append(_f(f"{key}_stage_hbm_bytes", stage_hbm_bytes(variant, moe), key, "bytes",
                           "HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise "
-                          "operations, GEMM operands and weights, recomputation, the Adam update.",
-                          f"{CALCULON}; {KORTHIKANTI} (1-byte dropout masks)"))
+                          "operations, GEMM operands and weights, the weight gradients' accumulation, "
+                          "recomputation, the Adam update.",
+                          f"{CALCULON}; {KORTHIKANTI} (1-byte dropout masks); {ACCUMULATE}"))
             out.append(_f(f"{key}_stage_vector_flop", stage_vector_flops(variant, moe), key, "FLOP",
                           "Vector-unit FLOPs per rank per step of one pipeline stage: the element-wise operations "
                           "(layer norms, dropouts, residual adds, the activation function, the scores' softmax "
