@@ -55,7 +55,8 @@ _LEVEL_REQUIRED = ("name", "bandwidth_bytes_per_s")
 _LEVEL_OPTIONAL = ("devices", "unbounded", "latency_s", "efficiency", "fabric", "marketed_bandwidth_bytes_per_s",
                    "marketed_direction", "nics_per_unit", "nvls")
 _GPU_REQUIRED = ("model", "generation", "compute_capability", "nvlink_links", "hbm_bytes", "peak_flops_bf16_per_s")
-_GPU_OPTIONAL = ("peak_flops_fp8_per_s", "compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency")
+_GPU_OPTIONAL = ("peak_flops_fp8_per_s", "compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "vector_flops_per_s",
+                 "vector_efficiency")
 _HELPER_REQUIRED = ("name", "bandwidth_bytes_per_s", "efficiency", "latency_s")
 
 

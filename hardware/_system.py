@@ -193,6 +193,10 @@ class Gpu:
         hbm_bytes_per_s: datasheet peak HBM bandwidth, bytes/s; ``None`` where not stated.
         hbm_efficiency: achieved fraction of that peak for large memory-bound transfers, one published
             figure per GPU generation; ``None`` where none is published.
+        vector_flops_per_s: peak 16-bit FLOP/s of the vector (non-tensor) unit, which runs the element-wise
+            operations; ``None`` where not stated.
+        vector_efficiency: achieved fraction of that peak for a training layer's element-wise operations, one
+            published figure per GPU generation; ``None`` where none is published.
     """
 
     model: str
@@ -205,6 +209,8 @@ class Gpu:
     compute_efficiency: float | None = None
     hbm_bytes_per_s: float | None = None
     hbm_efficiency: float | None = None
+    vector_flops_per_s: float | None = None
+    vector_efficiency: float | None = None
 
     def __post_init__(self) -> None:
         _text("model", self.model)
@@ -224,6 +230,10 @@ class Gpu:
             object.__setattr__(self, "hbm_bytes_per_s", _positive_real("hbm_bytes_per_s", self.hbm_bytes_per_s))
         if self.hbm_efficiency is not None:
             object.__setattr__(self, "hbm_efficiency", _fraction("hbm_efficiency", self.hbm_efficiency))
+        if self.vector_flops_per_s is not None:
+            object.__setattr__(self, "vector_flops_per_s", _positive_real("vector_flops_per_s", self.vector_flops_per_s))
+        if self.vector_efficiency is not None:
+            object.__setattr__(self, "vector_efficiency", _fraction("vector_efficiency", self.vector_efficiency))
 
 
 @dataclass(frozen=True)

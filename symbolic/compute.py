@@ -16,6 +16,11 @@ attention only: its scores.
 A rank of a stage does ``1/(t·cp)`` of its stage's work (TP splits every matrix multiply, CP the
 sequence; experts are balanced over the EP group, so each rank's expert work is the same share).
 
+Besides the matrix multiplies (tensor cores), a stage moves bytes through HBM in memory-bound work
+(``stage_hbm_bytes``) and computes its element-wise operations on the vector unit (``stage_vector_flops``:
+Calculon's FLOPs per element of each operation); the stage's compute seconds add the three, not overlapped,
+as Calculon's ``no_overlap`` processing mode does.
+
 The pipeline bubble of 1F1B and of the interleaved schedule with ``vp`` chunks per stage is
 ``(p − 1)/(vp·m)`` of the ideal time (Narayanan et al. 2021, §2.2.1 and §2.2.2).
 """
@@ -31,7 +36,7 @@ from .params import _attention, _dense_ffn, _norms, _router, _routed_experts, _s
 from .symbols import syms
 from .vocabulary import AttentionParams
 
-__all__ = ["layer_forward_flops", "score_flops", "stage_flops", "FORMULAS"]
+__all__ = ["layer_forward_flops", "score_flops", "stage_flops", "stage_hbm_bytes", "stage_vector_flops", "FORMULAS"]
 
 s, b, h, a, dh, dhr, qk_nope, v = syms("s", "b", "h", "a", "dh", "dhr", "qk_nope_head_dim", "v")
 hff, hff_exp, n_exp, n_shared_exp, n_chosen_exp, n_ffMM = syms(
@@ -41,13 +46,23 @@ n_layers_stage, n_full_rec, n_sel_rec, n_output = syms("n_layers_stage", "n_full
 stage_flops_sym, peak, efficiency, exposed = syms(
     "stage_flops", "peak_flops_per_s", "compute_efficiency", "exposed_comm_s")
 n_kv, sp, d, ep, zero_level, flash, dropout = syms("n_kv", "sp", "d", "ep", "zero_level", "flash_attention", "dropout")
+bytes_grad = syms("bytes_grad")[0]
 hbm_bytes_sym, hbm_bw, hbm_eff = syms("stage_hbm_bytes", "hbm_bytes_per_s", "hbm_efficiency")
+vector_sym, vector_peak, vector_eff = syms("stage_vector_flops", "vector_flops_per_s", "vector_efficiency")
 
 NARAYANAN = "Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and the logits)"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core attention)"
 CALCULON = ("Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py and llm.py): "
             "per-layer operations, each moving its inputs, outputs and weights through HBM, not overlapped with its "
             "math (processing_mode no_overlap of systems/a100_80g.json and h100_80g_nvl8.json)")
+VECTOR = ("Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py): FLOPs per element of "
+          "each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7 backward; GeLU 8, 13; softmax "
+          "5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients n; Adam 11 per parameter), their time "
+          "added to the operation's memory time (processing_mode no_overlap, calculon/system.py)")
+ACCUMULATE = ("Megatron-LM (NVIDIA/Megatron-LM, megatron/core/tensor_parallel/layers.py, "
+              "LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in "
+              "place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or "
+              "main_grad.add_), which reads and writes the buffer in the gradient dtype")
 BUBBLE = "Narayanan et al. 2021 (arXiv:2104.04473), §2.2.1 (1F1B) and §2.2.2 (interleaved): bubble (p-1)/(vp·m)"
 
 
@@ -123,19 +138,63 @@ def _layer_hbm(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, sympy.E
     return fwd, bwd, gemm, attention_core
 
 
+def _layer_vector(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
+    """Vector-unit FLOPs of one layer, one micro-batch, one rank: (forward, backward, the attention core's forward).
+
+    Per element, as Calculon counts each operation (``VECTOR``): per block (attention, MLP) a layer norm (9
+    forward; 14 for the input gradient and 7 for the weight gradient backward), a dropout (1, 1) and a residual
+    add (1 forward, 2 backward: one gradient per operand) on the residual stream, and in the backward pass the
+    fork that sums the gradients of the block's two users (2); the attention block's gathered input forked to
+    Q, K and V (3 backward); the activation function on the FFN's hidden elements (GeLU's 8 forward, 13
+    backward; a gated MLP adds the product with the gate, 1 forward, 2 backward); the softmax (5, 8) and the
+    dropout (1, 1) of the ``s × s`` scores unless a fused attention kernel keeps them on chip.
+    """
+    tokens = b * s / cp
+    resid = tokens * h / sp
+    gathered = tokens * h
+    scores = (1 - flash) * b * (a / t) * s * s / cp
+    if moe:
+        act = tokens * (n_chosen_exp + n_shared_exp) * hff_exp / t
+    else:
+        act = tokens * hff / t
+    gate = n_ffMM - 2  # 1 for a gated MLP (three matrices), 0 for a two-matrix one
+    fwd = 2 * (9 + dropout + 1) * resid + (8 + gate) * act + (5 + dropout) * scores
+    bwd = 2 * (2 + 14 + 7 + dropout + 2) * resid + 3 * gathered + (13 + 2 * gate) * act + (8 + dropout) * scores
+    return fwd, bwd, (5 + dropout) * scores
+
+
+def stage_vector_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
+    """FLOPs one rank of a pipeline stage computes per step on the vector unit (not the tensor cores).
+
+    Per layer and micro-batch, the element-wise operations of :func:`_layer_vector` forward and backward,
+    again forward under full recompute, the scores' softmax and dropout again under selective recompute; per
+    step, the Adam update: 11 FLOPs per parameter of the rank (Calculon's count), over the data-parallel
+    group under ZeRO level >= 1. Left out, as in the HBM bytes: the cross-entropy of the logits.
+    """
+    fwd, bwd, core = _layer_vector(variant, moe)
+    body = m * (n_layers_stage * (fwd + bwd) + n_full_rec * fwd + n_sel_rec * core)
+    shards = Piecewise((d, sympy.Ge(zero_level, 1)), (1, True))
+    optimizer = 11 * (n_layers_stage * _rank_weights(variant, moe) + n_output * h * v / t) / shards
+    return body + optimizer
+
+
 def stage_hbm_bytes(variant: AttentionParams, moe: bool) -> sympy.Expr:
     """HBM bytes one rank of a pipeline stage moves per step in memory-bound work.
 
     Per layer and micro-batch: the element-wise operations (forward and backward), the GEMMs' operands
     (inputs, outputs and weights; forward once, backward twice: input and weight gradients), the
-    recomputed forward pass (full) or attention core (selective); per step, the Adam update of the rank's
+    weight-gradient GEMM's accumulation into the gradient buffer (Megatron-LM's ``main_grad += dY^T·X``, in
+    place, every micro-batch: the buffer read and written in the gradient dtype, ``2·bytes_grad`` a parameter,
+    where the GEMM operands above count one 16-bit write), the recomputed forward pass (full) or attention core
+    (selective); per step, the Adam update of the rank's
     parameters (30 bytes each: fp32 gradient, weight and two moments read, the three written, the 16-bit
     weight copy written), over the data-parallel group under ZeRO level >= 1.
     """
     fwd, bwd, gemm, core = _layer_hbm(variant, moe)
-    per_layer = fwd + bwd + 3 * gemm
+    accumulate = 2 * bytes_grad - _E  # per parameter and micro-batch, beyond the 16-bit write counted in gemm
+    per_layer = fwd + bwd + 3 * gemm + accumulate * _rank_weights(variant, moe)
     body = m * (n_layers_stage * per_layer + n_full_rec * (fwd + gemm) + n_sel_rec * core)
-    output = m * n_output * _E * 3 * (b * s / cp * (h + v / t) + h * v / t)
+    output = m * n_output * (_E * 3 * (b * s / cp * (h + v / t) + h * v / t) + accumulate * h * v / t)
     shards = Piecewise((d, sympy.Ge(zero_level, 1)), (1, True))
     optimizer = 30 * (n_layers_stage * _rank_weights(variant, moe) + n_output * h * v / t) / shards
     return body + output + optimizer
@@ -160,16 +219,23 @@ def _build() -> tuple[Formula, ...]:
                           f"{NARAYANAN}; {KORTHIKANTI}"))
             out.append(_f(f"{key}_stage_hbm_bytes", stage_hbm_bytes(variant, moe), key, "bytes",
                           "HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise "
-                          "operations, GEMM operands and weights, recomputation, the Adam update.",
-                          f"{CALCULON}; {KORTHIKANTI} (1-byte dropout masks)"))
+                          "operations, GEMM operands and weights, the weight gradients' accumulation, "
+                          "recomputation, the Adam update.",
+                          f"{CALCULON}; {KORTHIKANTI} (1-byte dropout masks); {ACCUMULATE}"))
+            out.append(_f(f"{key}_stage_vector_flop", stage_vector_flops(variant, moe), key, "FLOP",
+                          "Vector-unit FLOPs per rank per step of one pipeline stage: the element-wise operations "
+                          "(layer norms, dropouts, residual adds, the activation function, the scores' softmax "
+                          "unless fused), their recomputation, the Adam update.", VECTOR))
     out.append(_f("output_forward_flop", 2 * h * v, "output", "FLOP",
                   "Forward FLOPs per token of the output layer (logits).", NARAYANAN))
-    compute = stage_flops_sym / (peak * efficiency) + hbm_bytes_sym / (hbm_bw * hbm_eff)
+    compute = (stage_flops_sym / (peak * efficiency) + hbm_bytes_sym / (hbm_bw * hbm_eff)
+               + vector_sym / (vector_peak * vector_eff))
     out.append(_f("stage_time_s", compute, "time", "s",
                   "Seconds per step one rank of a stage computes: its matrix-multiply FLOPs over the achieved "
-                  "GEMM FLOP/s (peak × the generation's GEMM efficiency) plus its memory-bound bytes over the "
-                  "achieved HBM bandwidth (peak × the generation's HBM efficiency), not overlapped.",
-                  f"{CALCULON}; efficiencies: the hardware catalog"))
+                  "GEMM FLOP/s (peak × the generation's GEMM efficiency), plus its memory-bound bytes over the "
+                  "achieved HBM bandwidth (peak × the generation's HBM efficiency), plus its element-wise FLOPs "
+                  "over the achieved vector-unit FLOP/s (peak × the generation's vector efficiency), not "
+                  "overlapped.", f"{CALCULON}; {VECTOR}; peaks and efficiencies: the hardware catalog"))
     out.append(_f("pipeline_bubble", (p - 1) / (vp * m), "pipeline", "1",
                   "Idle fraction of the ideal step time a pipeline adds under 1F1B / interleaved schedules.", BUBBLE))
     out.append(_f("step_time_s", compute * (1 + (p - 1) / (vp * m)) + exposed,

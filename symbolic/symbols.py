@@ -270,6 +270,11 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
      "the optimizer step)"),
     ("hbm_bytes_per_s", "positive", "bytes/s", "datasheet peak HBM bandwidth of one GPU"),
     ("hbm_efficiency", "positive", "1", "achieved fraction of the peak HBM bandwidth (one per GPU generation)"),
+    ("stage_vector_flops", "nonnegative", "FLOP",
+     "FLOPs one rank of a pipeline stage computes per step on the vector unit (element-wise operations, the "
+     "optimizer step)"),
+    ("vector_flops_per_s", "positive", "FLOP/s", "peak 16-bit FLOP/s of one GPU's vector (non-tensor) unit"),
+    ("vector_efficiency", "positive", "1", "achieved fraction of the vector unit's peak (one per GPU generation)"),
 )
 
 
@@ -304,7 +309,7 @@ PER_LAYOUT: frozenset[str] = frozenset({
     "gathers", "reduces", "comm_volume", "overlap", "P_ne", "P_r", "P_s",
     # A collective call: its size and its group, placed on the system.
     "msg_bytes", "ranks", "ranks_per_node", "nodes", "nics_used", "ring_channels", "group_size", "group_stride",
-    "n_layers_stage", "n_moe_layers_stage", "stage_flops", "exposed_comm_s", "stage_hbm_bytes",
+    "n_layers_stage", "n_moe_layers_stage", "stage_flops", "exposed_comm_s", "stage_hbm_bytes", "stage_vector_flops",
 })
 if not PER_LAYOUT <= set(SPECS):  # pragma: no cover - a typo here would silently slow the evaluators
     raise ValueError(f"PER_LAYOUT names undeclared symbols: {sorted(PER_LAYOUT - set(SPECS))}")

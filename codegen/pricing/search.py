@@ -113,12 +113,14 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
 
 @functools.lru_cache(maxsize=4)  # the settings a walk is in (memory flat however many settings the search has)
 def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) -> tuple[np.ndarray, ...]:
-    """Per structure row, the first and last stages' FLOPs and HBM bytes as affine forms of ``m``, once per process.
+    """Per structure row, the first and last stages' FLOPs, HBM bytes and vector FLOPs as forms of ``m``, once
+    per process.
 
-    A row fixes ``b·m = global_batch / d``. The FLOPs depend on ``b·m`` alone; the HBM bytes are ``m`` times
-    a per-micro-batch amount affine in ``b`` (activations ∝ b, weights read once per micro-batch) plus the
-    optimizer update: ``base + slope·m`` at fixed ``b·m``. Evaluated at ``m = 1`` and ``m = 2`` (``b`` the
-    matching real number) per row. Returns (flops, base, slope) of the first stage, then of the last.
+    A row fixes ``b·m = global_batch / d``. The FLOPs and the vector FLOPs depend on ``b·m`` alone (every
+    per-micro-batch term ∝ b, the optimizer update none); the HBM bytes are ``m`` times a per-micro-batch
+    amount affine in ``b`` (activations ∝ b, weights read once per micro-batch) plus the optimizer update:
+    ``base + slope·m`` at fixed ``b·m``. Evaluated at ``m = 1`` and ``m = 2`` (``b`` the matching real number)
+    per row. Returns (flops, base, slope, vector flops) of the first stage, then of the last.
     """
     space = _context(spec)[0]
     ids, parts = _union_stage_parts(spec, recompute, zero)
@@ -142,10 +144,10 @@ def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int) -> tuple[np.
     out = []
     one = {**table, "b": batch, "m": np.ones_like(batch)}
     two = {**table, "b": batch / 2, "m": np.full_like(batch, 2.0)}
-    for (flops, at_one), (_, at_two) in zip(step.stage_parts(one, recompute, zero),
-                                            step.stage_parts(two, recompute, zero)):
+    for (flops, at_one, vector), (_, at_two, _) in zip(step.stage_parts(one, recompute, zero),
+                                                       step.stage_parts(two, recompute, zero)):
         slope = at_two - at_one
-        out.extend(np.broadcast_to(x, batch.shape).copy() for x in (flops, at_one - slope, slope))
+        out.extend(np.broadcast_to(x, batch.shape).copy() for x in (flops, at_one - slope, slope, vector))
     return ids, tuple(out)
 
 
@@ -318,10 +320,13 @@ def _gather_floor(parts, tables, keys, need: np.ndarray) -> np.ndarray:
     return np.where(need, floor, 0.0)
 
 
-def _stage_parts(spec: SearchSpec, chunk: Chunk, rows: tuple[np.ndarray, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The chunk's layouts' (FLOPs, HBM bytes) of the first and last stage, from their structure rows' forms."""
+def _stage_parts(spec: SearchSpec, chunk: Chunk, rows: tuple[np.ndarray, ...]
+                 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The chunk's layouts' (FLOPs, HBM bytes, vector FLOPs) of the first and last stage, from their structure
+    rows' forms (:func:`_row_stage_parts`)."""
     r, m = chunk.row, chunk.values["m"]
-    return [(rows[0][r], rows[1][r] + rows[2][r] * m), (rows[3][r], rows[4][r] + rows[5][r] * m)]
+    return [(rows[0][r], rows[1][r] + rows[2][r] * m, rows[3][r]),
+            (rows[4][r], rows[5][r] + rows[6][r] * m, rows[7][r])]
 
 
 #: Columns of a result table besides the degrees and the settings.

@@ -2,9 +2,11 @@
 
 The closed forms are ``symbolic.compute``'s, compiled into ``generated.compute``:
 ``compute_<variant>_stage_flop`` (FLOPs one rank of a stage computes per step),
-``compute_<variant>_stage_hbm_bytes`` (HBM bytes of its memory-bound work), ``compute_stage_time_s``
-(FLOPs over the GPU's peak × its generation's GEMM efficiency plus bytes over the peak HBM bandwidth ×
-its HBM efficiency, all from the hardware catalog's ``[gpu]``), ``compute_pipeline_bubble``
+``compute_<variant>_stage_hbm_bytes`` (HBM bytes of its memory-bound work),
+``compute_<variant>_stage_vector_flop`` (FLOPs of its element-wise work on the vector unit),
+``compute_stage_time_s`` (FLOPs over the GPU's peak × its generation's GEMM efficiency plus bytes over the
+peak HBM bandwidth × its HBM efficiency plus vector FLOPs over the vector unit's peak × its vector
+efficiency, all from the hardware catalog's ``[gpu]``), ``compute_pipeline_bubble``
 (``(p − 1)/(vp·m)``) and ``compute_step_time_s``. This module only counts a stage's layers (the even
 split of :func:`codegen.configs.layouts.chunk_layer_counts`, or the model's own offset for its own
 pipeline) and picks the slowest stage: the first (it holds the extra layers of an uneven split) or the
@@ -22,7 +24,7 @@ Public API::
     NoComputeFactsError
     StepTimePricer(model, *, system, comm=None, flash_attention=1.0, dropout=0.0)
     pricer.price(values, recompute, chunk=None, zero=None) -> dict[str, ndarray]   # PARTS
-    pricer.compute(values, recompute, zero=1) -> (compute seconds, FLOPs, HBM bytes)
+    pricer.compute(values, recompute, zero=1) -> (compute seconds, FLOPs, HBM bytes, vector FLOPs)
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
     pricer.compute_bound(values, parts) -> compute × (1 + bubble), a lower bound of the step time
     exposed_comm(parts, recompute) -> exposed seconds
@@ -86,18 +88,19 @@ def stage_layer_counts(model: ModelConfig, p: np.ndarray, vp: np.ndarray) -> tup
     return first, last
 
 
-def _gpu_facts(system: System | str) -> tuple[float, float, float, float, str]:
+def _gpu_facts(system: System | str) -> tuple[float, float, float, float, float, float, str]:
     spec = hardware.load(system) if isinstance(system, str) else system
     gpu = spec.gpu
     if gpu is None:
         raise NoComputeFactsError(f"--system {spec.name}: the catalog entry has no [gpu] table (peak FLOP/s), so no "
                                   f"compute time; systems with one: "
                                   f"{', '.join(n for n in hardware.names() if hardware.load(n).gpu is not None)}")
-    for name in ("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency"):
+    for name in ("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "vector_flops_per_s", "vector_efficiency"):
         if getattr(gpu, name) is None:
             raise NoComputeFactsError(f"--system {spec.name}: its GPU {gpu.model} has no {name} in the catalog (no "
                                       f"published figure for its generation), so no compute time")
-    return gpu.peak_flops_bf16_per_s, gpu.compute_efficiency, gpu.hbm_bytes_per_s, gpu.hbm_efficiency, spec.name
+    return (gpu.peak_flops_bf16_per_s, gpu.compute_efficiency, gpu.hbm_bytes_per_s, gpu.hbm_efficiency,
+            gpu.vector_flops_per_s, gpu.vector_efficiency, spec.name)
 
 
 def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping[str, np.ndarray]] | None:
@@ -209,7 +212,8 @@ class StepTimePricer:
     """Step time of layouts of *model* on *system*: compute + bubble + exposed communication.
 
     Compute of a stage = its matrix-multiply FLOPs over the achieved GEMM FLOP/s plus its memory-bound HBM
-    bytes over the achieved HBM bandwidth (``compute_stage_time_s``; docs/search.md).
+    bytes over the achieved HBM bandwidth plus its element-wise FLOPs over the achieved vector-unit FLOP/s
+    (``compute_stage_time_s``; docs/search.md).
 
     Args:
         model: the model. system: a catalog name or :class:`hardware.System` with GPU facts.
@@ -219,14 +223,15 @@ class StepTimePricer:
             they pass through HBM (Megatron-LM before FlashAttention). dropout: 1 when the layers apply dropout.
 
     Raises:
-        NoComputeFactsError: for a system without GPU peak, GEMM efficiency or HBM facts.
+        NoComputeFactsError: for a system without GPU peak, GEMM efficiency, HBM or vector-unit facts.
     """
 
     def __init__(self, model: ModelConfig, *, system: System | str,
                  comm: Callable[[Any], Mapping[str, np.ndarray]] | None = None,
                  flash_attention: float = 1.0, dropout: float = 0.0) -> None:
         self.model = model
-        self.peak, self.efficiency, self.hbm, self.hbm_efficiency, self.system = _gpu_facts(system)
+        (self.peak, self.efficiency, self.hbm, self.hbm_efficiency, self.vector, self.vector_efficiency,
+         self.system) = _gpu_facts(system)
         self.comm = comm
         variant = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
         kind = f"{variant}_{'moe' if model.is_moe else 'dense'}"
@@ -234,12 +239,14 @@ class StepTimePricer:
         self._arguments = generated.FORMULAS[f"compute_{kind}_stage_flop"]["arguments"]
         self._bytes = getattr(generated, f"compute_{kind}_stage_hbm_bytes")
         self._bytes_arguments = generated.FORMULAS[f"compute_{kind}_stage_hbm_bytes"]["arguments"]
+        self._vector = getattr(generated, f"compute_{kind}_stage_vector_flop")
+        self._vector_arguments = generated.FORMULAS[f"compute_{kind}_stage_vector_flop"]["arguments"]
         fields = model.fields()
         if model.layout.s is not None:
             fields["s"] = float(model.layout.s)
         fields["flash_attention"] = float(flash_attention)
         fields["dropout"] = float(dropout)
-        names = set(self._arguments) | set(self._bytes_arguments)
+        names = set(self._arguments) | set(self._bytes_arguments) | set(self._vector_arguments)
         self._shared = {k: fields[k] for k in names if k in fields}
         self._sp = bool(model.layout.sp)
 
@@ -266,8 +273,8 @@ class StepTimePricer:
         return np.maximum(out[0], out[1])
 
     def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
-                    ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(FLOPs, HBM bytes) per rank per step of the first and of the last stage of each layout."""
+                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(FLOPs, HBM bytes, vector FLOPs) per rank per step of the first and of the last stage of each layout."""
         stages, extra = self._stages(values, recompute, zero)
         out = []
         for layers, output in stages:
@@ -275,39 +282,45 @@ class StepTimePricer:
                    "n_full_rec": layers if recompute == "full" else 0,
                    "n_sel_rec": layers if recompute == "selective" else 0}
             out.append((self._flops(**self._args(self._arguments, per, values, extra)),
-                        self._bytes(**self._args(self._bytes_arguments, per, values, extra))))
+                        self._bytes(**self._args(self._bytes_arguments, per, values, extra)),
+                        self._vector(**self._args(self._vector_arguments, per, values, extra))))
         return out
 
-    def slowest(self, parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(compute seconds, FLOPs, HBM bytes) of the slower stage of *parts* (:meth:`stage_parts`)."""
+    def _seconds(self, flops: np.ndarray, moved: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        return generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
+                                              compute_efficiency=self.efficiency, stage_hbm_bytes=moved,
+                                              hbm_bytes_per_s=self.hbm, hbm_efficiency=self.hbm_efficiency,
+                                              stage_vector_flops=vector, vector_flops_per_s=self.vector,
+                                              vector_efficiency=self.vector_efficiency)
+
+    def slowest(self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(compute seconds, FLOPs, HBM bytes, vector FLOPs) of the slower stage of *parts* (:meth:`stage_parts`)."""
         best = None
-        for flops, moved in parts:
-            seconds = generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
-                                                     compute_efficiency=self.efficiency, stage_hbm_bytes=moved,
-                                                     hbm_bytes_per_s=self.hbm, hbm_efficiency=self.hbm_efficiency)
-            seconds, flops, moved = np.broadcast_arrays(seconds, flops, moved)
+        for flops, moved, vector in parts:
+            found = np.broadcast_arrays(self._seconds(flops, moved, vector), flops, moved, vector)
             if best is None:
-                best = (seconds, flops, moved)
+                best = tuple(found)
             else:
-                slower = seconds > best[0]
-                best = tuple(np.where(slower, new, old) for new, old in zip((seconds, flops, moved), best))
+                slower = found[0] > best[0]
+                best = tuple(np.where(slower, new, old) for new, old in zip(found, best))
         return best
 
-    def compute_bound(self, values: Mapping[str, np.ndarray], parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    def compute_bound(self, values: Mapping[str, np.ndarray],
+                      parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
         """Compute × (1 + bubble) of layouts whose :meth:`stage_parts` are *parts*: their step time without
         communication (:meth:`price`'s ``step_time_s`` with no ``comm``, the same numbers), a lower bound of it."""
         seconds = None
-        for flops, moved in parts:
-            new = generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
-                                                 compute_efficiency=self.efficiency, stage_hbm_bytes=moved,
-                                                 hbm_bytes_per_s=self.hbm, hbm_efficiency=self.hbm_efficiency)
+        for flops, moved, vector in parts:
+            new = self._seconds(flops, moved, vector)
             seconds = new if seconds is None else np.where(new > seconds, new, seconds)  # as slowest() picks
         bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
         return seconds * (1 + bubble)
 
     def compute(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(compute seconds, FLOPs, HBM bytes) per rank per step of the slower of the first and last stage."""
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(compute seconds, FLOPs, HBM bytes, vector FLOPs) per rank per step of the slower of the first and last
+        stage."""
         return self.slowest(self.stage_parts(values, recompute, zero))
 
     def step_time(self, compute_s: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray) -> np.ndarray:
@@ -316,7 +329,7 @@ class StepTimePricer:
         return compute_s * (1 + bubble) + comm
 
     def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None, zero: int | None = None,
-              parts: list[tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
+              parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
         """:data:`PARTS` per layout of *values* (``{key: (n,) int64}``, keys of ``LayoutBatch``).
 
         *zero*: the ZeRO level (the optimizer update is sharded over DP from level 1); default the chunk's, else 1.
@@ -324,7 +337,7 @@ class StepTimePricer:
         """
         if zero is None:
             zero = chunk.setting.zero if chunk is not None else 1
-        compute, flops, _ = self.slowest(parts if parts is not None else self.stage_parts(values, recompute, zero))
+        compute, flops, _, _ = self.slowest(parts if parts is not None else self.stage_parts(values, recompute, zero))
         bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
         if self.comm is not None and chunk is not None:
             comm = exposed_comm(self.comm(chunk), recompute)

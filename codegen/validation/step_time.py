@@ -7,8 +7,9 @@ two-matrix GeLU MLP, biases and LayerNorm as Megatron-LM builds GPT, the same mo
 (``recompute_mode``: ``full…`` → full, ``selective…`` → selective, else none). The system column is
 matched to a catalog system (:data:`SYSTEMS`); the step time is :class:`codegen.pricing.step_time.
 StepTimePricer`'s: the slowest stage's compute (matrix-multiply FLOPs over the GPU's peak × its
-generation's GEMM efficiency plus memory-bound HBM bytes over the peak bandwidth × its HBM efficiency,
-one constant each per GPU generation from Calculon's published system files, never fitted to these rows;
+generation's GEMM efficiency plus memory-bound HBM bytes over the peak bandwidth × its HBM efficiency plus
+element-wise FLOPs over the vector unit's peak × its vector efficiency, one constant each per GPU generation
+from Calculon's published system files, never fitted to these rows;
 no FlashAttention and dropout on, as Megatron-LM ran in 2022), the pipeline bubble, and the exposed
 communication of the time family (``codegen.pricing.time``).
 
