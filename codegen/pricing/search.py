@@ -144,8 +144,9 @@ def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int) -> tuple[np.
     out = []
     one = {**table, "b": batch, "m": np.ones_like(batch)}
     two = {**table, "b": batch / 2, "m": np.full_like(batch, 2.0)}
+    # (at m = 2 only the HBM bytes: the FLOPs and vector FLOPs are those of m = 1)
     for (flops, at_one, vector), (_, at_two, _) in zip(step.stage_parts(one, recompute, zero),
-                                                       step.stage_parts(two, recompute, zero)):
+                                                       step.stage_parts(two, recompute, zero, hbm_only=True)):
         slope = at_two - at_one
         out.extend(np.broadcast_to(x, batch.shape).copy() for x in (flops, at_one - slope, slope, vector))
     return ids, tuple(out)

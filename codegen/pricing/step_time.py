@@ -272,17 +272,21 @@ class StepTimePricer:
             out.append(self._flops(**self._args(self._arguments, per, values, extra)))
         return np.maximum(out[0], out[1])
 
-    def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
-                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(FLOPs, HBM bytes, vector FLOPs) per rank per step of the first and of the last stage of each layout."""
+    def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1, *,
+                    hbm_only: bool = False) -> list[tuple[np.ndarray | None, np.ndarray, np.ndarray | None]]:
+        """(FLOPs, HBM bytes, vector FLOPs) per rank per step of the first and of the last stage of each layout;
+        with *hbm_only*, (None, HBM bytes, None)."""
         stages, extra = self._stages(values, recompute, zero)
         out = []
         for layers, output in stages:
             per = {"n_layers_stage": layers, "n_output": output,
                    "n_full_rec": layers if recompute == "full" else 0,
                    "n_sel_rec": layers if recompute == "selective" else 0}
-            out.append((self._flops(**self._args(self._arguments, per, values, extra)),
-                        self._bytes(**self._args(self._bytes_arguments, per, values, extra)),
+            moved = self._bytes(**self._args(self._bytes_arguments, per, values, extra))
+            if hbm_only:
+                out.append((None, moved, None))
+                continue
+            out.append((self._flops(**self._args(self._arguments, per, values, extra)), moved,
                         self._vector(**self._args(self._vector_arguments, per, values, extra))))
         return out
 
