@@ -114,14 +114,18 @@ def parse_restrictions(items: Sequence[str] | None, option: str) -> dict[str, in
     return out
 
 
+def distinct_sorted(values: np.ndarray) -> np.ndarray:
+    """The distinct values of a 1-D array, ascending: ``np.unique(values)``, without the ``numpy.ma`` import its
+    first plain call makes (~12 ms of a cold search)."""
+    ordered = np.sort(values)
+    return ordered[np.append(True, ordered[1:] != ordered[:-1])] if len(ordered) else ordered
+
+
 def _divisors(n: int) -> np.ndarray:
     """The divisors of *n*, ascending."""
     small = np.arange(1, int(np.sqrt(n)) + 1, dtype=np.int64)
     small = small[n % small == 0]
-    # (the pairs d, n/d, one of a square's root: a plain np.unique would import numpy.ma, ~12 ms of a
-    # cold search)
-    large = n // small[::-1]
-    return np.concatenate([small, large[1:] if small[-1] == large[0] else large])
+    return distinct_sorted(np.concatenate([small, n // small]))
 
 
 class SearchSpace:
@@ -177,11 +181,17 @@ class SearchSpace:
 
     # ------------------------------------------------------------------ the grid
     def _allowed(self, key: str, values: np.ndarray) -> np.ndarray:
+        """The *values* of *key* the options allow (``--fix``, ``--max``)."""
+        return values[self._allowed_mask(key, values)]
+
+    def _allowed_mask(self, key: str, values: np.ndarray) -> np.ndarray:
+        """Which of *values* of *key* the options allow."""
+        mask = np.ones(values.shape, dtype=bool)
         if key in self.fix:
-            values = values[values == self.fix[key]]
+            mask &= values == self.fix[key]
         if key in self.maximum:
-            values = values[values <= self.maximum[key]]
-        return values
+            mask &= values <= self.maximum[key]
+        return mask
 
     def _build_candidates(self) -> None:
         model, n = self.model, self.devices
@@ -197,7 +207,7 @@ class SearchSpace:
         keep = n % (tt * cc * pp) == 0
         tt, cc, pp = tt[keep], cc[keep], pp[keep]
         dd = n // (tt * cc * pp)
-        keep = np.isin(dd, self._allowed("d", dd)) & (self.global_batch % dd == 0)  # m = global / (d·b) whole
+        keep = self._allowed_mask("d", dd) & (self.global_batch % dd == 0)  # m = global / (d·b) whole
         tt, cc, pp, dd = tt[keep], cc[keep], pp[keep], dd[keep]
         # Pipeline chunks: p·vp within the layers, vp > 1 only with a pipeline (the layouts' own rules,
         # applied here so that the grid holds no (p, vp) pair they reject).

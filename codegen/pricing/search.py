@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..configs.models import ModelConfig
-from .enumeration import DEGREE_KEYS, RECOMPUTE_MODES, Chunk, SearchSpace
+from .enumeration import DEGREE_KEYS, RECOMPUTE_MODES, Chunk, SearchSpace, distinct_sorted
 from .step_time import exposed_comm
 
 __all__ = ["OBJECTIVES", "SearchSpec", "SearchResult", "price_chunk", "chunk_best", "pareto_front", "reduce_top", "merge_top", "search",
@@ -228,9 +228,7 @@ def _recompute_free(spec: SearchSpec) -> bool:
 
     # The pipeline shapes present, as one code per row (a 1-D unique is far cheaper than unique rows).
     radix = int(table["vp"].max()) + 1
-    # (sorted and deduplicated by hand: a plain np.unique would import numpy.ma, ~12 ms of a cold search)
-    codes = np.sort(table["p"] * radix + table["vp"])
-    shapes = [divmod(code, radix) for code in codes[np.append(True, codes[1:] != codes[:-1])].tolist()]
+    shapes = [divmod(code, radix) for code in distinct_sorted(table["p"] * radix + table["vp"]).tolist()]
     one = {key: column[:1] for key, column in table.items()}
     one.update(b=space.global_batch // one["d"], m=np.ones(1, np.int64))
     batches = [Chunk(Setting(mode, spec.zero_levels[0], algo), one, np.zeros(1, np.int64), spec.model).batch
@@ -287,7 +285,7 @@ def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -
     largest = [np.take(table[2], key) for table, key in zip(tables, keys)]
     gaps = [need & np.isnan(value) for value in largest]
     if any(gap.any() for gap in gaps):
-        reps = np.unique(np.concatenate([np.flatnonzero(gap)[np.unique(key[gap], return_index=True)[1]]
+        reps = distinct_sorted(np.concatenate([np.flatnonzero(gap)[np.unique(key[gap], return_index=True)[1]]
                                          for gap, key in zip(gaps, keys) if gap.any()]))
         sub = _full(spec, chunk, reps)
         if all(part.dims for part in parts):  # the bottleneck stage's seconds by dimension: a stage's
