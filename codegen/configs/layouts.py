@@ -1146,12 +1146,12 @@ def one_pass_column(model: ModelConfig, batch: LayoutBatch, name: str, level: fl
     NumPy pass over one key column, where the rules above allow it; ``None`` where they do not.
 
     With *level*, the column is the field's switch for that level (1.0 where the field has it), the
-    form the ZeRO terms read. The result takes a batch and holds for every batch of the same run settings (``LayoutBatch.settings``) whose column of the key is an array: a
-    key field as it is (``b``, ``t``, …), ``comm_t``, ``comm_cp`` and ``comm_ep`` (the degree above 1;
-    ``comm_ep`` is 1 throughout in a model of several experts), and the switch of ``comm_d_non_exp`` at
-    the level the settings give (``d`` above 1). A pricer writes the
-    columns its kernels read this way, without a whole derivation per call; the numbers are the
-    rules' (tests/test_pricer_fast_paths.py).
+    form the ZeRO terms read. The result takes a batch and holds for every batch of *model* with the
+    same run settings (``LayoutBatch.settings``) whose column of the key is an array: a key field as it
+    is (``b``, ``t``, …), ``comm_t``, ``comm_cp`` and ``comm_ep`` (the degree above 1; ``comm_ep`` is 1
+    throughout in a model of several experts), and the switch of ``comm_d_non_exp`` at the level the
+    settings give (``d`` above 1). A pricer writes the columns its kernels read this way, without a
+    whole derivation per call; the numbers are the rules' (tests/test_pricer_fast_paths.py).
     """
     key = None
     compare: Callable[..., np.ndarray] | None = None

@@ -39,8 +39,7 @@ import numpy as np
 from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
 from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, LayoutBatch, LayoutError, check_batch,
-                                one_pass_column,
-                               derive_fields_batch, dp_comm_level_values, pipeline_stage_counts)
+                               derive_fields_batch, dp_comm_level_values, one_pass_column, pipeline_stage_counts)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
 from .kernels import BLOCK as _RUNTIME_BLOCK, BoundKernel  # (the most elements a kernel's block runs)
