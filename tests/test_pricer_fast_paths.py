@@ -1,7 +1,7 @@
 """The stage pricer's paths for a searcher's repeated calls give the numbers of its general path.
 
-A call of a shape the pricer has seen writes the columns its kernels read in one pass where the field's
-rule allows (``layouts.one_pass_column``) and reuses the shape's plan; a vouched-for call of one block
+A call of a shape the pricer has seen writes the columns its kernels read straight from the key columns
+where the field's rule allows (``layouts.direct_column``) and reuses the shape's plan; a vouched-for call of one block
 goes straight to the block's pricing. Each is checked here against the general derivation, bit for bit.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen.configs.layouts import (LAYOUT_FIELD_NAMES, LayoutBatch, derive_fields_batch, one_pass_column,
+from codegen.configs.layouts import (LAYOUT_FIELD_NAMES, LayoutBatch, derive_fields_batch, direct_column,
                                      validate_batch)
 from codegen.configs.models import load_model
 from codegen.pricing.pricer import StagePricer
 
-_SETTINGS = ({}, {"op": True}, {"op": True, "grad_shard": True}, {"sp": True, "cp_algo": "ulysses_cp"})
+_SETTINGS = ({}, {"op": False}, {"op": True, "grad_shard": True}, {"sp": True, "cp_algo": "ulysses_cp"})
 
 
 def _valid_arrays(model, rng: np.random.Generator, n: int, **settings) -> dict[str, np.ndarray]:
@@ -33,24 +33,25 @@ def _valid_arrays(model, rng: np.random.Generator, n: int, **settings) -> dict[s
 
 @pytest.mark.parametrize("name", ["qwen3-72b", "deepseek-v3", "llama2-7b"])
 @pytest.mark.parametrize("settings", _SETTINGS, ids=lambda s: ",".join(s) or "defaults")
-def test_one_pass_columns_equal_the_rules(name, settings):
+def test_direct_columns_equal_the_rules(name, settings):
     model = load_model(name)
     batch = LayoutBatch.from_arrays(model.layout, **_valid_arrays(model, np.random.default_rng(3), 300, **settings),
                                     **settings)
     derived = derive_fields_batch(model, batch, validated=True)
-    written = 0
+    written, memo = 0, {}
     for field in LAYOUT_FIELD_NAMES:
         for level in (None, 2.0, 3.0):
-            write = one_pass_column(model, batch, field, level)
+            write = direct_column(model, batch, field, level)
             if write is None:
                 continue
-            column = write(batch)
+            column = write(batch, memo)
             want = np.broadcast_to(derived[field] if level is None else derived[field] == level, (len(batch),))
             assert column.dtype == np.float64 and column.shape == (len(batch),), field
             assert np.array_equal(column, want.astype(np.float64)), (field, level)
             written += 1
-    # every key field, comm_t and comm_cp, comm_ep; the ZeRO switch where the settings shard the optimizer
-    assert written >= 12 + bool(settings.get("op"))
+    # every key field, comm_t, comm_cp, comm_ep, t_exp, d_exp; both ZeRO switches where the settings shard
+    # the optimizer
+    assert written == 14 + 2 * bool(batch.op)
 
 
 @pytest.mark.parametrize("name", ["qwen3-72b", "deepseek-v3"])

@@ -83,7 +83,7 @@ __all__ = [
     "derive_fields_batch",
     "dp_comm_level_values",
     "layout_violations",
-    "one_pass_column",
+    "direct_column",
     "parse_layout",
     "parse_recompute",
     "pipeline_stage_counts",
@@ -1140,39 +1140,60 @@ LAYOUT_FIELD_KEYS: dict[str, tuple[str, ...]] = {
 assert tuple(LAYOUT_FIELD_KEYS) == LAYOUT_FIELD_NAMES
 
 
-def one_pass_column(model: ModelConfig, batch: LayoutBatch, name: str, level: float | None = None
-                    ) -> Callable[[LayoutBatch], np.ndarray] | None:
-    """How to write layout field *name* of a batch shaped like *batch* as a fresh float64 column in one
-    NumPy pass over one key column, where the rules above allow it; ``None`` where they do not.
+def direct_column(model: ModelConfig, batch: LayoutBatch, name: str, level: float | None = None
+                  ) -> Callable[[LayoutBatch, dict[str, Any]], np.ndarray] | None:
+    """How to write layout field *name* of a batch shaped like *batch* as a fresh float64 column straight
+    from its key columns, where the rules above allow it without a whole derivation; ``None`` elsewhere.
 
     With *level*, the column is the field's switch for that level (1.0 where the field has it), the
-    form the ZeRO terms read. The result takes a batch and holds for every batch of *model* with the
-    same run settings (``LayoutBatch.settings``) whose column of the key is an array: a key field as it
-    is (``b``, ``t``, …), ``comm_t``, ``comm_cp`` and ``comm_ep`` (the degree above 1; ``comm_ep`` is 1
-    throughout in a model of several experts), and the switch of ``comm_d_non_exp`` at the level the
-    settings give (``d`` above 1). A pricer writes the columns its kernels read this way, without a
-    whole derivation per call; the numbers are the rules' (tests/test_pricer_fast_paths.py).
+    form the ZeRO terms read. The result takes a batch and a dictionary the writers of one call share
+    (what several of them read is computed once there), and holds for every batch of *model* with the
+    same run settings (``LayoutBatch.settings``) whose column of the field's keys are arrays where
+    *batch*'s are. In one NumPy pass over one key column: a key field as it is (``b``, ``t``, …),
+    ``comm_t``, ``comm_cp`` and ``comm_ep`` (the degree above 1; ``comm_ep`` is 1 throughout in a model
+    of several experts) and the switch of ``comm_d_non_exp`` at the level the settings give (``d`` above
+    1); from the expert degrees (:func:`_expert_degrees`, once per call): ``t_exp``, ``d_exp`` and the
+    switch of ``comm_d_exp`` (``d_exp`` above 1). A pricer writes the columns its kernels read this way;
+    the numbers are the rules' (tests/test_pricer_fast_paths.py).
     """
-    key = None
-    compare: Callable[..., np.ndarray] | None = None
+    # The level a DP degree above 1 has under the settings (0 without optimizer sharding: no switch is on).
+    sharded = int(_dp_comm_level(np.array([2]), batch.op, batch.grad_shard)[0])
     if level is None and name in LAYOUT_FIELD_KEYS and LAYOUT_FIELD_KEYS[name] == (name,):
-        key = name  # (a key field: the column as float64)
-    elif level is None and name == "comm_ep" and model.n_exp > 1:
-        return lambda batch: np.ones(len(batch))
-    elif level is None and name in ("comm_t", "comm_cp", "comm_ep"):
-        key, compare = LAYOUT_FIELD_KEYS[name][0], np.greater
-    elif level is not None and name == "comm_d_non_exp" and batch.op and level == _dp_comm_level(
-            np.array([2]), batch.op, batch.grad_shard)[0]:
-        key, compare = "d", np.not_equal
-    if key is None:
-        return None
-    if compare is None:
-        return lambda batch: getattr(batch, key).astype(np.float64)
+        return lambda batch, _memo: getattr(batch, name).astype(np.float64)
+    if level is None and name == "comm_ep" and model.n_exp > 1:
+        return lambda batch, _memo: np.ones(len(batch))
+    if level is None and name in ("comm_t", "comm_cp", "comm_ep"):
+        return _compare_with_one(LAYOUT_FIELD_KEYS[name][0], np.greater)
+    if level is not None and name == "comm_d_non_exp" and sharded and level == sharded:
+        return _compare_with_one("d", np.not_equal)
+    if level is None and name in ("t_exp", "d_exp"):
+        which = 0 if name == "t_exp" else 1
+        return lambda batch, memo: _expert_columns(batch, memo)[which].astype(np.float64)
+    if level is not None and name == "comm_d_exp" and sharded and level == sharded:
+        def switch(batch: LayoutBatch, memo: dict[str, Any]) -> np.ndarray:
+            d_exp = _expert_columns(batch, memo)[1]
+            return np.not_equal(d_exp, 1, out=np.empty(np.shape(d_exp)))
+        return switch
+    return None
 
-    def column(batch: LayoutBatch) -> np.ndarray:
+
+def _compare_with_one(key: str, compare: Callable[..., np.ndarray]) -> Callable[[LayoutBatch, dict[str, Any]], np.ndarray]:
+    def column(batch: LayoutBatch, _memo: dict[str, Any]) -> np.ndarray:
         values = getattr(batch, key)
         return compare(values, 1, out=np.empty(len(values)))  # (0/1 written straight as float64)
     return column
+
+
+def _expert_columns(batch: LayoutBatch, memo: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``(t_exp, d_exp)`` of every layout of *batch* (arrays of its length), computed once per *memo*."""
+    found = memo.get("experts")
+    if found is None:
+        # (a key every layout shares as its one value: the rule's branches for a shared key, as a derivation)
+        keys = [column[0] if column.strides == (0,) else column
+                for column in (batch.d, batch.t, batch.cp, batch.ep, batch.etp)]
+        found = memo["experts"] = tuple(x if type(x) is np.ndarray and x.ndim else np.full(len(batch), x)
+                                        for x in _expert_degrees(*keys))
+    return found
 
 
 def _layout_fields(model: ModelConfig, batch: LayoutBatch, names: Sequence[str] | None = None, *,

@@ -39,7 +39,7 @@ import numpy as np
 from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
 from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, LayoutBatch, LayoutError, check_batch,
-                               derive_fields_batch, dp_comm_level_values, one_pass_column, pipeline_stage_counts)
+                               derive_fields_batch, direct_column, dp_comm_level_values, pipeline_stage_counts)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
 from .kernels import BLOCK as _RUNTIME_BLOCK, BoundKernel  # (the most elements a kernel's block runs)
@@ -492,9 +492,9 @@ class StagePricer:
                 self._call_plans.clear()
             steps, fields = _column_steps(varying), _sources(varying)
             if steps is not None:
-                # Each column a kernel reads written in one pass where the field's rule allows; the rest
-                # derived together (their rules share groups).
-                steps = tuple((name, source, level, one_pass_column(self.model, batch, source, level))
+                # Each column a kernel reads written straight from the key columns where the field's rule
+                # allows; the rest derived together (their rules share groups).
+                steps = tuple((name, source, level, direct_column(self.model, batch, source, level))
                               for name, source, level in steps)
                 fields = tuple(sorted({source for _name, source, _level, write in steps if write is None}))
             self._call_plans[shape] = _CallPlan(
@@ -511,10 +511,11 @@ class StagePricer:
         if steps is None:
             values = bind(Fields(derived), varying, system=self.system, ttype=self.ttype, score=self._score)
         else:
-            # What bind gives for these arguments, without its generic walk: a column written in one pass
-            # (layouts.one_pass_column), a layout field's own float64 column, or a ZeRO switch written
-            # straight from its level's column.
-            values = {name: write(batch) if write is not None else derived[source] if level is None
+            # What bind gives for these arguments, without its generic walk: a column written straight from
+            # the key columns (layouts.direct_column; *memo*: what several of them read), a layout field's own
+            # float64 column, or a ZeRO switch written straight from its level's column.
+            memo: dict[str, Any] = {}
+            values = {name: write(batch, memo) if write is not None else derived[source] if level is None
                       else np.equal(derived[source], level, out=np.empty(n)) for name, source, level, write in steps}
         evaluated = {name: np.full(n, value) for name, value in constants if value is not None}
         if n <= _RUNTIME_BLOCK and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
@@ -590,9 +591,9 @@ class _CallPlan(NamedTuple):
 
     calls: tuple[Any, ...]  # (term, generated function, shared arguments, varying arguments)
     varying: frozenset[str]  # the arguments that vary per layout
-    fields: tuple[str, ...]  # the layout fields derived per call (those no step writes in one pass)
-    # _column_steps of varying, each with its one-pass writer (or None: from the derived fields)
-    steps: tuple[tuple[str, str, float | None, Callable[[LayoutBatch], np.ndarray] | None], ...] | None
+    fields: tuple[str, ...]  # the layout fields derived per call (those no step writes directly)
+    # _column_steps of varying, each with its direct writer (or None: from the derived fields)
+    steps: tuple[tuple[str, str, float | None, Callable[[LayoutBatch, dict[str, Any]], np.ndarray] | None], ...] | None
     constants: tuple[tuple[str, float | None], ...]  # folded terms (None: a 0 left out of its group)
     loud: tuple[tuple[str, BoundKernel], ...]  # kernels run as they are
     quiet: tuple[tuple[str, BoundKernel], ...]  # kernels run with divide and invalid ignored
