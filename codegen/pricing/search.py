@@ -452,8 +452,9 @@ def _chunk_best_bounded(spec: SearchSpec, chunk: Chunk, top: int, bound: float) 
         # for the layouts that bound keeps (not every one of the chunk's).
         seed = np.sort(np.argpartition(np.nan_to_num(lower, nan=np.inf), window)[:window])
         everywhere = np.ones(len(seed), bool)
-        best, bound = _price_window(spec, _full(spec, chunk, seed), seed, lower[seed], lower[seed]
-                                    + _level_floor(spec, _full(spec, chunk, seed), 0, everywhere), bound, best, top)
+        seeded = _full(spec, chunk, seed)  # (decoded once: the floor and the window read the same layouts)
+        best, bound = _price_window(spec, seeded, seed, lower[seed], lower[seed]
+                                    + _level_floor(spec, seeded, 0, everywhere), bound, best, top)
         done = np.zeros(len(chunk), bool)
         done[seed] = True
     objective = lower + _level_floor(spec, chunk, 0, ~(lower > bound))
