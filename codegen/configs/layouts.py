@@ -81,9 +81,9 @@ __all__ = [
     "constraint_keys",
     "derive_fields",
     "derive_fields_batch",
+    "direct_column",
     "dp_comm_level_values",
     "layout_violations",
-    "direct_column",
     "parse_layout",
     "parse_recompute",
     "pipeline_stage_counts",
@@ -1157,7 +1157,7 @@ def direct_column(model: ModelConfig, batch: LayoutBatch, name: str, level: floa
     the numbers are the rules' (tests/test_pricer_fast_paths.py).
     """
     # The level a DP degree above 1 has under the settings (0 without optimizer sharding: no switch is on).
-    sharded = int(_dp_comm_level(np.array([2]), batch.op, batch.grad_shard)[0])
+    sharded = max(dp_comm_level_values(batch))
     if level is None and name in LAYOUT_FIELD_KEYS and LAYOUT_FIELD_KEYS[name] == (name,):
         return lambda batch, _memo: getattr(batch, name).astype(np.float64)
     if level is None and name == "comm_ep" and model.n_exp > 1:
@@ -1168,10 +1168,10 @@ def direct_column(model: ModelConfig, batch: LayoutBatch, name: str, level: floa
         return _compare_with_one("d", np.not_equal)
     if level is None and name in ("t_exp", "d_exp"):
         which = 0 if name == "t_exp" else 1
-        return lambda batch, memo: _expert_columns(batch, memo)[which].astype(np.float64)
+        return lambda batch, memo: _expert_columns(model, batch, memo)[which].astype(np.float64)
     if level is not None and name == "comm_d_exp" and sharded and level == sharded:
         def switch(batch: LayoutBatch, memo: dict[str, Any]) -> np.ndarray:
-            d_exp = _expert_columns(batch, memo)[1]
+            d_exp = _expert_columns(model, batch, memo)[1]
             return np.not_equal(d_exp, 1, out=np.empty(np.shape(d_exp)))
         return switch
     return None
@@ -1184,15 +1184,13 @@ def _compare_with_one(key: str, compare: Callable[..., np.ndarray]) -> Callable[
     return column
 
 
-def _expert_columns(batch: LayoutBatch, memo: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """``(t_exp, d_exp)`` of every layout of *batch* (arrays of its length), computed once per *memo*."""
+def _expert_columns(model: ModelConfig, batch: LayoutBatch, memo: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``(t_exp, d_exp)`` of every layout of *batch* (arrays of its length): the derivation's ``experts`` rule
+    group, evaluated once per *memo*."""
     found = memo.get("experts")
     if found is None:
-        # (a key every layout shares as its one value: the rule's branches for a shared key, as a derivation)
-        keys = [column[0] if column.strides == (0,) else column
-                for column in (batch.d, batch.t, batch.cp, batch.ep, batch.etp)]
         found = memo["experts"] = tuple(x if type(x) is np.ndarray and x.ndim else np.full(len(batch), x)
-                                        for x in _expert_degrees(*keys))
+                                        for x in _Derivation(model, batch, compact=True).group("experts"))
     return found
 
 

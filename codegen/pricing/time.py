@@ -73,7 +73,6 @@ _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
 #: distinct layouts of qwen3-72b and deepseek-v3: grouping is 1.1-1.4x slower at 300-1,000 layouts, about
 #: even at 2,000, 1.2-1.6x faster at 4,000).
 _GROUP_FROM = 1 << 11
-#: NCCL's pick per collective and system constants, for every pricer (``TimePricer._chooser``).
 #: The two rank grids groups are placed in (Megatron's dense and expert rank generators): per grid, the
 #: layout field that is each dimension's degree of the rank order (None: 1, the grid has no such dimension).
 PLACEMENT_GRIDS: dict[str, dict[str, str | None]] = {
@@ -87,6 +86,7 @@ PLACEMENT_GROUPS: dict[str, tuple[str, str, str | None]] = {
     "ep": ("expert", "ep", "ep"), "edp": ("expert", "dp", "d_exp"),
 }
 
+#: NCCL's pick per collective and system constants, for every pricer (``TimePricer._chooser``).
 _CHOOSERS: dict[tuple[Any, ...], Chooser] = {}
 #: Most sets of pipeline shapes a pricer keeps the layer tables of (``TimePricer._shape_tables``).
 _TABLES_KEEP = 256
