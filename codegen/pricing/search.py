@@ -286,7 +286,7 @@ def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -
     gaps = [need & np.isnan(value) for value in largest]
     if any(gap.any() for gap in gaps):
         reps = distinct_sorted(np.concatenate([np.flatnonzero(gap)[np.unique(key[gap], return_index=True)[1]]
-                                         for gap, key in zip(gaps, keys) if gap.any()]))
+                                               for gap, key in zip(gaps, keys) if gap.any()]))
         sub = _full(spec, chunk, reps)
         if all(part.dims for part in parts):  # the bottleneck stage's seconds by dimension: a stage's
             by_dimension = step.comm(sub)

@@ -223,13 +223,8 @@ class _Keys:
                 if width <= _NARROW:  # the value's offset itself: a few unused numbers cost less than a table
                     self._digits[name] = (whole - low if low else whole, width)
                 elif width <= max(4 * len(whole), 1 << 12):
-                    shifted = whole - low
-                    seen = np.zeros(width, dtype=bool)
-                    seen[shifted] = True
-                    present = np.flatnonzero(seen)
-                    table = np.empty(width, dtype=np.int64)
-                    table[present] = np.arange(len(present))
-                    self._digits[name] = (np.take(table, shifted), len(present))
+                    code, present = _renumber(whole - low, width)
+                    self._digits[name] = (code, len(present))
                 else:
                     distinct, code = np.unique(whole, return_inverse=True)
                     self._digits[name] = (np.asarray(code, dtype=np.int64).reshape(-1), len(distinct))
@@ -244,14 +239,15 @@ _NARROW = 64
 _GROUP_TABLE = 1 << 20
 
 
-def _renumber(number: np.ndarray, total: int) -> tuple[np.ndarray, int]:
-    """*number* (below *total*) renumbered ``0 … k − 1`` by the numbers present, and k (a table, no sort)."""
+def _renumber(number: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """*number* (below *total*) renumbered ``0 … k − 1`` by the numbers present, and those numbers, ascending
+    (a table, no sort)."""
     seen = np.zeros(total, dtype=bool)
     seen[number] = True
     present = np.flatnonzero(seen)
     table = np.empty(total, dtype=np.int64)
     table[present] = np.arange(len(present))
-    return np.take(table, number), len(present)
+    return np.take(table, number), present
 
 
 def _row_groups(keys: _Keys, names: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -278,7 +274,8 @@ def _row_groups(keys: _Keys, names: list[str]) -> tuple[np.ndarray, np.ndarray] 
             digit_of_first = code
             continue
         if total * k > _GROUP_TABLE:
-            number, total = _renumber(number, total)
+            number, present = _renumber(number, total)
+            total = len(present)
             if 2 * total > m or total * k > _GROUP_TABLE:
                 return None
         if number is digit_of_first:  # the first digit is the cached code: a new array once, then in place
@@ -491,13 +488,7 @@ class TimePricer:
         """
         p, vp = batch.p, batch.vp
         vp_top = int(vp.max()) + 1
-        key = p * vp_top + vp
-        seen = np.zeros(int(p.max()) * vp_top + vp_top, dtype=bool)  # a table, no sort
-        seen[key] = True
-        shapes = np.flatnonzero(seen)
-        number = np.empty(len(seen), dtype=np.int64)
-        number[shapes] = np.arange(len(shapes))
-        inverse = np.take(number, key)
+        inverse, shapes = _renumber(p * vp_top + vp, int(p.max()) * vp_top + vp_top)
         lay, moe_lay, where, inside = self._shape_tables(batch, moe, vp_top, shapes)
         return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
 
