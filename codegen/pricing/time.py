@@ -223,7 +223,7 @@ class _Keys:
                 if width <= _NARROW:  # the value's offset itself: a few unused numbers cost less than a table
                     self._digits[name] = (whole - low if low else whole, width)
                 elif width <= max(4 * len(whole), 1 << 12):
-                    code, present = _renumber(whole - low, width)
+                    code, present = _by_table(whole - low, width)
                     self._digits[name] = (code, len(present))
                 else:
                     distinct, code = np.unique(whole, return_inverse=True)
@@ -239,15 +239,21 @@ _NARROW = 64
 _GROUP_TABLE = 1 << 20
 
 
-def _renumber(number: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
-    """*number* (below *total*) renumbered ``0 … k − 1`` by the numbers present, and those numbers, ascending
-    (a table, no sort)."""
+def _by_table(number: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """*number* (whole numbers below *total*) renumbered ``0 … k − 1`` by the numbers present, and those numbers,
+    ascending (a table over ``0 … total − 1``, no sort)."""
     seen = np.zeros(total, dtype=bool)
     seen[number] = True
     present = np.flatnonzero(seen)
     table = np.empty(total, dtype=np.int64)
     table[present] = np.arange(len(present))
     return np.take(table, number), present
+
+
+def _renumber(number: np.ndarray, total: int) -> tuple[np.ndarray, int]:
+    """The groups so far (*number*, below *total*) renumbered ``0 … k − 1`` by the groups present, and k."""
+    number, present = _by_table(number, total)
+    return number, len(present)
 
 
 def _row_groups(keys: _Keys, names: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -274,8 +280,7 @@ def _row_groups(keys: _Keys, names: list[str]) -> tuple[np.ndarray, np.ndarray] 
             digit_of_first = code
             continue
         if total * k > _GROUP_TABLE:
-            number, present = _renumber(number, total)
-            total = len(present)
+            number, total = _renumber(number, total)
             if 2 * total > m or total * k > _GROUP_TABLE:
                 return None
         if number is digit_of_first:  # the first digit is the cached code: a new array once, then in place
@@ -488,7 +493,7 @@ class TimePricer:
         """
         p, vp = batch.p, batch.vp
         vp_top = int(vp.max()) + 1
-        inverse, shapes = _renumber(p * vp_top + vp, int(p.max()) * vp_top + vp_top)
+        inverse, shapes = _by_table(p * vp_top + vp, int(p.max()) * vp_top + vp_top)  # the shapes present
         lay, moe_lay, where, inside = self._shape_tables(batch, moe, vp_top, shapes)
         return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
 
