@@ -93,6 +93,37 @@ def test_stage_total_is_the_sum_and_the_bottleneck_its_maximum(dsv3):
     assert set(st) == {*WHATS, "total_s"}
 
 
+@pytest.mark.parametrize("dims", [("tp", "cp", "pp"), ("tp", "cp", "ep", "pp"), ("ep",), ("dp",)])
+def test_a_subset_of_dimensions_is_its_items_alone_and_a_lower_bound(dims):
+    """``price_batch(dimensions=…)`` prices those dimensions' collectives only: every stage's seconds of them are
+    the full pricing's, to the bit; the bottleneck is the stage with the most of them; and it is at most the full
+    bottleneck (what a search's floors rely on), on a grid of distinct layouts (several stages each)."""
+    pricer = TimePricer("deepseek-v3", system="dgx_h100")
+    batch = _grid_batch(pricer.model, repeats=1)
+    full = pricer.price_batch(batch, per_stage=True)
+    part = pricer.price_batch(batch, per_stage=True, dimensions=dims)
+    assert set(part.by_dimension) == set(dims)
+    items = [f"{dim}.{coll}" for dim, coll, _, _ in ITEMS if dim in dims]
+    assert set(part.stages["time_s"]) == set(items)
+    for key in items:
+        np.testing.assert_array_equal(part.stages["time_s"][key], full.stages["time_s"][key], err_msg=key)
+    with np.errstate(invalid="ignore"):
+        stage_totals = sum(np.where(np.isnan(full.stages["time_s"][k]), -np.inf, full.stages["time_s"][k])
+                           for k in items)
+    np.testing.assert_allclose(part.bottleneck_s, stage_totals.max(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(sum(part.by_dimension[d] for d in dims), part.bottleneck_s, rtol=1e-12)
+    assert (part.bottleneck_s <= full.bottleneck_s * (1 + 1e-12)).all()
+    assert (part.bottleneck_s < full.bottleneck_s).any(), "a dimension left out costs something somewhere"
+    quick = pricer.price_batch(batch, validated=True, dimensions=dims)
+    np.testing.assert_array_equal(quick.bottleneck_s, part.bottleneck_s)
+
+
+@pytest.mark.parametrize("bad", [(), ("tp", "xp"), ["tp"], "tp"])
+def test_an_unknown_dimension_subset_is_named(dsv3, bad):
+    with pytest.raises(ValueError, match="dimensions"):
+        dsv3.price_batch(_batch(dsv3, "d=16,t=4,p=16,ep=8"), dimensions=bad)
+
+
 # ----------------------------------------------------------------------------- monotonicity
 
 

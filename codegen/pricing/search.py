@@ -265,8 +265,9 @@ def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -
     (``exposed_comm``; full recompute adds more), and every item's seconds are >= 0, so it is at least
     the sum of any items' seconds at any one stage. Layouts that agree on what a part's items follow
     from (``_floors``) have the same seconds for them at every stage: they are priced once on one of
-    them and kept. A part of whole dimensions: their seconds at that layout's bottleneck stage
-    (``TimePricer``'s ``by_dimension``), at most the exposed communication of every layout sharing them.
+    them and kept. A part of whole dimensions: their seconds at the stage with the most seconds of the
+    level's dimensions, those alone priced (``TimePricer.price_batch(..., dimensions=…)``'s ``by_dimension``),
+    at most the exposed communication of every layout sharing them.
     Otherwise (every stage priced): the largest of each part's largest stage, the sum of the parts'
     first stages and that of their last.
     """
@@ -288,8 +289,8 @@ def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -
         reps = distinct_sorted(np.concatenate([np.flatnonzero(gap)[np.unique(key[gap], return_index=True)[1]]
                                                for gap, key in zip(gaps, keys) if gap.any()]))
         sub = _full(spec, chunk, reps)
-        if all(part.dims for part in parts):  # the bottleneck stage's seconds by dimension: a stage's
-            by_dimension = step.comm(sub)
+        if all(part.dims for part in parts):  # by dimension, a stage's seconds: those dimensions' alone priced
+            by_dimension = step.comm(sub, tuple(dict.fromkeys(d for part in parts for d in part.dims)))
             for part, table, key in zip(parts, tables, keys):
                 value = np.maximum(sum(np.asarray(by_dimension[d], dtype=np.float64) for d in part.dims), 0.0)
                 value = value * (1 - _FLOOR_SLACK)

@@ -108,7 +108,8 @@ def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping
 
     ``comm(chunk)`` prices ``chunk.batch`` (layouts of one run setting, ``chunk.setting``: recompute
     mode, ZeRO level) with ``codegen.pricing.time.TimePricer`` — one pricer per setting, FSDP for
-    ZeRO level 3 — and returns its ``by_dimension`` seconds of the bottleneck stage.
+    ZeRO level 3 — and returns its ``by_dimension`` seconds of the bottleneck stage;
+    ``comm(chunk, dimensions)`` prices those dimensions only (a search's floors).
     """
     try:
         from .time import TimePricer
@@ -122,8 +123,12 @@ def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping
             pricers[key] = TimePricer(model, system=system, fsdp=setting.zero == 3, recompute=setting.recompute)
         return pricers[key]
 
-    def comm(chunk: Any) -> Mapping[str, np.ndarray]:
-        return pricer(chunk.setting).price_batch(chunk.batch, validated=True).by_dimension
+    def comm(chunk: Any, dimensions: tuple[str, ...] | None = None) -> Mapping[str, np.ndarray]:
+        """By dimension, the seconds of the bottleneck stage; with *dimensions*, of the stage with the most seconds
+        of those dimensions' collectives, the only ones priced (``TimePricer.price_batch``): a lower bound."""
+        if dimensions is None:
+            return pricer(chunk.setting).price_batch(chunk.batch, validated=True).by_dimension
+        return pricer(chunk.setting).price_batch(chunk.batch, validated=True, dimensions=dimensions).by_dimension
 
     def stage_seconds(chunk: Any) -> Mapping[str, np.ndarray]:
         """Every stage's seconds per item ``"dim.collective"``: ``(n, P_max)``, NaN past a layout's last stage."""

@@ -370,21 +370,33 @@ class TimePricer:
                                         validated=validated, **arrays)
         return self.price_batch(batch, per_stage=per_stage, validated=validated)
 
-    def price_batch(self, batch: LayoutBatch, *, validated: bool = False, per_stage: bool = False) -> TimePrices:
+    def price_batch(self, batch: LayoutBatch, *, validated: bool = False, per_stage: bool = False,
+                    dimensions: tuple[str, ...] = TIME_DIMENSIONS) -> TimePrices:
         """Communication seconds of the layouts of *batch*: the bottleneck stage's, by dimension.
 
         Args:
             validated: the caller kept only layouts ``validate_batch`` accepts (not checked again).
             per_stage: also every stage's calls, S, bytes and seconds per dimension and collective.
+            dimensions: price these dimensions' collectives only (of ``TIME_DIMENSIONS``); the bottleneck is
+                then the stage with the most seconds of these, and ``by_dimension`` (and ``stages``) holds them
+                alone. Every stage's total over all dimensions is at least its total over some, so the
+                bottleneck's seconds of a subset are a lower bound of the bottleneck's over all of them (a
+                search's floors: ``codegen.pricing.search``), at the cost of that subset's collectives only.
 
         Raises:
             codegen.configs.layouts.LayoutError: naming the first invalid layout and its constraint.
+            ValueError: naming an unknown dimension.
         """
         validated = flag("validated", validated)
         per_stage = flag("per_stage", per_stage)
         if self.volumes_only:
             raise ValueError("TimePricer(volumes_only=True) prices volumes only: use volumes()")
-        return self._price(batch, validated, WHATS if per_stage else ("time_s",), per_stage)
+        if dimensions is not TIME_DIMENSIONS:
+            unknown = [d for d in dimensions if d not in TIME_DIMENSIONS] if isinstance(dimensions, tuple) else None
+            if unknown is None or unknown or not dimensions:
+                raise ValueError(f"dimensions: a non-empty tuple of {', '.join(TIME_DIMENSIONS)}, got {dimensions!r}")
+            dimensions = tuple(d for d in TIME_DIMENSIONS if d in dimensions)  # in their order, each once
+        return self._price(batch, validated, WHATS if per_stage else ("time_s",), per_stage, dimensions)
 
     def volumes(self, batch: LayoutBatch, *, validated: bool = False) -> dict[str, dict[str, np.ndarray]]:
         """Every stage's calls per step, S of one call and bytes per rank per step, per dimension and collective.
@@ -397,23 +409,25 @@ class TimePricer:
         assert stages is not None
         return {what: stages[what] for what in WHATS[:3]}
 
-    def _price(self, batch: LayoutBatch, validated: bool, whats: tuple[str, ...], per_stage: bool) -> TimePrices:
+    def _price(self, batch: LayoutBatch, validated: bool, whats: tuple[str, ...], per_stage: bool,
+               dimensions: tuple[str, ...] = TIME_DIMENSIONS) -> TimePrices:
         n = len(batch)
         if not validated and n:
             check_batch(self.model, batch)
         bottleneck = np.empty(n)
         stage_idx = np.zeros(n, dtype=np.int64)
-        by_dim = {dim: np.empty(n) for dim in TIME_DIMENSIONS}
+        by_dim = {dim: np.empty(n) for dim in dimensions}
+        items = ITEMS if dimensions == TIME_DIMENSIONS else tuple(item for item in ITEMS if item[0] in dimensions)
         p_max = int(batch.p.max()) if n else 0
         stages: dict[str, Any] | None = None
         if per_stage:
-            stages = {what: {f"{dim}.{coll}": np.full((n, p_max), np.nan) for dim, coll, _, _ in ITEMS}
+            stages = {what: {f"{dim}.{coll}": np.full((n, p_max), np.nan) for dim, coll, _, _ in items}
                       for what in whats}
             stages["total_s"] = np.full((n, p_max), np.nan)
         for start in range(0, n, _BLOCK):
             rows = slice(start, min(n, start + _BLOCK))
             block = batch.subset(rows) if n > _BLOCK else batch
-            self._price_block(block, rows, whats, bottleneck, stage_idx, by_dim, stages)
+            self._price_block(block, rows, whats, bottleneck, stage_idx, by_dim, stages, items)
         return TimePrices(bottleneck_s=bottleneck, by_dimension=by_dim, bottleneck_stage=stage_idx, stages=stages)
 
     # ------------------------------------------------------------------ internals
@@ -614,8 +628,10 @@ class TimePricer:
         return got, None
 
     def _price_block(self, batch: LayoutBatch, rows: slice, whats: tuple[str, ...], bottleneck: np.ndarray,
-                     stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None) -> None:
-        """Price one block: every item evaluated once per layout and distinct layer count of its stages.
+                     stage_idx: np.ndarray, by_dim: dict[str, np.ndarray], stages: dict[str, Any] | None,
+                     items_priced: tuple[tuple[str, str, str, str], ...] = ITEMS) -> None:
+        """Price one block: every item of *items_priced* evaluated once per layout and distinct layer count of its
+        stages.
 
         A stage's items depend on its layers alone, so each of a layout's stages is one of its distinct
         (layers, MoE layers) columns: the bottleneck is the largest column total, the stages gather
@@ -624,6 +640,9 @@ class TimePricer:
         values, f = self._values(batch)
         timed = "time_s" in whats
         groups = self._groups(f)
+        if items_priced is not ITEMS:  # the groups these items run over (the others' placements not needed)
+            used = {group for _, _, group, _ in items_priced}
+            groups = {group: value for group, value in groups.items() if group in used}
         placed = self._placements(f, groups) if timed else {g: {} for g in groups}
         m = len(batch)
         lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
@@ -644,7 +663,7 @@ class TimePricer:
         found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None] = {}
         items: list[tuple[str, str, dict[str, np.ndarray]]] = []
         picks: dict[str, list[tuple[dict[str, Any], Callable[[np.ndarray], None]]]] = {}  # by NCCL collective
-        for dim, coll, group, weight in ITEMS:
+        for dim, coll, group, weight in items_priced:
             key = f"{dim}.{coll}"
             if weight == "stage":
                 args = dict(col, n_layers_stage=lay, n_moe_layers_stage=moe_lay)
@@ -664,16 +683,16 @@ class TimePricer:
                 if weight != "stage" and what != "msg_bytes":
                     value = value * (lay if weight == "layer" else moe_lay)
                 per_column[(key, what)] = _broadcast(value, (m, u))
-        keys = [f"{dim}.{coll}" for dim, coll, _, _ in ITEMS]
+        keys = [f"{dim}.{coll}" for dim, coll, _, _ in items_priced]
         if timed:
-            dims = {dim: sum(per_column[(k, "time_s")] for k in keys if k.split(".")[0] == dim) for dim in TIME_DIMENSIONS}
+            dims = {dim: sum(per_column[(k, "time_s")] for k in keys if k.split(".")[0] == dim) for dim in by_dim}
             total = sum(dims.values())
             best = np.argmax(total, axis=1)
             pick = np.arange(m)
             bottleneck[rows] = total[pick, best]
             # The first stage with that column.
             stage_idx[rows] = np.argmax((where == best[:, None]) & inside, axis=1)
-            for dim in TIME_DIMENSIONS:
+            for dim in by_dim:
                 by_dim[dim][rows] = dims[dim][pick, best]
         if stages is not None:
             p_max = stages[whats[0]][keys[0]].shape[1]
