@@ -98,3 +98,21 @@ def test_floors_priced_at_every_stage_are_lower_bounds_too(monkeypatch):
     got = search(spec, top=10, chunk=20000)
     for key in want.table:
         np.testing.assert_array_equal(got.table[key], want.table[key], err_msg=key)
+
+
+def test_compute_bound_is_the_priced_step_time_without_communication_lowered():
+    """The bound's linear forms in ``m`` (``StepTimePricer.bound_forms``) on every layout of the grid, every setting:
+    at most the step time ``price`` gives without communication, and within a few units in the last place of it
+    (so they are the same closed forms, not merely some lower bound)."""
+    spec = _spec(recompute=("none", "selective", "full"))
+    space, step, _, _ = search_module._context(spec)
+    checked = 0
+    for chunk in space.chunks(chunk=20000):
+        s = chunk.setting
+        forms = search_module._row_bound_forms(spec, s.cp_algo, s.recompute, s.zero)
+        bound = step.compute_bound(forms, chunk.row, chunk.values["m"])
+        priced = step.price(chunk.values, s.recompute, None, zero=s.zero)["step_time_s"]
+        assert (bound <= priced).all(), (s, np.max(bound / priced))
+        np.testing.assert_allclose(bound, priced, rtol=1e-11)
+        checked += len(chunk)
+    assert checked == space.size > 50000

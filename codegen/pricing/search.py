@@ -131,6 +131,17 @@ def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) 
     return out
 
 
+@functools.lru_cache(maxsize=4)  # as _row_stage_parts
+def _row_bound_forms(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) -> np.ndarray:
+    """Per structure row, the compute bound's forms in ``m`` (``StepTimePricer.bound_forms``), once per process."""
+    space, step, _, _ = _context(spec)
+    rows = _row_stage_parts(spec, cp_algo, recompute, zero)
+    table = space.structures[cp_algo]
+    forms = step.bound_forms(table["p"], table["vp"], (rows[:4], rows[4:]))
+    forms.flags.writeable = False
+    return forms
+
+
 @functools.lru_cache(maxsize=2)
 def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """:func:`_row_stage_parts` of every structure row of any CP algorithm (by ``SearchSpace.structure_id``,
@@ -408,9 +419,9 @@ def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows
     return {k: out[k] for k in table}
 
 
-#: The keys a chunk of the bounded walk decodes for every layout (the compute bound's); the others are decoded
-#: for the layouts priced further (:func:`_full`).
-_LEAN = ("p", "vp", "m")
+#: The keys a chunk of the bounded walk decodes for every layout (the compute bound's: its structure row and ``m``
+#: are always decoded); the others are decoded for the layouts priced further (:func:`_full`).
+_LEAN = ("m",)
 
 
 def _bounded(spec: SearchSpec, sink: Callable[[dict], None] | None) -> bool:
@@ -444,8 +455,8 @@ def _chunk_best_bounded(spec: SearchSpec, chunk: Chunk, top: int, bound: float) 
     space, step, _, memory = _context(spec)
     setting = chunk.setting
     best = _empty()
-    stages = _stage_parts(spec, chunk, _row_stage_parts(spec, setting.cp_algo, setting.recompute, setting.zero))
-    lower = step.compute_bound(chunk.values, stages)
+    lower = step.compute_bound(_row_bound_forms(spec, setting.cp_algo, setting.recompute, setting.zero), chunk.row,
+                               chunk.values["m"])
     window = max(4 * top, 1 << 12)
     done = None
     if not np.isfinite(bound) and len(chunk) > 4 * window:
@@ -745,7 +756,7 @@ def search(spec: SearchSpec, *, top: int = 10, chunk: int = 1 << 18, engine: str
     space, _, _, _ = _context(spec)
     # The floors and the rows' compute parts are the search's own work: priced again by every search (a
     # second search of the same spec is timed as the first), not kept from an earlier one.
-    for cache in (_floor_table, _row_stage_parts, _union_stage_parts, _recompute_free):
+    for cache in (_floor_table, _row_stage_parts, _row_bound_forms, _union_stage_parts, _recompute_free):
         cache.cache_clear()
     labels = {"recompute": RECOMPUTE_MODES, "cp_algo": tuple(dict.fromkeys(s.cp_algo for s in space.settings))}
     interrupted = False

@@ -26,7 +26,8 @@ Public API::
     pricer.price(values, recompute, chunk=None, zero=None) -> dict[str, ndarray]   # PARTS
     pricer.compute(values, recompute, zero=1) -> (compute seconds, FLOPs, HBM bytes, vector FLOPs)
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
-    pricer.compute_bound(values, parts) -> compute × (1 + bubble), a lower bound of the step time
+    pricer.bound_forms(p, vp, stages) -> per row of fixed b·m, the compute bound's linear forms in m
+    pricer.compute_bound(forms, row, m) -> compute × (1 + bubble), a lower bound of the step time
     exposed_comm(parts, recompute) -> exposed seconds
     stage_layer_counts(model, p, vp) -> (first, last) arrays
     time_family_comm(model, system) -> comm callable (.stage_seconds(chunk), .item_keys), or None without
@@ -36,7 +37,7 @@ Public API::
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -54,6 +55,10 @@ __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "st
 #: What :meth:`StepTimePricer.price` returns per layout: step time and its parts (seconds), the
 #: bottleneck stage's FLOPs per rank and the bubble fraction.
 PARTS = ("step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops", "bubble")
+
+#: :meth:`StepTimePricer.compute_bound` is lowered by this relative amount: its linear forms round in another
+#: order than pricing a layout does (a few units in the last place, far below this).
+BOUND_SLACK = 1e-12
 
 #: Communication of these dimensions is exposed (docs/search.md, "Exposed communication").
 EXPOSED_DIMENSIONS = ("tp", "cp", "ep", "pp", "dp")
@@ -315,16 +320,49 @@ class StepTimePricer:
                 best = tuple(np.where(slower, new, old) for new, old in zip(found, best))
         return best
 
-    def compute_bound(self, values: Mapping[str, np.ndarray],
-                      parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
-        """Compute × (1 + bubble) of layouts whose :meth:`stage_parts` are *parts*: their step time without
-        communication (:meth:`price`'s ``step_time_s`` with no ``comm``, the same numbers), a lower bound of it."""
+    def bound_forms(self, p: np.ndarray, vp: np.ndarray,
+                    stages: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
+        """Per row of a fixed ``b·m`` (a search's structure row), the compute bound as a function of ``m``:
+        columns ``(c, s)`` per stage of *stages* and ``q``, so that a stage computes ``c + s·m`` seconds and the
+        step without communication takes ``max over the stages of (c + s·m) × (1 + q/m)`` (:meth:`compute_bound`).
+
+        *stages*: per stage ``(FLOPs, HBM bytes at m = 0, HBM bytes per micro-batch, vector FLOPs)`` of each row (at
+        fixed ``b·m`` only the HBM bytes vary with ``m``, affinely: ``codegen.pricing.search``).
+        ``compute_stage_time_s`` is linear in its FLOPs, HBM bytes and vector FLOPs, so ``c`` is its value at
+        the first three and ``s`` at the per-micro-batch bytes alone; ``compute_pipeline_bubble`` is
+        ``(p − 1)/(vp·m)``, so ``q`` is its value at ``m = 1``. Returns a ``(2·stages + 1, rows)`` array (each
+        form one contiguous row: a layout's gather and the arithmetic on it run on contiguous arrays).
+        """
+        columns = []
+        zero = np.zeros(np.shape(p))
+        for flops, base, slope, vector in stages:
+            columns.append(self._seconds(flops, base, vector))
+            columns.append(self._seconds(zero, slope, zero))
+        columns.append(generated.compute_pipeline_bubble(p=p, vp=vp, m=1))
+        return np.stack(np.broadcast_arrays(*columns))
+
+    def compute_bound(self, forms: np.ndarray, row: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """A lower bound of the step time without communication (compute × (1 + bubble), :meth:`price`'s
+        ``step_time_s`` with no ``comm``) of layouts of rows *row* (of :meth:`bound_forms`' *forms*) at *m*
+        micro-batches.
+
+        The linear forms give the same number as pricing the layout, in another order of operations: it
+        may differ by a few units in the last place, so it is lowered by ``BOUND_SLACK`` (relative; far above
+        that rounding) and never exceeds the priced value.
+        """
+        m = np.asarray(m, dtype=np.float64)
         seconds = None
-        for flops, moved, vector in parts:
-            new = self._seconds(flops, moved, vector)
+        for k in range(0, len(forms) - 1, 2):
+            new = np.take(forms[k + 1], row)
+            new *= m
+            new += np.take(forms[k], row)
             seconds = new if seconds is None else np.where(new > seconds, new, seconds)  # as slowest() picks
-        bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
-        return seconds * (1 + bubble)
+        bubble = np.take(forms[-1], row)
+        bubble /= m
+        bubble += 1.0
+        seconds *= bubble
+        seconds *= 1.0 - BOUND_SLACK
+        return seconds
 
     def compute(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
