@@ -257,15 +257,24 @@ class StepTimePricer:
         fields["flash_attention"] = float(flash_attention)
         fields["dropout"] = float(dropout)
         names = set(self._arguments) | set(self._bytes_arguments) | set(self._vector_arguments)
+        self._names = frozenset(names)
         self._shared = {k: fields[k] for k in names if k in fields}
         self._sp = bool(model.layout.sp)
 
     def _stages(self, values: Mapping[str, np.ndarray], recompute: str, zero: int):
-        """(layers, output) of the first and the last stage, and the arguments both formulas share."""
+        """(layers, output) of the first and the last stage, and the arguments both formulas share, as float64
+        (the forms' own dtype: whole numbers, exactly; an integer array would be cast again by each operation that
+        reads it)."""
         first, last = stage_layer_counts(self.model, values["p"], values["vp"])
-        single = values["p"] == 1
-        extra = {"zero_level": zero, "sp": values["t"] if self._sp else 1}
-        return ((first, single.astype(np.int64)), (last, np.ones_like(first))), extra
+        first, last = first.astype(np.float64), last.astype(np.float64)
+        single = (values["p"] == 1).astype(np.float64)
+        extra = {"zero_level": zero, "sp": np.asarray(values["t"], dtype=np.float64) if self._sp else 1}
+        return ((first, single), (last, np.ones_like(first))), extra
+
+    def _floats(self, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """The integer columns of *values* the forms read, as float64 (once per call, not once per operation)."""
+        return {k: (v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind in "iub" else v)
+                for k, v in values.items() if k in self._names}
 
     def _args(self, names, per, values, extra):
         return {k: (per[k] if k in per else values[k] if k in values else extra[k] if k in extra else self._shared[k])
@@ -287,6 +296,7 @@ class StepTimePricer:
         """(FLOPs, HBM bytes, vector FLOPs) per rank per step of the first and of the last stage of each layout;
         with *hbm_only*, (None, HBM bytes, None)."""
         stages, extra = self._stages(values, recompute, zero)
+        values = self._floats(values)
         out = []
         for layers, output in stages:
             per = {"n_layers_stage": layers, "n_output": output,
