@@ -287,22 +287,27 @@ class SearchSpace:
         algo = self.settings[setting].cp_algo
         b_table, where, start, bpos_table, m_table = self._b_tables[algo]
         local = index - self.setting_start[setting]
+        # A grid point's entry of the b tables, as a flat position: its row's table row (where) times the width,
+        # plus its place among the row's grid points (local - start).
+        width = b_table.shape[1]
         if len(local) > 1 and local[-1] - local[0] == len(local) - 1:  # a contiguous range: rows by repeat
             lo, hi = int(local[0]), int(local[-1]) + 1
             r0, r1 = (int(np.searchsorted(start, x, side="right")) - 1 for x in (lo, hi - 1))
             counts = np.minimum(start[r0 + 1:r1 + 2], hi) - np.maximum(start[r0:r1 + 1], lo)
             row = np.repeat(np.arange(r0, r1 + 1, dtype=np.int64), counts)
+            at = np.repeat(where[r0:r1 + 1] * width - start[r0:r1 + 1], counts)
         else:
             row = np.searchsorted(start, local, side="right") - 1
+            at = where[row] * width - start[row]
+        at += local
         table = self.structures[algo]
         values = {key: column[row] for key, column in table.items() if keys is None or key in keys}
-        at = (where[row], local - start[row])
         if keys is None or "b" in keys:
-            values["b"] = b_table[at]
+            values["b"] = np.take(b_table.ravel(), at)
         if keys is None or "m" in keys:
-            values["m"] = m_table[at]
+            values["m"] = np.take(m_table.ravel(), at)
         values["row"] = row
-        values["bpos"] = bpos_table[at]
+        values["bpos"] = np.take(bpos_table.ravel(), at)
         return values
 
     def block(self, start: int, stop: int, keys: Sequence[str] | None = None) -> list[Chunk]:
