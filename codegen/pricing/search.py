@@ -495,8 +495,7 @@ def _price_window(spec: SearchSpec, sub: Chunk, rows: np.ndarray, lower: np.ndar
     a walk: the later floor levels, memory (the infeasible dropped), their exact communication, merged into
     *best*; returns it and the tightened bound."""
     _, _, _, memory = _context(spec)
-    # The later levels, before memory and communication (none while no bound is known: they would prune nothing).
-    for level in range(1, len(_floors(spec)) if np.isfinite(bound) else 1):
+    for level in range(1, len(_floors(spec))):  # the later levels, before memory and communication
         deeper = lower + _level_floor(spec, sub, level, ~(objective > bound))
         keep = np.flatnonzero(~(np.maximum(deeper, objective) > bound))
         rows, sub, lower, objective = rows[keep], _subchunk(spec, sub, keep), lower[keep], objective[keep]
