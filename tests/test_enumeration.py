@@ -104,3 +104,22 @@ def test_decode_contiguous_equals_scattered():
     part = space.decode(index[pick], 0)
     for key in whole:
         np.testing.assert_array_equal(whole[key][pick], part[key])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_distinct_rows_groups_equal_tuples_and_only_those(seed):
+    """``distinct_rows`` on columns of every kind it codes differently (narrow whole numbers, a wide whole range,
+    fractions, a constant, booleans): every column is its representatives' values gathered back, two rows share a
+    group exactly when all their values are equal, and the groups are as many as the distinct tuples."""
+    from codegen.pricing.enumeration import distinct_rows
+
+    rng = np.random.default_rng(seed)
+    n = 5000
+    columns = [rng.integers(1, 5, n), rng.integers(0, 10**9, n) // 10**8 * 10**7, rng.integers(0, 3, n) / 4.0,
+               np.full(n, 7.0), rng.integers(0, 2, n).astype(bool), rng.integers(-3, 3, n).astype(np.float64)]
+    reps, inverse = distinct_rows(columns)
+    for column in columns:
+        np.testing.assert_array_equal(column[reps][inverse], column)
+    tuples = {tuple(row) for row in np.stack([np.asarray(c, dtype=np.float64) for c in columns], axis=1).tolist()}
+    assert len(reps) == len(tuples) == len(np.unique(inverse))
+    assert len(reps) < n  # the columns' few values repeat

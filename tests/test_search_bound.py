@@ -116,3 +116,23 @@ def test_compute_bound_is_the_priced_step_time_without_communication_lowered():
         np.testing.assert_allclose(bound, priced, rtol=1e-11)
         checked += len(chunk)
     assert checked == space.size > 50000
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_stage_parts_by_groups_are_every_rows_own_to_the_bit(recompute):
+    """The search's structure rows' compute parts evaluated once per group of what the forms read
+    (``StepTimePricer.stage_groups``) equal evaluating every row, bit for bit, at m = 1 and at m = 2 (whose b is
+    m = 1's halved: the groups found at m = 1 serve it); and the rows do share groups (several virtual-stage
+    counts of a pipeline put the same layers in a stage)."""
+    spec = SearchSpec(load_model("deepseek-v3"), 16384, 4096, "dgx_h100", zero_levels=(1,))
+    _, step, _, _ = search_module._context(spec)
+    table = search_module._union_rows(spec)[1]
+    batch = spec.global_batch / table["d"]
+    groups = search_module._stage_groups(spec)
+    assert all(len(reps) < len(batch) / 4 for reps, _ in groups)
+    for values in ({**table, "b": batch, "m": 1.0}, {**table, "b": batch / 2, "m": 2.0}):
+        whole = step.stage_parts(values, recompute, 1)
+        grouped = step.stage_parts(values, recompute, 1, groups=groups)
+        for stage_whole, stage_grouped in zip(whole, grouped):
+            for a, b in zip(stage_whole, stage_grouped):
+                np.testing.assert_array_equal(np.broadcast_to(a, batch.shape), b)

@@ -38,7 +38,8 @@ from ..configs.layouts import LayoutBatch, LayoutError, layout_violations
 from ..configs.models import ModelConfig
 from ..inputs import DEVICES_MAX
 
-__all__ = ["ZERO_LEVELS", "RECOMPUTE_MODES", "DEGREE_KEYS", "Setting", "Chunk", "SearchSpace", "parse_restrictions"]
+__all__ = ["ZERO_LEVELS", "RECOMPUTE_MODES", "DEGREE_KEYS", "Setting", "Chunk", "SearchSpace", "parse_restrictions",
+           "distinct_rows", "distinct_sorted"]
 
 #: ZeRO levels and the layout switches they set: 0 none, 1 optimizer states (``op``), 2 and gradients
 #: (``grad_shard``), 3 and weights (``fsdp``).
@@ -119,6 +120,40 @@ def distinct_sorted(values: np.ndarray) -> np.ndarray:
     first plain call makes (~12 ms of a cold search)."""
     ordered = np.sort(values)
     return ordered[np.append(True, ordered[1:] != ordered[:-1])] if len(ordered) else ordered
+
+
+def distinct_rows(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of equal-length 1-D *columns* grouped by their tuple of values: ``(reps, inverse)``, one row index
+    per distinct tuple (in ascending tuple order) and each row's tuple number, so that ``x[reps][inverse]`` is
+    ``x`` for every column ``x`` (and for any array that is a function of the columns, row by row).
+
+    Each column becomes a code ``0 … k − 1`` (its offset from the lowest value where it holds whole numbers in a
+    range no wider than 4 × its length, else its rank among its distinct values) and the codes one mixed-radix
+    number per row, ranked again whenever the next radix would overflow.
+    """
+    n = len(columns[0]) if columns else 0
+    number, total = np.zeros(n, dtype=np.int64), 1
+    for column in columns:
+        column = np.asarray(column)
+        code = None
+        if column.dtype.kind in "iub" or bool(np.all(np.floor(column) == column)):
+            whole = column.astype(np.int64)
+            low = int(whole.min()) if n else 0
+            width = (int(whole.max()) - low + 1) if n else 1
+            if width <= max(4 * n, 64):
+                code, k = whole - low, width
+        if code is None:  # not whole, or a wide range: rank by the distinct values
+            distinct, code = np.unique(column, return_inverse=True)
+            code, k = code.reshape(-1), len(distinct)
+        if k == 1:
+            continue
+        if total > (1 << 62) // k:  # would overflow: rank the numbers so far first
+            distinct, number = np.unique(number, return_inverse=True)
+            number, total = number.reshape(-1), len(distinct)
+        number = number * k + code
+        total *= k
+    distinct, reps, inverse = np.unique(number, return_index=True, return_inverse=True)
+    return reps, inverse.reshape(-1)
 
 
 def _divisors(n: int) -> np.ndarray:

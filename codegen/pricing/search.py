@@ -143,21 +143,42 @@ def _row_bound_forms(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) 
 
 
 @functools.lru_cache(maxsize=2)
-def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """:func:`_row_stage_parts` of every structure row of any CP algorithm (by ``SearchSpace.structure_id``,
-    ascending): the compute forms read no CP algorithm (``StepTimePricer.stage_parts``), so the algorithms
-    that share a structure share its parts."""
-    space, step, _, _ = _context(spec)
+def _union_rows(spec: SearchSpec) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The structure rows of every CP algorithm (their ``SearchSpace.structure_id``, ascending, and their columns):
+    the compute forms read no CP algorithm (``StepTimePricer.stage_parts``), so the algorithms that share a
+    structure share its parts."""
+    space = _context(spec)[0]
     algos = list(space.structures)
     ids, first = np.unique(np.concatenate([space.structure_id[a] for a in algos]), return_index=True)
-    table = {key: np.concatenate([space.structures[a][key] for a in algos])[first] for key in space.structures[algos[0]]}
+    return ids, {key: np.concatenate([space.structures[a][key] for a in algos])[first]
+                 for key in space.structures[algos[0]]}
+
+
+@functools.lru_cache(maxsize=2)
+def _stage_groups(spec: SearchSpec) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``StepTimePricer.stage_groups`` of the union's structure rows at ``m = 1`` (once per search)."""
+    _, step, _, _ = _context(spec)
+    table = _union_rows(spec)[1]
+    return step.stage_groups({**table, "b": spec.global_batch / table["d"], "m": 1.0})
+
+
+@functools.lru_cache(maxsize=2)
+def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """:func:`_row_stage_parts` of every structure row of any CP algorithm (:func:`_union_rows`)."""
+    _, step, _, _ = _context(spec)
+    ids, table = _union_rows(spec)
     batch = spec.global_batch / table["d"]
     out = []
-    one = {**table, "b": batch, "m": np.ones_like(batch)}
-    two = {**table, "b": batch / 2, "m": np.full_like(batch, 2.0)}
+    one = {**table, "b": batch, "m": 1.0}
+    two = {**table, "b": batch / 2, "m": 2.0}
+    # Rows that differ only in what the forms do not read (the pipeline shape past the stage's layers: most
+    # virtual-stage counts of a pipeline) are evaluated once (a tenth of the rows on DeepSeek-V3); m = 2's b is
+    # m = 1's halved, a function of it, so the groups serve both.
+    groups = _stage_groups(spec)
     # (at m = 2 only the HBM bytes: the FLOPs and vector FLOPs are those of m = 1)
-    for (flops, at_one, vector), (_, at_two, _) in zip(step.stage_parts(one, recompute, zero),
-                                                       step.stage_parts(two, recompute, zero, hbm_only=True)):
+    for (flops, at_one, vector), (_, at_two, _) in zip(step.stage_parts(one, recompute, zero, groups=groups),
+                                                       step.stage_parts(two, recompute, zero, hbm_only=True,
+                                                                        groups=groups)):
         slope = at_two - at_one
         out.extend(np.broadcast_to(x, batch.shape).copy() for x in (flops, at_one - slope, slope, vector))
     return ids, tuple(out)
@@ -756,7 +777,8 @@ def search(spec: SearchSpec, *, top: int = 10, chunk: int = 1 << 18, engine: str
     space, _, _, _ = _context(spec)
     # The floors and the rows' compute parts are the search's own work: priced again by every search (a
     # second search of the same spec is timed as the first), not kept from an earlier one.
-    for cache in (_floor_table, _row_stage_parts, _row_bound_forms, _union_stage_parts, _recompute_free):
+    for cache in (_floor_table, _row_stage_parts, _row_bound_forms, _union_stage_parts, _union_rows, _stage_groups,
+                  _recompute_free):
         cache.cache_clear()
     labels = {"recompute": RECOMPUTE_MODES, "cp_algo": tuple(dict.fromkeys(s.cp_algo for s in space.settings))}
     interrupted = False

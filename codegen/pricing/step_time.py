@@ -292,23 +292,52 @@ class StepTimePricer:
         return np.maximum(out[0], out[1])
 
     def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1, *,
-                    hbm_only: bool = False) -> list[tuple[np.ndarray | None, np.ndarray, np.ndarray | None]]:
+                    hbm_only: bool = False, groups: Sequence[tuple[np.ndarray, np.ndarray]] | None = None
+                    ) -> list[tuple[np.ndarray | None, np.ndarray, np.ndarray | None]]:
         """(FLOPs, HBM bytes, vector FLOPs) per rank per step of the first and of the last stage of each layout;
-        with *hbm_only*, (None, HBM bytes, None)."""
+        with *hbm_only*, (None, HBM bytes, None).
+
+        *groups*: per stage, :meth:`stage_groups` of these layouts (or of layouts whose arrays are functions of
+        theirs, row by row): the forms are then evaluated once per group and gathered back, the same numbers.
+        """
         stages, extra = self._stages(values, recompute, zero)
         values = self._floats(values)
         out = []
-        for layers, output in stages:
+        for i, (layers, output) in enumerate(stages):
             per = {"n_layers_stage": layers, "n_output": output,
                    "n_full_rec": layers if recompute == "full" else 0,
                    "n_sel_rec": layers if recompute == "selective" else 0}
-            moved = self._bytes(**self._args(self._bytes_arguments, per, values, extra))
+            found = None if groups is None else groups[i]
+
+            def form(function: Callable[..., np.ndarray], names: Sequence[str]) -> np.ndarray:
+                args = self._args(names, per, values, extra)
+                if found is None:
+                    return function(**args)
+                reps, inverse = found
+                return np.take(function(**{k: (v[reps] if isinstance(v, np.ndarray) and v.ndim else v)
+                                           for k, v in args.items()}), inverse)
+
+            moved = form(self._bytes, self._bytes_arguments)
             if hbm_only:
                 out.append((None, moved, None))
                 continue
-            out.append((self._flops(**self._args(self._arguments, per, values, extra)), moved,
-                        self._vector(**self._args(self._vector_arguments, per, values, extra))))
+            out.append((form(self._flops, self._arguments), moved, form(self._vector, self._vector_arguments)))
         return out
+
+    def stage_groups(self, values: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per stage (first, last), the layouts of *values* grouped by everything :meth:`stage_parts`' forms read
+        that varies between them (``enumeration.distinct_rows``: ``(reps, inverse)``) — the layout arrays the forms
+        take and the stage's layer counts and output flag, under any recompute mode and ZeRO level (the
+        recomputed layers are the stage's layers or none). Layouts that differ only in what the forms do not
+        read (the pipeline shape, past the stage's layers) share a group."""
+        from .enumeration import distinct_rows
+
+        stages, extra = self._stages(values, "none", 1)
+        read = [np.asarray(values[k]) for k in sorted(self._names & set(values))
+                if isinstance(values[k], np.ndarray) and values[k].ndim]
+        if isinstance(extra["sp"], np.ndarray):
+            read.append(extra["sp"])
+        return [distinct_rows([*read, layers, output]) for layers, output in stages]
 
     def _seconds(self, flops: np.ndarray, moved: np.ndarray, vector: np.ndarray) -> np.ndarray:
         return generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
