@@ -1878,7 +1878,8 @@ def pipeline_stage_counts(model: ModelConfig, p: int, vp: int = 1, *,
         offset: layers beyond the even split, as :attr:`Layout.offset`; ``None``: the even split.
 
     Returns:
-        Float arrays of shape ``(p,)`` under the keys of :data:`STAGE_COUNT_NAMES`.
+        Read-only float arrays of shape ``(p,)`` under the keys of :data:`STAGE_COUNT_NAMES` (counted once per
+        process and pipeline, shared by every caller).
 
     Raises:
         LayoutError: for ``p`` or ``vp`` below 1, a split :func:`chunk_layer_counts` rejects,
@@ -1888,7 +1889,27 @@ def pipeline_stage_counts(model: ModelConfig, p: int, vp: int = 1, *,
     _positive_int("vp", vp)
     plan = RecomputePlan() if recompute is None else \
         recompute if isinstance(recompute, RecomputePlan) else parse_recompute(recompute)
-    slots = _slot_layers(model, p, vp, None if offset is None else _normalise_offset(offset))  # (p, vp)
+    offset = None if offset is None else _normalise_offset(offset)
+    # A search asks for the same few pipelines again and again, from several pricers (one per run setting and
+    # family): each is counted once per process (its arrays read-only, in a new dict per call).
+    key = (model, int(p), int(vp), plan, offset)
+    known = _STAGE_COUNTS.get(key)
+    if known is None:
+        if len(_STAGE_COUNTS) >= _STAGE_COUNTS_KEEP:
+            _STAGE_COUNTS.clear()
+        known = _STAGE_COUNTS[key] = _count_stages(model, int(p), int(vp), plan, offset)
+    return dict(known)
+
+
+#: pipeline_stage_counts' memo by (model, p, vp, plan, offset), at most _STAGE_COUNTS_KEEP entries.
+_STAGE_COUNTS: dict[tuple[Any, ...], dict[str, np.ndarray]] = {}
+_STAGE_COUNTS_KEEP = 4096
+
+
+def _count_stages(model: ModelConfig, p: int, vp: int, plan: RecomputePlan,
+                  offset: tuple[int, ...] | tuple[tuple[int, ...], ...] | None) -> dict[str, np.ndarray]:
+    """:func:`pipeline_stage_counts` of a parsed plan and a normalised offset (its arrays read-only)."""
+    slots = _slot_layers(model, p, vp, offset)  # (p, vp)
     stage_layers = slots.sum(axis=1)
     error = _recompute_list_error(plan, p, stage_layers.tolist())
     if error is not None:
@@ -1917,4 +1938,7 @@ def pipeline_stage_counts(model: ModelConfig, p: int, vp: int = 1, *,
         "n_full_rec": full,
         "n_sel_rec": sel_rec,
     }
-    return {name: counts[name].astype(np.float64) for name in STAGE_COUNT_NAMES}
+    out = {name: counts[name].astype(np.float64) for name in STAGE_COUNT_NAMES}
+    for array in out.values():
+        array.flags.writeable = False
+    return out
