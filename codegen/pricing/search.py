@@ -516,22 +516,36 @@ def _price_window(spec: SearchSpec, sub: Chunk, rows: np.ndarray, lower: np.ndar
     a walk: the later floor levels, memory (the infeasible dropped), their exact communication, merged into
     *best*; returns it and the tightened bound."""
     _, _, _, memory = _context(spec)
+    tight = objective  # each layout's best lower bound so far
     for level in range(1, len(_floors(spec))):  # the later levels, before memory and communication
         deeper = lower + _level_floor(spec, sub, level, ~(objective > bound))
         keep = np.flatnonzero(~(np.maximum(deeper, objective) > bound))
         rows, sub, lower, objective = rows[keep], _subchunk(spec, sub, keep), lower[keep], objective[keep]
+        tight = np.maximum(deeper[keep], objective)
     got = None
     if memory is not None and len(rows):  # memory first: only the feasible rows are priced for communication
         prices = memory.price_batch(sub.batch, validated=True)
         fits = np.flatnonzero(np.asarray(prices.fits, dtype=bool))
-        rows, sub = rows[fits], _subchunk(spec, sub, fits)
+        rows, sub, tight = rows[fits], _subchunk(spec, sub, fits), tight[fits]
         got = _Memory(prices.peak_total[fits], prices.headroom[fits], np.ones(len(rows), np.int64))
-    if len(rows):
-        priced = _complete(spec, sub, price_chunk(spec, sub), np.arange(len(rows)), memory_priced=got, bound=bound)
-        best = merge_top(best, priced, top)
-    if len(best["index"]) >= top:
-        bound = min(bound, float(best["objective"][-1]))
+    # Their exact communication. With no bound yet (a seed window) the _FIRST_EXACT of smallest bound first, when
+    # there are many more: their K-th best leaves out most of the others, whose floors already exceed it.
+    order = np.argsort(tight, kind="stable") if len(rows) > 4 * _FIRST_EXACT and not np.isfinite(bound) else None
+    for part in ((np.arange(len(rows)),) if order is None else (order[:_FIRST_EXACT], order[_FIRST_EXACT:])):
+        part = np.sort(part[~(tight[part] > bound)])
+        if len(part):
+            one = _subchunk(spec, sub, part)
+            mem = None if got is None else _Memory(got.peak_total[part], got.headroom[part], got.fits[part])
+            priced = _complete(spec, one, price_chunk(spec, one), np.arange(len(part)), memory_priced=mem,
+                               bound=bound)
+            best = merge_top(best, priced, top)
+        if len(best["index"]) >= top:
+            bound = min(bound, float(best["objective"][-1]))
     return best, bound
+
+
+#: A seed window's layouts priced exactly first when it has many more (:func:`_price_window`).
+_FIRST_EXACT = 512
 
 
 def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], None] | None = None,
