@@ -67,11 +67,19 @@ def assert_agrees(got, want, name: str) -> None:
                                equal_nan=True, err_msg=f"{name}: generated code differs from lambdify")
 
 
+# The tests that lower every formula share one xdist worker (``--dist loadgroup``), the in-sync test first
+# (conftest's _FIRST): with a cold lowering cache (CI) the others then read what it lowered instead of lowering
+# everything again beside it on the other worker (about two minutes of this machine each).
+_LOWERING = pytest.mark.xdist_group("lowering")
+
+
+@_LOWERING
 def test_committed_tree_matches_the_registry():
     diff = compare_tree(render_tree(), DEFAULT_DIRECTORY)
     assert diff.ok, "\n" + diff.report("generated")
 
 
+@_LOWERING
 def test_every_registered_formula_is_exported_with_metadata():
     assert set(generated.FORMULAS) == set(NAMES), "generated/ is stale: run `symcost compile`"
     lowered = lower_formulas(list(registry.FORMULAS.values()), [NUMPY])["numpy"]  # as render_tree lowers them
@@ -154,6 +162,7 @@ def test_bad_arguments_name_the_field():
         fn(**dict(good, s=np.ones(3), b=np.ones(4)))
 
 
+@_LOWERING
 def test_signatures_docstrings_and_op_lines():
     text = "".join((DEFAULT_DIRECTORY / f"{m}.py").read_text() for m in {module_of(f) for f in registry.FORMULAS.values()})
     lowered = lower_formulas(list(registry.FORMULAS.values()), [NUMPY])["numpy"]
