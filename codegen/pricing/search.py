@@ -112,7 +112,8 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
 
 
 @functools.lru_cache(maxsize=4)  # the settings a walk is in (memory flat however many settings the search has)
-def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) -> tuple[np.ndarray, ...]:
+def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int
+                     ) -> tuple[tuple[np.ndarray, tuple[np.ndarray, ...]], ...]:
     """Per structure row, the first and last stages' FLOPs, HBM bytes and vector FLOPs as forms of ``m``, once
     per process.
 
@@ -120,24 +121,29 @@ def _row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) 
     per-micro-batch term ∝ b, the optimizer update none); the HBM bytes are ``m`` times a per-micro-batch
     amount affine in ``b`` (activations ∝ b, weights read once per micro-batch) plus the optimizer update:
     ``base + slope·m`` at fixed ``b·m``. Evaluated at ``m = 1`` and ``m = 2`` (``b`` the matching real number)
-    per row. Returns (flops, base, slope, vector flops) of the first stage, then of the last.
+    once per group of rows that the forms cannot tell apart (:func:`_stage_groups`). Returns, for the first
+    stage and then the last, ``(group, (flops, base, slope, vector flops))``: each row's group and the four
+    forms per group (a row's value of a form is ``form[group[row]]``).
     """
     space = _context(spec)[0]
-    ids, parts = _union_stage_parts(spec, recompute, zero)
+    ids, stages = _union_stage_parts(spec, recompute, zero)
     at = np.searchsorted(ids, space.structure_id[cp_algo])
-    out = tuple(x[at] for x in parts)
-    for x in out:
-        x.flags.writeable = False
-    return out
+    out = []
+    for group, parts in stages:
+        group = group[at]
+        group.flags.writeable = False
+        out.append((group, parts))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=4)  # as _row_stage_parts
 def _row_bound_forms(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) -> np.ndarray:
     """Per structure row, the compute bound's forms in ``m`` (``StepTimePricer.bound_forms``), once per process."""
     space, step, _, _ = _context(spec)
-    rows = _row_stage_parts(spec, cp_algo, recompute, zero)
     table = space.structures[cp_algo]
-    forms = step.bound_forms(table["p"], table["vp"], (rows[:4], rows[4:]))
+    stages = _row_stage_parts(spec, cp_algo, recompute, zero)
+    forms = step.bound_forms(table["p"], table["vp"], [parts for _, parts in stages],
+                             where=[group for group, _ in stages])
     forms.flags.writeable = False
     return forms
 
@@ -163,24 +169,29 @@ def _stage_groups(spec: SearchSpec) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 @functools.lru_cache(maxsize=2)
-def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """:func:`_row_stage_parts` of every structure row of any CP algorithm (:func:`_union_rows`)."""
+def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int
+                       ) -> tuple[np.ndarray, tuple[tuple[np.ndarray, tuple[np.ndarray, ...]], ...]]:
+    """:func:`_row_stage_parts` of every structure row of any CP algorithm (:func:`_union_rows`): their ids and,
+    per stage, each row's group and the forms per group."""
     _, step, _, _ = _context(spec)
     ids, table = _union_rows(spec)
     batch = spec.global_batch / table["d"]
-    out = []
     one = {**table, "b": batch, "m": 1.0}
     two = {**table, "b": batch / 2, "m": 2.0}
     # Rows that differ only in what the forms do not read (the pipeline shape past the stage's layers: most
-    # virtual-stage counts of a pipeline) are evaluated once (a tenth of the rows on DeepSeek-V3); m = 2's b is
-    # m = 1's halved, a function of it, so the groups serve both.
+    # virtual-stage counts of a pipeline) are evaluated once (a tenth of the rows on DeepSeek-V3), and kept per
+    # group; m = 2's b is m = 1's halved, a function of it, so the groups serve both.
     groups = _stage_groups(spec)
+    out = []
     # (at m = 2 only the HBM bytes: the FLOPs and vector FLOPs are those of m = 1)
-    for (flops, at_one, vector), (_, at_two, _) in zip(step.stage_parts(one, recompute, zero, groups=groups),
-                                                       step.stage_parts(two, recompute, zero, hbm_only=True,
-                                                                        groups=groups)):
+    for (flops, at_one, vector), (_, at_two, _), (reps, inverse) in zip(
+            step.stage_parts(one, recompute, zero, groups=groups, expand=False),
+            step.stage_parts(two, recompute, zero, hbm_only=True, groups=groups, expand=False), groups):
         slope = at_two - at_one
-        out.extend(np.broadcast_to(x, batch.shape).copy() for x in (flops, at_one - slope, slope, vector))
+        parts = tuple(np.broadcast_to(x, reps.shape).copy() for x in (flops, at_one - slope, slope, vector))
+        for x in parts:
+            x.flags.writeable = False
+        out.append((inverse, parts))
     return ids, tuple(out)
 
 
@@ -352,13 +363,16 @@ def _gather_floor(parts, tables, keys, need: np.ndarray) -> np.ndarray:
     return np.where(need, floor, 0.0)
 
 
-def _stage_parts(spec: SearchSpec, chunk: Chunk, rows: tuple[np.ndarray, ...]
+def _stage_parts(spec: SearchSpec, chunk: Chunk, rows: tuple[tuple[np.ndarray, tuple[np.ndarray, ...]], ...]
                  ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The chunk's layouts' (FLOPs, HBM bytes, vector FLOPs) of the first and last stage, from their structure
     rows' forms (:func:`_row_stage_parts`)."""
-    r, m = chunk.row, chunk.values["m"]
-    return [(rows[0][r], rows[1][r] + rows[2][r] * m, rows[3][r]),
-            (rows[4][r], rows[5][r] + rows[6][r] * m, rows[7][r])]
+    m = chunk.values["m"]
+    out = []
+    for group, (flops, base, slope, vector) in rows:
+        g = group[chunk.row]
+        out.append((flops[g], base[g] + slope[g] * m, vector[g]))
+    return out
 
 
 #: Columns of a result table besides the degrees and the settings.

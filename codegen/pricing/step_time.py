@@ -292,36 +292,42 @@ class StepTimePricer:
         return np.maximum(out[0], out[1])
 
     def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1, *,
-                    hbm_only: bool = False, groups: Sequence[tuple[np.ndarray, np.ndarray]] | None = None
-                    ) -> list[tuple[np.ndarray | None, np.ndarray, np.ndarray | None]]:
+                    hbm_only: bool = False, groups: Sequence[tuple[np.ndarray, np.ndarray]] | None = None,
+                    expand: bool = True) -> list[tuple[np.ndarray | None, np.ndarray, np.ndarray | None]]:
         """(FLOPs, HBM bytes, vector FLOPs) per rank per step of the first and of the last stage of each layout;
         with *hbm_only*, (None, HBM bytes, None).
 
         *groups*: per stage, :meth:`stage_groups` of these layouts (or of layouts whose arrays are functions of
-        theirs, row by row): the forms are then evaluated once per group and gathered back, the same numbers.
+        theirs, row by row): the forms are then evaluated once per group and gathered back, the same numbers;
+        with ``expand=False`` not gathered: per stage, one value per group (its ``reps``).
         """
+        if groups is None:
+            return self._parts(values, recompute, zero, hbm_only, (0, 1))
+        out = []
+        for i, (reps, inverse) in enumerate(groups):  # each stage on its groups' representatives only
+            sub = {k: (v[reps] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
+            part = self._parts(sub, recompute, zero, hbm_only, (i,))[0]
+            out.append(part if not expand else tuple(
+                None if x is None else np.take(np.broadcast_to(x, reps.shape), inverse) for x in part))
+        return out
+
+    def _parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int, hbm_only: bool,
+               which: Sequence[int]) -> list[tuple[np.ndarray | None, np.ndarray, np.ndarray | None]]:
+        """:meth:`stage_parts` of the stages *which* (0: first, 1: last) of every layout of *values*."""
         stages, extra = self._stages(values, recompute, zero)
         values = self._floats(values)
         out = []
-        for i, (layers, output) in enumerate(stages):
+        for i in which:
+            layers, output = stages[i]
             per = {"n_layers_stage": layers, "n_output": output,
                    "n_full_rec": layers if recompute == "full" else 0,
                    "n_sel_rec": layers if recompute == "selective" else 0}
-            found = None if groups is None else groups[i]
-
-            def form(function: Callable[..., np.ndarray], names: Sequence[str]) -> np.ndarray:
-                args = self._args(names, per, values, extra)
-                if found is None:
-                    return function(**args)
-                reps, inverse = found
-                return np.take(function(**{k: (v[reps] if isinstance(v, np.ndarray) and v.ndim else v)
-                                           for k, v in args.items()}), inverse)
-
-            moved = form(self._bytes, self._bytes_arguments)
+            moved = self._bytes(**self._args(self._bytes_arguments, per, values, extra))
             if hbm_only:
                 out.append((None, moved, None))
                 continue
-            out.append((form(self._flops, self._arguments), moved, form(self._vector, self._vector_arguments)))
+            out.append((self._flops(**self._args(self._arguments, per, values, extra)), moved,
+                        self._vector(**self._args(self._vector_arguments, per, values, extra))))
         return out
 
     def stage_groups(self, values: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -360,23 +366,26 @@ class StepTimePricer:
         return best
 
     def bound_forms(self, p: np.ndarray, vp: np.ndarray,
-                    stages: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
+                    stages: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                    where: Sequence[np.ndarray] | None = None) -> np.ndarray:
         """Per row of a fixed ``b·m`` (a search's structure row), the compute bound as a function of ``m``:
         columns ``(c, s)`` per stage of *stages* and ``q``, so that a stage computes ``c + s·m`` seconds and the
         step without communication takes ``max over the stages of (c + s·m) × (1 + q/m)`` (:meth:`compute_bound`).
 
         *stages*: per stage ``(FLOPs, HBM bytes at m = 0, HBM bytes per micro-batch, vector FLOPs)`` of each row (at
-        fixed ``b·m`` only the HBM bytes vary with ``m``, affinely: ``codegen.pricing.search``).
+        fixed ``b·m`` only the HBM bytes vary with ``m``, affinely: ``codegen.pricing.search``); with *where*, per
+        stage each row's entry of that stage's arrays (rows that share their inputs share an entry).
         ``compute_stage_time_s`` is linear in its FLOPs, HBM bytes and vector FLOPs, so ``c`` is its value at
         the first three and ``s`` at the per-micro-batch bytes alone; ``compute_pipeline_bubble`` is
         ``(p − 1)/(vp·m)``, so ``q`` is its value at ``m = 1``. Returns a ``(2·stages + 1, rows)`` array (each
         form one contiguous row: a layout's gather and the arithmetic on it run on contiguous arrays).
         """
         columns = []
-        zero = np.zeros(np.shape(p))
-        for flops, base, slope, vector in stages:
-            columns.append(self._seconds(flops, base, vector))
-            columns.append(self._seconds(zero, slope, zero))
+        for i, (flops, base, slope, vector) in enumerate(stages):
+            zero = np.zeros(np.shape(slope))
+            for column in (self._seconds(flops, base, vector), self._seconds(zero, slope, zero)):
+                columns.append(column if where is None else np.take(np.broadcast_to(column, np.shape(slope)),
+                                                                     where[i]))
         columns.append(generated.compute_pipeline_bubble(p=p, vp=vp, m=1))
         return np.stack(np.broadcast_arrays(*columns))
 
