@@ -133,6 +133,7 @@ def test_stage_parts_by_groups_are_every_rows_own_to_the_bit(recompute):
     for values in ({**table, "b": batch, "m": 1.0}, {**table, "b": batch / 2, "m": 2.0}):
         whole = step.stage_parts(values, recompute, 1)
         grouped = step.stage_parts(values, recompute, 1, groups=groups)
-        for stage_whole, stage_grouped in zip(whole, grouped):
+        for stage_whole, stage_grouped, (reps, inverse) in zip(whole, grouped, groups):
             for a, b in zip(stage_whole, stage_grouped):
+                b = np.take(np.broadcast_to(b, reps.shape), inverse)  # each row's group's value
                 np.testing.assert_array_equal(np.broadcast_to(a, batch.shape), b)

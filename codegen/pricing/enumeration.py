@@ -152,7 +152,7 @@ def distinct_rows(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray
             number, total = number.reshape(-1), len(distinct)
         number = number * k + code
         total *= k
-    distinct, reps, inverse = np.unique(number, return_index=True, return_inverse=True)
+    _, reps, inverse = np.unique(number, return_index=True, return_inverse=True)
     return reps, inverse.reshape(-1)
 
 

@@ -142,8 +142,7 @@ def _row_bound_forms(spec: SearchSpec, cp_algo: str, recompute: str, zero: int) 
     space, step, _, _ = _context(spec)
     table = space.structures[cp_algo]
     stages = _row_stage_parts(spec, cp_algo, recompute, zero)
-    forms = step.bound_forms(table["p"], table["vp"], [parts for _, parts in stages],
-                             where=[group for group, _ in stages])
+    forms = step.bound_forms(table["p"], table["vp"], stages)
     forms.flags.writeable = False
     return forms
 
@@ -185,8 +184,8 @@ def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int
     out = []
     # (at m = 2 only the HBM bytes: the FLOPs and vector FLOPs are those of m = 1)
     for (flops, at_one, vector), (_, at_two, _), (reps, inverse) in zip(
-            step.stage_parts(one, recompute, zero, groups=groups, expand=False),
-            step.stage_parts(two, recompute, zero, hbm_only=True, groups=groups, expand=False), groups):
+            step.stage_parts(one, recompute, zero, groups=groups),
+            step.stage_parts(two, recompute, zero, hbm_only=True, groups=groups), groups):
         slope = at_two - at_one
         parts = tuple(np.broadcast_to(x, reps.shape).copy() for x in (flops, at_one - slope, slope, vector))
         for x in parts:

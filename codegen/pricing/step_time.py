@@ -117,7 +117,7 @@ def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping
     ``comm(chunk, dimensions)`` prices those dimensions only (a search's floors).
     """
     try:
-        from .time import TimePricer
+        from .time import TIME_DIMENSIONS, TimePricer
     except ImportError:
         return None
     pricers: dict[tuple[int, str], Any] = {}
@@ -131,9 +131,8 @@ def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping
     def comm(chunk: Any, dimensions: tuple[str, ...] | None = None) -> Mapping[str, np.ndarray]:
         """By dimension, the seconds of the bottleneck stage; with *dimensions*, of the stage with the most seconds
         of those dimensions' collectives, the only ones priced (``TimePricer.price_batch``): a lower bound."""
-        if dimensions is None:
-            return pricer(chunk.setting).price_batch(chunk.batch, validated=True).by_dimension
-        return pricer(chunk.setting).price_batch(chunk.batch, validated=True, dimensions=dimensions).by_dimension
+        return pricer(chunk.setting).price_batch(chunk.batch, validated=True,
+                                                 dimensions=dimensions or TIME_DIMENSIONS).by_dimension
 
     def stage_seconds(chunk: Any) -> Mapping[str, np.ndarray]:
         """Every stage's seconds per item ``"dim.collective"``: ``(n, P_max)``, NaN past a layout's last stage."""
@@ -292,23 +291,21 @@ class StepTimePricer:
         return np.maximum(out[0], out[1])
 
     def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1, *,
-                    hbm_only: bool = False, groups: Sequence[tuple[np.ndarray, np.ndarray]] | None = None,
-                    expand: bool = True) -> list[tuple[np.ndarray | None, np.ndarray, np.ndarray | None]]:
+                    hbm_only: bool = False, groups: Sequence[tuple[np.ndarray, np.ndarray]] | None = None
+                    ) -> list[tuple[np.ndarray | None, np.ndarray, np.ndarray | None]]:
         """(FLOPs, HBM bytes, vector FLOPs) per rank per step of the first and of the last stage of each layout;
         with *hbm_only*, (None, HBM bytes, None).
 
         *groups*: per stage, :meth:`stage_groups` of these layouts (or of layouts whose arrays are functions of
-        theirs, row by row): the forms are then evaluated once per group and gathered back, the same numbers;
-        with ``expand=False`` not gathered: per stage, one value per group (its ``reps``).
+        theirs, row by row): each stage is then evaluated on its groups' representatives only, one value per
+        group (a layout's is its group's: ``np.take(value, inverse)``, the same number).
         """
         if groups is None:
             return self._parts(values, recompute, zero, hbm_only, (0, 1))
         out = []
-        for i, (reps, inverse) in enumerate(groups):  # each stage on its groups' representatives only
+        for i, (reps, _) in enumerate(groups):
             sub = {k: (v[reps] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
-            part = self._parts(sub, recompute, zero, hbm_only, (i,))[0]
-            out.append(part if not expand else tuple(
-                None if x is None else np.take(np.broadcast_to(x, reps.shape), inverse) for x in part))
+            out.append(self._parts(sub, recompute, zero, hbm_only, (i,))[0])
         return out
 
     def _parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int, hbm_only: bool,
@@ -366,26 +363,25 @@ class StepTimePricer:
         return best
 
     def bound_forms(self, p: np.ndarray, vp: np.ndarray,
-                    stages: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
-                    where: Sequence[np.ndarray] | None = None) -> np.ndarray:
+                    stages: Sequence[tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]]
+                    ) -> np.ndarray:
         """Per row of a fixed ``b·m`` (a search's structure row), the compute bound as a function of ``m``:
         columns ``(c, s)`` per stage of *stages* and ``q``, so that a stage computes ``c + s·m`` seconds and the
         step without communication takes ``max over the stages of (c + s·m) × (1 + q/m)`` (:meth:`compute_bound`).
 
-        *stages*: per stage ``(FLOPs, HBM bytes at m = 0, HBM bytes per micro-batch, vector FLOPs)`` of each row (at
-        fixed ``b·m`` only the HBM bytes vary with ``m``, affinely: ``codegen.pricing.search``); with *where*, per
-        stage each row's entry of that stage's arrays (rows that share their inputs share an entry).
+        *stages*: per stage, each row's group and per group ``(FLOPs, HBM bytes at m = 0, HBM bytes per
+        micro-batch, vector FLOPs)`` (at fixed ``b·m`` only the HBM bytes vary with ``m``, affinely; rows whose
+        forms read the same inputs share a group: ``codegen.pricing.search``).
         ``compute_stage_time_s`` is linear in its FLOPs, HBM bytes and vector FLOPs, so ``c`` is its value at
         the first three and ``s`` at the per-micro-batch bytes alone; ``compute_pipeline_bubble`` is
         ``(p − 1)/(vp·m)``, so ``q`` is its value at ``m = 1``. Returns a ``(2·stages + 1, rows)`` array (each
         form one contiguous row: a layout's gather and the arithmetic on it run on contiguous arrays).
         """
         columns = []
-        for i, (flops, base, slope, vector) in enumerate(stages):
+        for group, (flops, base, slope, vector) in stages:
             zero = np.zeros(np.shape(slope))
             for column in (self._seconds(flops, base, vector), self._seconds(zero, slope, zero)):
-                columns.append(column if where is None else np.take(np.broadcast_to(column, np.shape(slope)),
-                                                                     where[i]))
+                columns.append(np.take(np.broadcast_to(column, np.shape(slope)), group))
         columns.append(generated.compute_pipeline_bubble(p=p, vp=vp, m=1))
         return np.stack(np.broadcast_arrays(*columns))
 
