@@ -54,7 +54,7 @@ from symbolic.formula import Formula
 
 from . import cache
 from .backends import BACKENDS, NUMPY, Backend
-from .lowering import CodegenError, Lowered, fingerprint, lower
+from .lowering import CodegenError, Lowered, expression_text, fingerprint, lower
 from .render import COMMAND, environment, header
 
 T = TypeVar("T")
@@ -243,9 +243,7 @@ def _compiler_digest() -> str:
 
 
 def _cache_key(formula: Formula, backend: Backend) -> str:
-    import sympy
-
-    text = "\n".join((_compiler_digest(), backend.name, formula.name, sympy.srepr(formula.expr), formula.dimension,
+    text = "\n".join((_compiler_digest(), backend.name, formula.name, expression_text(formula.expr), formula.dimension,
                       formula.algorithm, formula.unit, formula.doc, formula.source, repr(formula.variant)))
     return hashlib.sha256(text.encode()).hexdigest()
 

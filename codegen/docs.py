@@ -39,6 +39,7 @@ from symbolic.symbols import SPECS, symbol
 
 from . import cache
 from .compiler import forked_map
+from .lowering import expression_text
 from .render import COMMAND, environment
 
 __all__ = [
@@ -246,7 +247,7 @@ def _docs_digest() -> str:
 
 
 def _cache_key(formula: Formula) -> str:
-    text = "\n".join((_docs_digest(), formula.name, sympy.srepr(formula.expr), formula.dimension, formula.algorithm,
+    text = "\n".join((_docs_digest(), formula.name, expression_text(formula.expr), formula.dimension, formula.algorithm,
                       formula.unit, formula.doc, formula.source, repr(formula.variant)))
     return hashlib.sha256(text.encode()).hexdigest()
 
