@@ -54,6 +54,7 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import sympy
 from sympy import Min, Piecewise
@@ -280,12 +281,14 @@ def _hierarchical(op: str, fill: bool = True) -> sympy.Expr:
     return Piecewise((inner + outer, (nodes > 1) & (q > 1)), (_MANY, True))
 
 
+@functools.cache
 def _candidates(op: str, fill: bool = True) -> dict[str, sympy.Expr]:
     """Every candidate of *op*, in NCCL's order (``topoGetAlgoInfo`` loops over algorithms TREE, RING, …,
     NVLS, then protocols LL, LL128, SIMPLE, and keeps the first strict minimum); hierarchical last.
 
     ``fill=True``: the real time (tuning.cc's model plus the ring loop's pipeline fill); ``fill=False``:
-    tuning.cc's price, what the tuner compares.
+    tuning.cc's price, what the tuner compares. Built once per process (``candidate_labels`` reads the
+    labels again); callers do not mutate the dict.
     """
     out: dict[str, sympy.Expr] = {}
     nics = _sym("nics_used")

@@ -36,6 +36,7 @@ all-reduce once per micro-batch unless the non-expert shard is wider than
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Iterable, NamedTuple
 
 import sympy
@@ -104,8 +105,10 @@ def _as_part(part: Part | Iterable[Scalar]) -> Part:
     return Part(*(sympy.sympify(x) for x in part))
 
 
+@functools.cache
 def _slice_and_shards(part: Part) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
-    """(w, σ, κ): parameters of one TP slice, shards of a slice, copies of a shard."""
+    """(w, σ, κ): parameters of one TP slice, shards of a slice, copies of a shard (once per part: the
+    traffic and the reduce traffic of a part both read them, and each ``Max`` costs SymPy a comparison)."""
     tp = Max(1, part.computed)
     slice_params = part.size / tp
     shards = Max(1, part.sharded / tp)

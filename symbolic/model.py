@@ -118,6 +118,7 @@ def _moe(moe: bool) -> str:
     return "moe" if moe else "dense"
 
 
+@functools.cache
 def _per_node(degree: sympy.Expr) -> sympy.Expr:
     """``max(1, degree // devices at level 0)`` (lines 639-642)."""
     return Max(1, floor(degree / level_bound_0))
@@ -143,8 +144,15 @@ def _again(layer: LayerType, v: StageVariant) -> recompute.RecomputeFormulas:
 
 def _dp_volumes(v: StageVariant) -> dict[str, dict[str, sympy.Expr]]:
     """DP's unconverted terms and, with FSDP, the all-reduced bytes of each: role → expression."""
-    counts = params.layer_counts(v.params, v.moe)
-    if not v.fsdp:
+    return _dp_volumes_of(v.params, v.moe, v.fsdp, v.tied_embedding)
+
+
+@functools.cache
+def _dp_volumes_of(param_layout: params.AttentionParams, moe: bool, fsdp_on: bool,
+                   tied_embedding: bool) -> dict[str, dict[str, sympy.Expr]]:
+    """``_dp_volumes`` of the fields it reads, once each: the 44 variants share 18 (callers copy, never mutate)."""
+    counts = params.layer_counts(param_layout, moe)
+    if not fsdp_on:
         # The ZeRO levels as switches: a layer's DP volume is its non-expert level's part plus its
         # expert level's part (dp.layer_formula), so each part is weighed by its level's switch.
         none = dp.ZeroLevel.NONE
@@ -154,12 +162,12 @@ def _dp_volumes(v: StageVariant) -> dict[str, dict[str, sympy.Expr]]:
         # (0) when that level is off, and 0 · inf would be NaN where the original never reads it.
         # Folded into one level of conditions: lambdify (the tests' reference) cannot nest them.
         layer = sympy.Add(*[sympy.piecewise_fold(sympy.Piecewise(
-            (dp.with_param_counts(dp.layer_formula(ne, ex, moe=v.moe), counts), sympy.Eq(switch, 1)), (0, True)))
+            (dp.with_param_counts(dp.layer_formula(ne, ex, moe=moe), counts), sympy.Eq(switch, 1)), (0, True)))
             for switch, ne, ex in parts])
         return {"volume": {"layer": layer}, "reduced": {}}
     layer_g, root_g, reduces = fsdp.switched_rounds()
     tables = {"layer": (fsdp.layer_parts(*counts), layer_g),
-              "embedding": (fsdp.root_parts(fsdp.RootTable.EMBEDDING, tied=v.tied_embedding), root_g),
+              "embedding": (fsdp.root_parts(fsdp.RootTable.EMBEDDING, tied=tied_embedding), root_g),
               "output": (fsdp.root_parts(fsdp.RootTable.OUTPUT), root_g)}
     return {"volume": {role: fsdp.parts_traffic(parts, g, reduces) for role, (parts, g) in tables.items()},
             "reduced": {role: fsdp.parts_reduce_traffic(parts, reduces) for role, (parts, _) in tables.items()}}
