@@ -66,10 +66,17 @@ def _absorb_into_piecewise(expr: sympy.Expr) -> sympy.Expr:
     return expr.func(*(_absorb_into_piecewise(arg) for arg in expr.args))
 
 
+@functools.lru_cache(maxsize=8192)
+def _cancel(value: sympy.Expr) -> sympy.Expr:
+    # The same branch values come back in every round of the passes and in many formulas (a stage's
+    # terms share their pieces); cancel() is deterministic, so each is cancelled once.
+    return sympy.cancel(value)
+
+
 def _cancel_pieces(expr: sympy.Expr) -> sympy.Expr:
     # cancel() on a Piecewise would touch its conditions; cancel each branch's value instead.
     return expr.replace(lambda e: isinstance(e, Piecewise),
-                        lambda e: Piecewise(*[(sympy.cancel(v), c) for v, c in e.args]))
+                        lambda e: Piecewise(*[(_cancel(v), c) for v, c in e.args]))
 
 
 def _piecewise_fold(expr: sympy.Expr) -> sympy.Expr:
