@@ -155,6 +155,13 @@ def test_each_pass_keeps_the_value(pass_name, fn):
         assert changed
 
 
+#: The tests that compute the closed form of every listed formula share one xdist worker (``--dist
+#: loadgroup``), this one first: the formula reference's renderings then read its in-process cache (the
+#: docs' workers are forked from it) instead of simplifying every formula again beside it.
+CLOSED_FORMS = pytest.mark.xdist_group("closed_forms")
+
+
+@CLOSED_FORMS
 def test_closed_form_keeps_the_value_and_never_grows():
     points = _points(6, seed=13)
     shrunk = 0
@@ -292,12 +299,14 @@ def test_derive_bad_options_name_the_field(argv, fragment, capsys):
 # ---------------------------------------------------------------- docs/formulas.md
 
 
+@CLOSED_FORMS
 def test_formula_reference_is_up_to_date():
     report = check_formulas_doc(DOCS_PATH)
     assert report is None, (f"docs/formulas.md is stale: run `symcost compile` "
                             f"to rewrite it.\n{report}")
 
 
+@CLOSED_FORMS
 def test_formula_reference_content():
     doc = render_formulas_doc()
     assert doc == render_formulas_doc()  # deterministic
@@ -314,6 +323,7 @@ def test_formula_reference_content():
     assert "```math\n" + GOLDENS["cp_ring_gqa_traffic_bytes"][1] + "\n```" in doc
 
 
+@CLOSED_FORMS
 def test_write_and_check_formula_reference(tmp_path):
     path = tmp_path / "docs" / "formulas.md"
     doc = render_formulas_doc()
