@@ -160,9 +160,11 @@ REWRITES: tuple[tuple[str, Callable[[sympy.Expr], sympy.Expr]], ...] = (
 # ------------------------------------------------------------------ fingerprints
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=8192)
 def expression_text(expr: sympy.Basic) -> str:
-    """``sympy.srepr(expr)``, computed once per expression in a process.
+    """``sympy.srepr(expr)``, computed once per expression in a process (the latest 8,192: the registry and
+    every stage variant hold under 2,000 distinct expressions, and a process that compiles formulas of its
+    own should not keep them all alive).
 
     A compile reads it about eight times per formula (the fingerprints of its module, package and
     table in each backend, the lowering cache's key per backend, the docs' key), and ``srepr`` orders
