@@ -48,6 +48,7 @@ from symbolic.vocabulary import attention_variant
 
 from ..configs.layouts import chunk_layer_counts
 from ..configs.models import ModelConfig
+from .enumeration import distinct_rows
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm",
            "time_item_keys"]
@@ -333,8 +334,6 @@ class StepTimePricer:
         take and the stage's layer counts and output flag, under any recompute mode and ZeRO level (the
         recomputed layers are the stage's layers or none). Layouts that differ only in what the forms do not
         read (the pipeline shape, past the stage's layers) share a group."""
-        from .enumeration import distinct_rows
-
         stages, extra = self._stages(values, "none", 1)
         read = [np.asarray(values[k]) for k in sorted(self._names & set(values))
                 if isinstance(values[k], np.ndarray) and values[k].ndim]

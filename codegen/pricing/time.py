@@ -392,8 +392,7 @@ class TimePricer:
         if self.volumes_only:
             raise ValueError("TimePricer(volumes_only=True) prices volumes only: use volumes()")
         if dimensions is not TIME_DIMENSIONS:
-            unknown = [d for d in dimensions if d not in TIME_DIMENSIONS] if isinstance(dimensions, tuple) else None
-            if unknown is None or unknown or not dimensions:
+            if not isinstance(dimensions, tuple) or not dimensions or any(d not in TIME_DIMENSIONS for d in dimensions):
                 raise ValueError(f"dimensions: a non-empty tuple of {', '.join(TIME_DIMENSIONS)}, got {dimensions!r}")
             dimensions = tuple(d for d in TIME_DIMENSIONS if d in dimensions)  # in their order, each once
         return self._price(batch, validated, WHATS if per_stage else ("time_s",), per_stage, dimensions)
