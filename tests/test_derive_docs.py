@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
+from dataclasses import dataclass
 
 import pytest
 import sympy
@@ -15,7 +17,7 @@ from codegen.cli import main
 from codegen.cli.derive import STAGE_NAMES
 from codegen.docs import DOCS_PATH, UNLISTED, check_formulas_doc, latex, render_formulas_doc, write_formulas_doc
 from conftest import CASES
-from symbolic import registry
+from symbolic import registry, simplify
 from symbolic.simplify import PASSES, closed_form, collect_linear, size
 from symbolic.symbols import SPECS, symbol, syms
 from symbolic.variants import FAMILIES
@@ -51,20 +53,25 @@ def _value(expr: sympy.Expr, point: dict[sympy.Symbol, sympy.Expr]) -> float | N
     return float(value)
 
 
-def _points(n: int, seed: int) -> list[dict[sympy.Symbol, sympy.Expr]]:
+@functools.cache
+def _points(n: int, seed: int) -> tuple[dict[sympy.Symbol, sympy.Expr], ...]:
     # One stream per symbol, seeded by its name: declaring a new symbol leaves the others' values as they were.
     rngs = {name: random.Random(f"{seed}:{name}") for name in SPECS}
-    return [{symbol(name): _draw(name, rngs[name]) for name in SPECS} for _ in range(n)]
+    return tuple({symbol(name): _draw(name, rngs[name]) for name in SPECS} for _ in range(n))
 
 
-def _assert_same_value(before: sympy.Expr, after: sympy.Expr, points: list[dict[sympy.Symbol, sympy.Expr]],
-                       what: str) -> None:
+@functools.cache
+def _values(expr: sympy.Expr, n: int, seed: int) -> tuple[float | None, ...]:
+    # Once per expression: the passes of a round all start from the same one.
+    return tuple(_value(expr, point) for point in _points(n, seed))
+
+
+def _assert_same_value(before: sympy.Expr, after: sympy.Expr, what: str, *, n: int = 6, seed: int) -> None:
+    """*after* equals *before* at *n* random valid points (drawn from *seed*) wherever *before* is defined."""
     checked = 0
-    for point in points:
-        want = _value(before, point)
+    for point, want, got in zip(_points(n, seed), _values(before, n, seed), _values(after, n, seed)):
         if want is None or not math.isfinite(want):
             continue
-        got = _value(after, point)
         assert got is not None, f"{what}: undefined at {point} where the original is {want}"
         assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), f"{what}: {got} != {want} at {point}"
         checked += 1
@@ -117,7 +124,7 @@ def test_latex_golden(name):
     independent, expected = GOLDENS[name]
     formula = registry.get(name)
     # The golden is the formula as the original states it (independently written here): same value as the registered one ...
-    _assert_same_value(independent, formula.expr, _points(40, seed=7), name)
+    _assert_same_value(independent, formula.expr, name, n=40, seed=7)
     # ... and printed as expected once the cheap passes have run.
     assert latex(closed_form(formula.expr)) == expected
 
@@ -137,41 +144,72 @@ FORMULA_NAMES = tuple(n for n in registry.names() if registry.get(n).dimension n
                       and registry.get(n).expr.count(sympy.Min) + registry.get(n).expr.count(sympy.Max) <= 16)
 
 
-@pytest.mark.parametrize("pass_name,fn", PASSES, ids=[n for n, _ in PASSES])
-def test_each_pass_keeps_the_value(pass_name, fn):
-    points = _points(6, seed=11)
-    changed = 0
-    for name in FORMULA_NAMES:
-        expr = registry.get(name).expr
-        try:
-            out = fn(expr)
-        except (sympy.PolynomialError, TypeError, ValueError, NotImplementedError):
-            continue  # closed_form skips a pass that raises
-        if out != expr:
-            changed += 1
-            _assert_same_value(expr, out, points, f"{pass_name} on {name}")
-    # cancel, together and factor leave these formulas as they are; the others must do something.
-    if pass_name in ("absorb_into_piecewise", "cancel_pieces", "factor_terms", "piecewise_fold"):
-        assert changed
-
-
 #: The tests that compute the closed form of every listed formula share one xdist worker (``--dist
-#: loadgroup``), this one first: the formula reference's renderings then read its in-process cache (the
-#: docs' workers are forked from it) instead of simplifying every formula again beside it.
+#: loadgroup``): the formula reference's renderings then read the in-process cache that ``closed_forms``
+#: fills (the docs' workers are forked from it) instead of simplifying every formula again beside it.
 CLOSED_FORMS = pytest.mark.xdist_group("closed_forms")
 
 
+@dataclass(frozen=True)
+class ClosedForms:
+    """The closed form of every listed formula, and each pass's rewrites on the way."""
+
+    outputs: dict[str, sympy.Expr]
+    #: pass name -> every (formula name, input, output) with output != input the pass gave, in the rounds
+    #: ``closed_form`` ran: each pass on the expressions it meets in use, the registered ones included.
+    rewrites: dict[str, list[tuple[str, sympy.Expr, sympy.Expr]]]
+
+
+@pytest.fixture(scope="module")
+def closed_forms() -> ClosedForms:
+    """``closed_form`` of every formula in FORMULA_NAMES, computed once, with each pass's rewrites recorded.
+
+    The passes are wrapped for the computation only; every closed form is computed here (the cache is
+    emptied first), so each pass application is seen.
+    """
+    rewrites: dict[str, list[tuple[str, sympy.Expr, sympy.Expr]]] = {name: [] for name, _ in PASSES}
+    current = [""]
+
+    def recorded(pass_name, fn):
+        def run(expr):
+            out = fn(expr)  # a pass that raises is skipped by closed_form, as before
+            if out != expr:
+                rewrites[pass_name].append((current[0], expr, out))
+            return out
+        return run
+
+    simplify._closed_form.cache_clear()
+    outputs = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(simplify, "PASSES", tuple((n, recorded(n, fn)) for n, fn in PASSES))
+        for name in FORMULA_NAMES:
+            current[0] = name
+            outputs[name] = closed_form(registry.get(name).expr)
+    return ClosedForms(outputs, rewrites)
+
+
 @CLOSED_FORMS
-def test_closed_form_keeps_the_value_and_never_grows():
-    points = _points(6, seed=13)
+@pytest.mark.parametrize("pass_name", [n for n, _ in PASSES])
+def test_each_pass_keeps_the_value(pass_name, closed_forms):
+    seen = set()
+    for name, before, after in closed_forms.rewrites[pass_name]:
+        if (before, after) not in seen:
+            seen.add((before, after))
+            _assert_same_value(before, after, f"{pass_name} on {name}", seed=11)
+    # cancel, together and factor leave these formulas as they are; the others must do something.
+    if pass_name in ("absorb_into_piecewise", "cancel_pieces", "factor_terms", "piecewise_fold"):
+        assert seen
+
+
+@CLOSED_FORMS
+def test_closed_form_keeps_the_value_and_never_grows(closed_forms):
     shrunk = 0
-    for name in FORMULA_NAMES:
+    for name, out in closed_forms.outputs.items():
         expr = registry.get(name).expr
-        out = closed_form(expr)
         assert size(out) <= size(expr), f"{name}: {size(out)} > {size(expr)}"
         shrunk += size(out) < size(expr)
         if out != expr:
-            _assert_same_value(expr, out, points, name)
+            _assert_same_value(expr, out, name, seed=13)
     assert shrunk > 20  # the passes do make a difference
 
 
@@ -190,7 +228,7 @@ def test_collect_linear_lays_a_stage_out_by_layer_kind():
     first_factors = [term.args[0] for term in laid_out.args]
     assert symbol("n_body") in first_factors
     assert symbol("n_embedding") + symbol("n_output") in first_factors  # equal per-layer costs are grouped
-    _assert_same_value(total, laid_out, _points(6, seed=17), "stage total")
+    _assert_same_value(total, laid_out, "stage total", seed=17)
 
 
 def test_collect_linear_refuses_a_nonlinear_expression():
