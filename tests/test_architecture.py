@@ -10,6 +10,8 @@ a room above it. The pricer never imports the reference check; of the command li
 from __future__ import annotations
 
 import ast
+import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,10 +51,34 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _statements(tree: ast.Module) -> Iterator[ast.stmt]:
+    """Every statement of *tree*, nested ones included: statements nest only in statements, ``except``
+    handlers and ``match`` cases, so no expression needs a visit."""
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.stmt):
+            yield node
+        todo.extend(child for child in ast.iter_child_nodes(node)
+                    if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)))
+
+
+@functools.cache
+def _import_statements(path: Path) -> tuple[tuple[ast.Import | ast.ImportFrom, bool], ...]:
+    """The import statements of the module at *path*, each with whether it is at the module's top level.
+
+    Both tests read them (generated/ holds megabytes of code): each module is parsed once per worker
+    (the tests' xdist group), and only its import statements are kept, not its tree.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top = {id(node) for node in tree.body}
+    return tuple((node, id(node) in top) for node in _statements(tree) if isinstance(node, (ast.Import, ast.ImportFrom)))
+
+
 def _imports(module: str, path: Path) -> set[str]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node, _ in _import_statements(path):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -68,6 +94,11 @@ def _imports(module: str, path: Path) -> set[str]:
 MODULES = _modules()
 
 
+#: The tests that read every module share one xdist worker (``--dist loadgroup``): each module is parsed once.
+PARSED = pytest.mark.xdist_group("architecture")
+
+
+@PARSED
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_import_reaches_a_room_above(module):
     room = _room(module)
@@ -78,13 +109,13 @@ def test_no_import_reaches_a_room_above(module):
         assert target in ALLOWED[room], f"{module} ({room}) imports {name} ({target})"
 
 
+@PARSED
 def test_the_vocabulary_and_the_run_time_rooms_import_no_sympy_at_module_level():
     for module, path in MODULES.items():
         run_time = _room(module) in ("codegen.configs", "codegen.pricing", "codegen.validation", "codegen.cli",
                                      "generated")
         if run_time or module == "symbolic.vocabulary":
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+            top = [node for node, at_top in _import_statements(path) if at_top]
             names = {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
             names |= {n.module or "" for n in top if isinstance(n, ast.ImportFrom)}
             assert not any(n == "sympy" or n.startswith("sympy.") for n in names), f"{module} imports SymPy"
