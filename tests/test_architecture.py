@@ -72,7 +72,8 @@ def _import_statements(path: Path) -> tuple[tuple[ast.Import | ast.ImportFrom, b
     """
     tree = ast.parse(path.read_text(encoding="utf-8"))
     top = {id(node) for node in tree.body}
-    return tuple((node, id(node) in top) for node in _statements(tree) if isinstance(node, (ast.Import, ast.ImportFrom)))
+    return tuple((node, id(node) in top) for node in _statements(tree)
+                 if isinstance(node, (ast.Import, ast.ImportFrom)))
 
 
 def _imports(module: str, path: Path) -> set[str]:
