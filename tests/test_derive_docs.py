@@ -152,7 +152,7 @@ CLOSED_FORMS = pytest.mark.xdist_group("closed_forms")
 
 @dataclass(frozen=True)
 class ClosedForms:
-    """The closed form of every listed formula, and each pass's rewrites on the way."""
+    """The closed form of each formula in FORMULA_NAMES, and each pass's rewrites on the way."""
 
     outputs: dict[str, sympy.Expr]
     #: pass name -> every (formula name, input, output) with output != input the pass gave, in the rounds
@@ -196,7 +196,7 @@ def test_each_pass_keeps_the_value(pass_name, closed_forms):
         if (before, after) not in seen:
             seen.add((before, after))
             _assert_same_value(before, after, f"{pass_name} on {name}", seed=11)
-    # cancel, together and factor leave these formulas as they are; the others must do something.
+    # cancel, together and factor skip anything with a Piecewise and need not change a thing; the others must.
     if pass_name in ("absorb_into_piecewise", "cancel_pieces", "factor_terms", "piecewise_fold"):
         assert seen
 
