@@ -196,7 +196,8 @@ def test_each_pass_keeps_the_value(pass_name, closed_forms):
         if (before, after) not in seen:
             seen.add((before, after))
             _assert_same_value(before, after, f"{pass_name} on {name}", seed=11)
-    # cancel, together and factor skip anything with a Piecewise and need not change a thing; the others must.
+    # cancel and together skip anything with a Piecewise, factor also Min, Max and floor: they need not change
+    # a thing; the others must.
     if pass_name in ("absorb_into_piecewise", "cancel_pieces", "factor_terms", "piecewise_fold"):
         assert seen
 
