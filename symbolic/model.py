@@ -142,15 +142,14 @@ def _again(layer: LayerType, v: StageVariant) -> recompute.RecomputeFormulas:
                                     attention=v.attention, linear=v.linear)
 
 
-def _dp_volumes(v: StageVariant) -> dict[str, dict[str, sympy.Expr]]:
-    """DP's unconverted terms and, with FSDP, the all-reduced bytes of each: role → expression."""
-    return _dp_volumes_of(v.params, v.moe, v.fsdp, v.tied_embedding)
-
-
 @functools.cache
-def _dp_volumes_of(param_layout: params.AttentionParams, moe: bool, fsdp_on: bool,
-                   tied_embedding: bool) -> dict[str, dict[str, sympy.Expr]]:
-    """``_dp_volumes`` of the fields it reads, once each: the 44 variants share 18 (callers copy, never mutate)."""
+def _dp_volumes(param_layout: params.AttentionParams, moe: bool, fsdp_on: bool,
+                tied_embedding: bool) -> dict[str, dict[str, sympy.Expr]]:
+    """DP's unconverted terms and, with FSDP, the all-reduced bytes of each: role → expression.
+
+    Keyed by the only fields of a stage variant it reads, so it is built once per field set (the 44
+    variants share 18); callers copy the dicts, never mutate them.
+    """
     counts = params.layer_counts(param_layout, moe)
     if not fsdp_on:
         # The ZeRO levels as switches: a layer's DP volume is its non-expert level's part plus its
@@ -190,7 +189,7 @@ def stage_terms(v: StageVariant) -> dict[str, dict[str, sympy.Expr]]:
         "cp": {"layer": cp.record_formulas(v.cp_algorithm, v.attention, linear=v.linear)["comm_volume"].expr,
                "full_again": full.cp.expr, "selective_again": sel.cp.expr},
     }
-    dp_volumes = _dp_volumes(v)
+    dp_volumes = _dp_volumes(v.params, v.moe, v.fsdp, v.tied_embedding)
     out = {dim: {role: _convert(dim, e) for role, e in terms.items()} for dim, terms in raw.items()}
     out["dp"] = {role: _convert("dp", e) for role, e in dp_volumes["volume"].items()}
     out["dp_unconverted"] = dict(dp_volumes["volume"])
