@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from . import check, collective, compile, derive, eval, hardware, models, search, sensitivity, validate
 
@@ -31,8 +31,19 @@ def version() -> str:
         return "unknown (not installed, no pyproject.toml)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's error form: one line naming the argument and the value, exit status 2.
+
+    argparse's own ``error`` prints the whole usage first; the usage stays one ``--help`` away.
+    Sub-command parsers are made by ``add_subparsers`` with the parent's class, so they share it.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="symcost",
         description="Symbolic communication-cost model of distributed LLM training, compiled to NumPy.",
     )
@@ -46,7 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code. Errors in input print one line and exit 2."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except SystemExit as done:  # --help, --version, or a usage error already printed on one line
+        return done.code if isinstance(done.code, int) else 0 if done.code is None else 2
+    if unknown:  # parse_args would blame the top-level parser; name the command they were given to
+        prog = f"symcost {args.command}"
+        print(f"{prog}: error: unrecognized arguments: {' '.join(unknown)} (see {prog} --help)", file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:
