@@ -213,3 +213,13 @@ def test_a_command_is_required_and_named(capsys):
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("symcost: error: ") and fragment in lines[0]
 
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--ranks", "1", "--bytes", "4MiB"], "ranks: a collective needs a whole number of ranks from 2 to 2**30"),
+    (["--ranks", str(2**30 + 1), "--bytes", "4MiB"], f"got {2**30 + 1}"),
+    (["--ranks", "8", "--bytes", "1e20"], "bytes: must be a size > 0 and at most 2**53"),
+    (["--ranks", "8", "--bytes", "4MiB", "--dtype", "foo"], "dtype: unknown data type 'foo'"),
+])
+def test_collective_ranks_bytes_and_dtype_are_checked_for_every_op(capsys, extra, fragment):
+    # The dtype only changes a reduction's candidates, but a misspelt name is an error for an all-gather too.
+    assert fragment in _error(capsys, ["collective", "all_gather", "--system", "dgx_a100", *extra])

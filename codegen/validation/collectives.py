@@ -27,6 +27,7 @@ import numpy as np
 import generated
 import hardware
 
+from ..inputs import DEVICES_MAX, VALUE_MAX
 from ..pricing.collective import choose
 from .csvfile import read_rows
 
@@ -126,18 +127,21 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
     cannot reduce (``nvls_reduces``: 8-bit types) gets no NVLS candidate, as NCCL's enqueue does.
 
     Raises:
-        ValueError: an unknown op or dtype, a rank count below 2 or a size not > 0 (naming the field and
-            value), or a system without the GPU facts the time model needs.
+        ValueError: an unknown op or dtype, a rank count below 2 or above 2**30, a size not > 0 or above 2**53
+            (naming the field and value), or a system without the GPU facts the time model needs.
     """
     op = _op(op)
+    reduces = nvls_reduces(dtype)  # checked for every op: an unknown name is an error, not ignored
     sys_ = system if isinstance(system, hardware.System) else hardware.load(system)
     n, size = np.asarray(ranks, dtype=float), np.asarray(msg_bytes, dtype=float)
-    if np.any(n < 2) or np.any(n != np.floor(n)):
-        raise ValueError(f"ranks: a collective needs a whole number of ranks >= 2, got {ranks!r}")
-    if np.any(~np.isfinite(size)) or np.any(size <= 0):
-        raise ValueError(f"bytes: must be a finite size > 0, got {msg_bytes!r}")
+    if np.any(~(n >= 2)) or np.any(n != np.floor(n)) or np.any(n > DEVICES_MAX):
+        raise ValueError(f"ranks: a collective needs a whole number of ranks from 2 to 2**30 (the largest device "
+                         f"count symcost prices), got {ranks!r}")
+    if np.any(~np.isfinite(size)) or np.any(size <= 0) or np.any(size > VALUE_MAX):
+        raise ValueError(f"bytes: must be a size > 0 and at most 2**53 (whole numbers exact in float64), "
+                         f"got {msg_bytes!r}")
     values = group_values(sys_, n, size)
-    if op in _REDUCING and not nvls_reduces(dtype):
+    if op in _REDUCING and not reduces:
         values["nvls"] = 0.0  # NCCL enqueue.cc: nvlsSupport needs ncclNvlsSupported(op, type)
     pick = choose(op, values)
     algbw = values["msg_bytes"] / pick.time_s
