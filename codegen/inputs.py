@@ -123,9 +123,12 @@ def _show(value: object) -> str:
 
 def _bound_text(maximum: int | float) -> str:
     exponent = math.log2(maximum) if maximum > 0 else 0
-    name = f"2**{int(exponent)}" if exponent.is_integer() else f"{maximum:g}"
     why = _WHY.get(maximum)
-    return f"{name} = {int(maximum):,}" + (f", {why}" if why else "")
+    if exponent.is_integer() and maximum > 8:  # a power of two is shown as one, with its digits beside it
+        text = f"2**{int(exponent)} = {int(maximum):,}"
+    else:
+        text = f"{int(maximum):,}" if float(maximum).is_integer() else f"{maximum:g}"
+    return text + (f", {why}" if why else "")
 
 
 def _range(field: str, value: int, minimum: int, maximum: int | float | None, error: type[ValueError]) -> int:
