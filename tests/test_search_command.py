@@ -155,7 +155,12 @@ def test_cli_search_json(capsys):
     (["--top", "0"], "--top"),
     (["--system", "nowhere"], "--system"),
     (["--system", "A2"], "compute"),
-    (["--zero", "5"], "--zero"),
+    (["--zero", "5"], "--zero: must be at most 3; got 5"),
+    (["--top", "2000000"], "--top: must be at most 1,000,000; got 2000000"),
+    # Without a port, distributed's Client fails after it has started, and the half-made client then held the
+    # exit for 20 s and printed a traceback; the address is checked first.
+    (["--scheduler", "foo"], "--scheduler: expected [PROTOCOL://]HOST:PORT"),
+    (["--scheduler", "tcp://10.0.0.5:0"], "port from 1 to 65535"),
     (["--recompute", "sometimes"], "recompute"),
     (["--model", "no-such-model"], "no-such-model"),
     (["--out", "x.txt"], "--out"),

@@ -27,6 +27,7 @@ Public API::
 from __future__ import annotations
 
 import functools
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -741,6 +742,24 @@ def _seed(spec: SearchSpec, space: SearchSpace, top: int, chunk: int) -> float:
     return _kth(best, top)
 
 
+#: A dask.distributed address: an optional protocol, a host (a name, IPv4, or IPv6 in brackets) and a port.
+_SCHEDULER_ADDRESS = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})")
+
+
+def _check_scheduler_address(address: str) -> None:
+    """Refuse a malformed ``--scheduler`` before ``Client`` sees it.
+
+    ``Client`` raises ``ValueError`` on an address without a port after it has started, and the half-made
+    client then blocks its interpreter's exit for 20 s and prints a traceback from its finaliser.
+    """
+    if address.startswith("inproc://"):  # a LocalCluster(processes=False) in this process: no host or port
+        return
+    match = _SCHEDULER_ADDRESS.fullmatch(address.strip())
+    if not match or not 1 <= int(match["port"]) <= 65535:
+        raise ValueError(f"--scheduler: expected [PROTOCOL://]HOST:PORT with a port from 1 to 65535, "
+                         f"e.g. tcp://10.0.0.5:8786, got {address!r}")
+
+
 def _dask_search(spec: SearchSpec, space: SearchSpace, top: int, chunk: int, scheduler: str | None
                  ) -> tuple[dict[str, np.ndarray], int]:
     try:
@@ -767,7 +786,7 @@ def _dask_search(spec: SearchSpec, space: SearchSpace, top: int, chunk: int, sch
             raise ValueError("--scheduler: needs the optional extra distributed (pip install symcost[search])") from None
         try:
             client = Client(scheduler, timeout=10, set_as_default=False)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise ValueError(f"--scheduler {scheduler}: cannot connect: {exc}") from None
         try:
             return client.compute(level[0]).result()
@@ -795,6 +814,7 @@ def search(spec: SearchSpec, *, top: int = 10, chunk: int = 1 << 18, engine: str
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}: expected a whole number >= 1, got {value!r}")
     if scheduler:
+        _check_scheduler_address(scheduler)  # before any work: a typo is one line at once
         engine = "dask"
     if engine not in ("numpy", "dask"):
         raise ValueError(f"engine: one of numpy, dask, got {engine!r}")
