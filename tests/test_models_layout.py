@@ -431,6 +431,9 @@ data: {max_seq_len: 2048}
 
 @pytest.mark.parametrize("text, message", [
     ("model: [", "malformed YAML"),
+    # PyYAML draws the line under its message; the error keeps to one line with the place 1-based.
+    ("model:\n  a: [1, 2\n", "malformed YAML: line 3, column 1: while parsing a flow sequence; expected ',' or ']'"),
+    ("model:\n  a: b: c\n", "malformed YAML: line 2, column 7: mapping values are not allowed here"),
     ("- 1\n- 2\n", "the file must hold a mapping with a 'model' section, got list"),
     ("data: {max_seq_len: 4}\n", "model: required section is missing"),
     (GOOD.replace("hidden_size: 1024, ", ""), "model.config_overrides.hidden_size: required key is missing"),
@@ -452,7 +455,7 @@ def test_model_file_errors_name_file_and_key(tmp_path, text, message):
     path = _write(tmp_path, text)
     with pytest.raises(ModelConfigError, match=re.escape(str(path))) as info:
         load_model(path)
-    assert message in str(info.value)
+    assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def test_unknown_model_name_lists_the_bundled_ones():

@@ -180,10 +180,20 @@ def load_model(name_or_path: str | Path) -> ModelConfig:
     except DuplicateKeyError as exc:
         raise ModelConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ModelConfigError(f"{path}: malformed YAML: {exc}") from None
+        raise ModelConfigError(f"{path}: malformed YAML: {_yaml_problem(exc)}") from None
     except RecursionError:
         raise ModelConfigError(f"{path}: malformed YAML: nested too deeply") from None
     return _Reader(path, name).model(document)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: where (1-based line and column) and what, without its drawing of the line."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return " ".join(str(exc).split())
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = "; ".join(part for part in (exc.context, exc.problem) if part)
+    return where + " ".join(what.split())
 
 
 #: Largest model file read (a HyperParallel train.yaml is a few kB).
