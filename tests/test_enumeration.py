@@ -33,6 +33,8 @@ def _brute(model, devices, global_batch, node, fix=None, maximum=None, cp_algo=N
             if any(row[k] != v for k, v in fix.items()) or any(row[k] > v for k, v in maximum.items()):
                 continue
             rows.append(row)
+    if not rows:
+        return found
     cols = {k: np.array([r[k] for r in rows]) for k in rows[0]}
     batch = LayoutBatch.from_arrays(model.layout, **cols, recompute="none", cp_algo=cp_algo)
     ok = validate_batch(model, batch, devices)
@@ -83,6 +85,28 @@ def test_restrictions_and_errors():
         SearchSpace(model, 8, 8, recompute=("sometimes",))
     with pytest.raises(ValueError, match="zero"):
         SearchSpace(model, 8, 8, zero_levels=(4,))
+
+
+@pytest.mark.parametrize("name, devices, batch, fix, reason", [
+    # llama2-7b: 32 heads, 32 layers, sequence 4096, no routed experts; deepseek-v3: 256 routed experts.
+    ("llama2-7b", 48, 48, {"t": 3}, "--fix t=3: t must divide the attention heads a = 32."),
+    ("llama2-7b", 16, 64, {"t": 3}, "--fix t=3: t must divide the 16 devices."),
+    ("llama2-7b", 16, 64, {"t": 16}, "--fix t=16: t must fit a node of 8 devices (--tp-cross-node lifts this)."),
+    ("llama2-7b", 64, 64, {"p": 64}, "--fix p=64: p must be at most the layers, 32."),
+    ("llama2-7b", 16, 64, {"ep": 2}, "--fix ep=2: ep must be 1: the model has no routed experts."),
+    ("llama2-7b", 16, 64, {"b": 3}, "--fix b=3: b must divide the global batch, 64."),
+    ("llama2-7b", 16, 64, {"d": 4, "t": 8}, "--fix: d·t = 32 does not divide the 16 devices (d·t·cp·p = 16)."),
+    ("deepseek-v3", 64, 64, {"ep": 7}, "--fix ep=7: ep must divide the routed experts n_exp = 256."),
+    # Each pin holds on its own; only together do they fail (d = 16/(2·8) = 1, so m = 64/(1·2) = 32, not 64).
+    ("llama2-7b", 16, 64, {"t": 2, "p": 8, "b": 2, "m": 64}, None),
+])
+def test_an_empty_search_says_which_pin_breaks_which_rule(name, devices, batch, fix, reason):
+    space = SearchSpace(load_model(name), devices, batch, fix=fix, devices_per_node=8)
+    assert space.size == 0
+    if name == "llama2-7b":  # the brute force agrees the grid is empty (DeepSeek-V3's 256 experts: too many to list)
+        assert not _brute(load_model(name), devices, batch, 8, fix, {})
+    assert space.why_empty() == reason
+    assert SearchSpace(load_model(name), devices, batch, devices_per_node=8).why_empty() is None  # not empty
 
 
 def test_chunks_bounded():

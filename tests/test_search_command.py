@@ -132,7 +132,12 @@ def test_cli_search_says_why_the_table_is_empty(capsys):
     # llama2-7b has 32 heads: no t = 3 divides them.
     assert main(["search", "--model", "llama2-7b", "--devices", "48", "--system", "dgx_a100", "--global-batch", "48",
                  "--fix", "t=3", "--no-progress"]) == 0
-    assert "0 valid layouts" in (text := capsys.readouterr().out) and "No layout of 48 devices meets" in text
+    text = capsys.readouterr().out
+    assert "0 valid layouts" in text and "--fix t=3: t must divide the attention heads a = 32." in text
+    # No single pin is to blame (d = 16/(2·8) = 1, so b = 2 gives m = 32, not 64): the rules, listed.
+    assert main(["search", "--model", "llama2-7b", "--devices", "16", "--system", "dgx_a100", "--global-batch", "64",
+                 "--fix", "t=2,p=8,b=2,m=64", "--no-progress"]) == 0
+    assert "No layout of 16 devices meets the constraints" in capsys.readouterr().out
     # DeepSeek-V3 on one node of 8 H100s: valid layouts exist, none holds the model.
     assert main(["search", "--model", "deepseek-v3", "--devices", "8", "--system", "dgx_h100", "--global-batch", "8",
                  "--no-progress"]) == 0

@@ -244,9 +244,10 @@ def run(args: argparse.Namespace) -> int:
                    if step is not None and step.comm is None else "")
         print(f"{result.layouts:,} valid layouts in {result.seconds:.2f} s{note}{written}.{missing}")
         if not result.layouts:
-            print(f"No layout of {devices:,} devices meets the constraints: the degrees' product is the device "
-                  f"count, t divides the attention heads (and fits a node without --tp-cross-node), ep the experts, p·vp at most the layers, "
-                  f"the global batch splits into whole micro-batches; check --fix and --max.")
+            print(space.why_empty() or
+                  f"No layout of {devices:,} devices meets the constraints: the degrees' product is the device "
+                  f"count, t divides the attention heads (and fits a node without --tp-cross-node), ep the experts, "
+                  f"p·vp at most the layers, the global batch splits into whole micro-batches; check --fix and --max.")
         elif not rows and not result.interrupted:
             print("No valid layout fits in memory on this system; --keep-infeasible lists them, flagged.")
     if plot is not None:

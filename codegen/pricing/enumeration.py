@@ -21,7 +21,7 @@ Public API::
     ZERO_LEVELS, RECOMPUTE_MODES
     SearchSpace(model, devices, global_batch, *, fix=None, maximum=None, recompute=("none", "selective",
                 "full"), zero_levels=(1,), cp_algos=None, devices_per_node=None, tp_cross_node=False)
-    space.size -> int;  space.chunks(chunk=1 << 18, start=0, stop=None) -> Iterator[Chunk]
+    space.size -> int;  space.why_empty() -> str | None;  space.chunks(chunk=1 << 18, start=0, stop=None) -> Iterator[Chunk]
     space.block(start, stop, keys=None) -> list[Chunk];  space.decode(index, setting, keys=None) -> dict[str, ndarray]
     Chunk(setting, values, index, model): .batch (a LayoutBatch, built on first use)
     parse_restrictions(items, option) -> dict[str, int]
@@ -314,6 +314,44 @@ class SearchSpace:
         self.setting_start = np.zeros(len(self.settings) + 1, np.int64)
         np.cumsum(self.setting_sizes, out=self.setting_start[1:])
         self.size = int(self.setting_start[-1])
+
+    def why_empty(self) -> str | None:
+        """Why the grid is empty, when a ``--fix`` value can never hold on its own or the pinned degrees
+        cannot multiply to the device count; ``None`` when the reason lies in how the constraints combine.
+
+        The sentence names the option, the value and the rule it breaks (the rules ``_build_candidates`` applies).
+        """
+        if self.size:
+            return None
+        model, n, batch = self.model, self.devices, self.global_batch
+        seq = self.model.layout.s or model.s
+        layers = model.n_lay + model.n_mtp
+        node = self.devices_per_node if self.devices_per_node and not self.tp_cross_node else None
+        devices = (lambda v: n % v == 0, f"divide the {n:,} devices")
+        rules = {
+            "d": (devices, (lambda v: batch % v == 0, f"divide the global batch, {batch:,}")),
+            "t": (devices, (lambda v: model.a % v == 0, f"divide the attention heads a = {model.a}"),
+                  (lambda v: node is None or v <= node, f"fit a node of {node} devices (--tp-cross-node lifts this)")),
+            "cp": (devices, (lambda v: seq % v == 0, f"divide the sequence length s = {seq:,}")),
+            "p": (devices, (lambda v: v <= layers, f"be at most the layers, {layers}")),
+            "vp": ((lambda v: v <= layers, f"be at most the layers, {layers}"),),
+            "ep": ((lambda v: v <= n, f"be at most the {n:,} devices"),
+                   (lambda v: model.n_exp % v == 0 if model.n_exp > 1 else v == 1,
+                    f"divide the routed experts n_exp = {model.n_exp}" if model.n_exp > 1
+                    else "be 1: the model has no routed experts")),
+            "b": ((lambda v: batch % v == 0, f"divide the global batch, {batch:,}"),),
+            "m": ((lambda v: batch % v == 0, f"divide the global batch, {batch:,}"),),
+        }
+        for key, value in self.fix.items():
+            for holds, rule in rules.get(key, ()):
+                if not holds(value):
+                    return f"--fix {key}={value}: {key} must {rule}."
+        pinned = [(key, self.fix[key]) for key in ("d", "t", "cp", "p") if key in self.fix]
+        product = int(np.prod([value for _, value in pinned], dtype=np.int64)) if pinned else 1
+        if len(pinned) > 1 and n % product:
+            names = "·".join(key for key, _ in pinned)
+            return f"--fix: {names} = {product:,} does not divide the {n:,} devices (d·t·cp·p = {n:,})."
+        return None
 
     # ------------------------------------------------------------------ chunks
     def decode(self, index: np.ndarray, setting: int, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
