@@ -21,7 +21,8 @@ Public API::
     ZERO_LEVELS, RECOMPUTE_MODES
     SearchSpace(model, devices, global_batch, *, fix=None, maximum=None, recompute=("none", "selective",
                 "full"), zero_levels=(1,), cp_algos=None, devices_per_node=None, tp_cross_node=False)
-    space.size -> int;  space.why_empty() -> str | None;  space.chunks(chunk=1 << 18, start=0, stop=None) -> Iterator[Chunk]
+    space.size -> int;  space.chunks(chunk=1 << 18, start=0, stop=None) -> Iterator[Chunk]
+    space.why_empty() -> str | None     # an empty grid's reason: the --fix value and the rule it breaks
     space.block(start, stop, keys=None) -> list[Chunk];  space.decode(index, setting, keys=None) -> dict[str, ndarray]
     Chunk(setting, values, index, model): .batch (a LayoutBatch, built on first use)
     parse_restrictions(items, option) -> dict[str, int]
