@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,26 @@ def pytest_collection_modifyitems(items) -> None:
     items.sort(key=rank)  # (stable: the rest keep their order)
 
 
-def assert_close(got, want, rtol: float = RTOL, atol: float = ATOL) -> None:
-    """The one numeric comparison of the suite: relative, with an absolute floor near zero."""
-    np.testing.assert_allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float), rtol=rtol, atol=atol)
+#: Plain scalars: compared without numpy, which costs some 100 times more per call (tests check in loops).
+_SCALARS = (int, float, np.integer, np.floating)
+
+
+def _scalar(x) -> bool:
+    return isinstance(x, _SCALARS) or (isinstance(x, np.ndarray) and x.ndim == 0)
+
+
+def assert_close(got, want, rtol: float = RTOL, atol: float = ATOL, *, msg: str = "") -> None:
+    """The one numeric comparison of the suite: relative, with an absolute floor near zero.
+
+    numpy's rule elementwise, |got - want| <= atol + rtol * |want| (*want* is the reference), NaN equal to NaN
+    and an infinity only to itself; *msg* is added to the failure message.
+    """
+    if _scalar(got) and _scalar(want):
+        g, w = float(got), float(want)
+        close = abs(g - w) <= atol + rtol * abs(w) if math.isfinite(w) else g == w or (math.isnan(g) and math.isnan(w))
+        if close:
+            return
+        raise AssertionError(f"Not equal to tolerance rtol={rtol:g}, atol={atol:g}: got {g!r}, want {w!r}"
+                             f" (|got - want| = {abs(g - w):g}) {msg}".rstrip())
+    np.testing.assert_allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float), rtol=rtol, atol=atol,
+                               err_msg=msg)

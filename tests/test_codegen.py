@@ -27,7 +27,7 @@ from codegen.render import TEMPLATES_DIR, environment
 from symbolic import registry
 from symbolic.formula import Formula
 from symbolic.symbols import syms
-from conftest import ROOT
+from conftest import ROOT, assert_close
 
 s, b, h, a, cp, dpn, t, dh, mb = syms("s", "b", "h", "a", "cp", "device_per_node", "t", "dh", "mb")
 
@@ -120,7 +120,7 @@ def test_a_choice_among_branches_made_by_model_fields_alone_is_made_once_per_cal
                   {"dh": 64.0, "n_exp": 256.0}):
         args = {"s": 4096.0, "h": 7168.0, "a": 128.0, **model, **layouts}
         want = [reference(*(float(np.broadcast_to(args[x.name], (n,))[i]) for x in symbols)) for i in range(n)]
-        np.testing.assert_allclose(namespace[low.name](**args), want, rtol=1e-13, atol=0, err_msg=str(model))
+        assert_close(namespace[low.name](**args), want, rtol=1e-13, atol=0.0, msg=str(model))
 
 
 def test_op_count_is_count_ops_of_the_cse_form():
@@ -184,7 +184,7 @@ def test_synthetic_formulas_agree_with_lambdify(tmp_path):
             want = np.broadcast_to(sympy.lambdify(symbols, f.expr, "numpy")(*args.values()), (n,) if args else ())
             got = getattr(module, f.name)(**args)
         assert got.shape == want.shape, f.name
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True, err_msg=f.name)
+        assert_close(got, want, rtol=1e-12, atol=1e-12, msg=f.name)
 
 
 def test_floor_of_an_exact_quotient_is_exact(tmp_path):
@@ -421,7 +421,7 @@ def test_random_expressions_agree_with_lambdify():
         with np.errstate(all="ignore"):
             want = np.broadcast_to(sympy.lambdify(symbols, expr, "numpy")(*args.values()), (64,) if args else ())
             got = namespace[f.name](**args)
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True, err_msg=sympy.sstr(expr))
+        assert_close(got, want, rtol=1e-9, atol=1e-9, msg=sympy.sstr(expr))
 
     check()
     assert len(checked) >= 20 and sum(e.has(Piecewise) for e in checked) >= 5

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import sympy
@@ -121,7 +119,7 @@ def test_evaluator_equals_exact_substitution(draws, formula):
     exact = formula.expr.subs({symbol(k): sympy.Integer(v) for k, v in values.items()})
     want = float(sympy.N(exact, 30))
     got = float(evaluator(formula.name)(**values))
-    assert math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-12), (formula.name, values, got, want)
+    assert_close(got, want, rtol=1e-12, atol=1e-12, msg=f"{formula.name} at {values}")
 
 
 def test_evaluator_broadcasts_arrays():

@@ -16,7 +16,7 @@ from symbolic.vocabulary import STAGE_COUNT_NAMES
 from codegen.cli import main
 from codegen.cli.derive import STAGE_NAMES
 from codegen.docs import DOCS_PATH, UNLISTED, check_formulas_doc, latex, render_formulas_doc, write_formulas_doc
-from conftest import CASES
+from conftest import CASES, assert_close
 from symbolic import registry, simplify
 from symbolic.simplify import PASSES, closed_form, collect_linear, size
 from symbolic.symbols import SPECS, symbol, syms
@@ -66,14 +66,21 @@ def _values(expr: sympy.Expr, n: int, seed: int) -> tuple[float | None, ...]:
     return tuple(_value(expr, point) for point in _points(n, seed))
 
 
+@functools.cache
+def _shown(n: int, seed: int) -> tuple[str, ...]:
+    # The points as text for the failure messages, once: one point (every symbol) takes milliseconds to print.
+    return tuple(str(point) for point in _points(n, seed))
+
+
 def _assert_same_value(before: sympy.Expr, after: sympy.Expr, what: str, *, n: int = 6, seed: int) -> None:
     """*after* equals *before* at *n* random valid points (drawn from *seed*) wherever *before* is defined."""
     checked = 0
-    for point, want, got in zip(_points(n, seed), _values(before, n, seed), _values(after, n, seed)):
+    for point, shown, want, got in zip(_points(n, seed), _shown(n, seed), _values(before, n, seed),
+                                       _values(after, n, seed)):
         if want is None or not math.isfinite(want):
             continue
         assert got is not None, f"{what}: undefined at {point} where the original is {want}"
-        assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), f"{what}: {got} != {want} at {point}"
+        assert_close(got, want, rtol=1e-9, atol=1e-9, msg=f"{what} at {shown}")
         checked += 1
     assert checked, f"{what}: no point where the original is defined"
 

@@ -168,6 +168,6 @@ def test_every_scalar_rule_agrees_with_the_numpy_target(fused, tmp_path):
         with np.errstate(all="ignore"):
             want = getattr(numpy_pkg, f.name)(**args)
         got = getattr(fused_pkg, f.name)(**args)
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=0.0, equal_nan=True, err_msg=f.name)
+        assert_close(got, want, rtol=RTOL, atol=0.0, msg=f.name)
     assert np.isinf(getattr(fused_pkg, "model_fused_rules_4")(s=3, b=2, cp=1))  # 1/0 is inf, as in NumPy
 

@@ -17,6 +17,7 @@ from codegen.configs.layouts import LayoutError
 from codegen.configs.models import load_model
 from codegen.pricing import fused
 from codegen.pricing.pricer import StagePricer
+from conftest import assert_close
 from test_search import SETTINGS, _valid_arrays
 
 NO_NUMBA = "the fused pricer needs numba: pip install -e '.[fast]'"
@@ -49,8 +50,8 @@ def test_same_prices_as_the_numpy_pricer(name, ttype, fsdp, with_recomp, device,
     settings = dict(device=device, fsdp=fsdp, with_recomp=with_recomp, ttype=ttype, recompute=recompute)
     want = StagePricer(model, **settings)(**arrays)
     got = fused.FusedPricer(model, **settings)(**arrays)
-    np.testing.assert_allclose(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
-    np.testing.assert_allclose(got.sum, want.sum, rtol=RTOL, atol=0)
+    assert_close(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
+    assert_close(got.sum, want.sum, rtol=RTOL, atol=0)
     assert got.stages is None
 
 
@@ -62,15 +63,15 @@ def test_blocks_shared_keys_and_per_stage(monkeypatch):
     want = StagePricer(model)(**arrays)
     monkeypatch.setattr(fused, "_BLOCK", 7)
     got = fused.FusedPricer(model)(**arrays)
-    np.testing.assert_allclose(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
-    np.testing.assert_allclose(got.sum, want.sum, rtol=RTOL, atol=0)
+    assert_close(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
+    assert_close(got.sum, want.sum, rtol=RTOL, atol=0)
     d = np.array([32, 16, 8, 1])
     qwen = fused.FusedPricer("qwen3-72b")
     shared = qwen(d=d, t=4, p=8, cp=2, m=144)
-    np.testing.assert_allclose(shared.bottleneck, StagePricer("qwen3-72b")(d=d, t=4, p=8, cp=2, m=144).bottleneck,
-                               rtol=RTOL, atol=0)
+    assert_close(shared.bottleneck, StagePricer("qwen3-72b")(d=d, t=4, p=8, cp=2, m=144).bottleneck,
+                 rtol=RTOL, atol=0)
     staged = qwen(d=d, t=4, p=8, cp=2, m=144, per_stage=True)
-    np.testing.assert_allclose(staged.bottleneck, shared.bottleneck, rtol=RTOL, atol=0)
+    assert_close(staged.bottleneck, shared.bottleneck, rtol=RTOL, atol=0)
     assert staged.stages["total"].shape == (4, 8)
 
 
@@ -128,8 +129,8 @@ def test_keys_kernel_same_prices_as_the_numpy_pricer(monkeypatch, name, ttype, f
     for validated in (False, True):
         got = pricer(validated=validated, **arrays)
         assert _used_keys_kernel(pricer)
-        np.testing.assert_allclose(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
-        np.testing.assert_allclose(got.sum, want.sum, rtol=RTOL, atol=0)
+        assert_close(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
+        assert_close(got.sum, want.sum, rtol=RTOL, atol=0)
 
 
 @needs_numba
@@ -146,8 +147,8 @@ def test_keys_kernel_keys_given_as_numbers_and_os(monkeypatch):
         pricer = fused.FusedPricer("qwen3-72b")
         got = pricer(**given)
         assert _used_keys_kernel(pricer)
-        np.testing.assert_allclose(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
-        np.testing.assert_allclose(got.sum, want.sum, rtol=RTOL, atol=0)
+        assert_close(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
+        assert_close(got.sum, want.sum, rtol=RTOL, atol=0)
 
 
 @needs_numba
@@ -179,11 +180,11 @@ def test_keys_kernel_falls_back_to_the_batch_path(monkeypatch):
     monkeypatch.setattr(fused, "_KEYS_FROM", 1)
     monkeypatch.setattr(fused, "_VALUES", 8)  # d and ep reach 32
     pricer = fused.FusedPricer("deepseek-v3")
-    np.testing.assert_allclose(pricer(**arrays).bottleneck, want.bottleneck, rtol=RTOL, atol=0)
+    assert_close(pricer(**arrays).bottleneck, want.bottleneck, rtol=RTOL, atol=0)
     assert not pricer._key_plans
     monkeypatch.setattr(fused, "_VALUES", 1 << 12)
     listed = {key: values.tolist() for key, values in arrays.items()}
-    np.testing.assert_allclose(pricer(**listed).bottleneck, want.bottleneck, rtol=RTOL, atol=0)
+    assert_close(pricer(**listed).bottleneck, want.bottleneck, rtol=RTOL, atol=0)
     assert not pricer._key_plans
 
 
@@ -221,8 +222,8 @@ def test_keys_kernel_later_calls_with_other_values(monkeypatch):
     small = {key: values[arrays["d"] < 16] for key, values in arrays.items()}
     for given in (small, arrays, small, {key: values[::-1].copy() for key, values in arrays.items()}):
         got = pricer(**given)
-        np.testing.assert_allclose(got.bottleneck, numpy_pricer(**given).bottleneck, rtol=RTOL, atol=0)
-        np.testing.assert_allclose(got.sum, numpy_pricer(**given).sum, rtol=RTOL, atol=0)
+        assert_close(got.bottleneck, numpy_pricer(**given).bottleneck, rtol=RTOL, atol=0)
+        assert_close(got.sum, numpy_pricer(**given).sum, rtol=RTOL, atol=0)
     assert len(pricer._key_plans) == 2  # the small values', then the union's (reused by the last two calls)
     broken = {key: values.copy() for key, values in arrays.items()}
     broken["t"][100] = 3

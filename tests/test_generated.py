@@ -18,7 +18,7 @@ from codegen.compiler import DEFAULT_DIRECTORY, SPLIT_DIMENSIONS, compare_tree, 
 from codegen.lowering import formula_fingerprint
 from symbolic import registry
 from symbolic.symbols import SPECS
-from conftest import ROOT
+from conftest import ROOT, assert_close
 
 NAMES = list(registry.FORMULAS)
 
@@ -63,8 +63,8 @@ def assert_agrees(got, want, name: str) -> None:
     want = np.asarray(want, dtype=float)
     finite = np.abs(want[np.isfinite(want)])  # (an inf in the scale would make the floor inf: no check at all)
     scale = finite.max() if finite.size else 1.0
-    np.testing.assert_allclose(np.asarray(got, dtype=float), want, rtol=1e-12, atol=1e-12 * max(scale, 1.0),
-                               equal_nan=True, err_msg=f"{name}: generated code differs from lambdify")
+    assert_close(np.asarray(got, dtype=float), want, rtol=1e-12, atol=1e-12 * max(scale, 1.0),
+                 msg=f"{name}: generated code differs from lambdify")
 
 
 # The tests that lower every formula share one xdist worker (``--dist loadgroup``), the in-sync test first

@@ -47,7 +47,7 @@ def test_zero_table1_reproduced_to_its_printing():
              for r in published if not r["matches"]]
     assert not wrong
     for r in rows:  # the exact values, against the table's formula column (4 decimals)
-        assert abs(r["per_device_GB"] - r["per_device_GB_formula"]) <= 5e-5 + 1e-9, r
+        assert_close(r["per_device_GB"], r["per_device_GB_formula"], rtol=0.0, atol=5e-5 + 1e-9, msg=str(r))
 
 
 def test_zero_table1_closed_forms():
@@ -221,7 +221,8 @@ def test_figure1_plots_the_transformer_layers_alone():
     with open(DATA / "megatron_memory_figure1.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     for row in rows:
-        assert figure1_from_the_paper(row) == pytest.approx(float(row["activations_GiB_per_gpu"]), rel=1e-12), row
+        assert_close(figure1_from_the_paper(row), float(row["activations_GiB_per_gpu"]), rtol=1e-12, atol=1e-12,
+                     msg=str(row))
         # Parameters + optimizer: 18 bytes for each of the 12h² weight-matrix parameters per layer on a GPU.
         h, n_lay, t, p = (int(row[k]) for k in ("h", "L", "t", "p"))
         assert 18 * 12 * h * h * n_lay / (t * p) / 2 ** 30 == float(row["params_and_optimizer_GiB_per_gpu"])

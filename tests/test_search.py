@@ -32,6 +32,7 @@ from codegen.configs.layouts import (
 )
 from codegen.configs.models import load_model
 from codegen.pricing.pricer import StagePricer
+from conftest import assert_close
 
 RTOL = 1e-12
 
@@ -101,11 +102,10 @@ def test_prices_equal_the_closed_form_layout_by_layout(name, ttype, fsdp, with_r
         layout = batch.layout(i)
         want = _reference(model, layout, device, ttype, with_recomp)
         for dim, values in want.items():
-            np.testing.assert_allclose(prices.stages[dim][i, :layout.p], values, rtol=RTOL, atol=0,
-                                       err_msg=f"{layout} {dim}")
+            assert_close(prices.stages[dim][i, :layout.p], values, rtol=RTOL, atol=0, msg=f"{layout} {dim}")
             assert np.isnan(prices.stages[dim][i, layout.p:]).all()
-        np.testing.assert_allclose(prices.bottleneck[i], want["total"].max(), rtol=RTOL, atol=0, err_msg=str(layout))
-        np.testing.assert_allclose(prices.sum[i], want["total"].sum(), rtol=RTOL, atol=0, err_msg=str(layout))
+        assert_close(prices.bottleneck[i], want["total"].max(), rtol=RTOL, atol=0, msg=str(layout))
+        assert_close(prices.sum[i], want["total"].sum(), rtol=RTOL, atol=0, msg=str(layout))
 
 
 def test_blocks_and_shared_keys_do_not_change_the_prices(monkeypatch):
@@ -115,34 +115,34 @@ def test_blocks_and_shared_keys_do_not_change_the_prices(monkeypatch):
     whole = StagePricer(model)(**arrays)
     monkeypatch.setattr(search, "_BLOCK", 7)
     blocked = StagePricer(model)(**arrays)
-    np.testing.assert_allclose(blocked.bottleneck, whole.bottleneck, rtol=RTOL, atol=0)
-    np.testing.assert_allclose(blocked.sum, whole.sum, rtol=RTOL, atol=0)
+    assert_close(blocked.bottleneck, whole.bottleneck, rtol=RTOL, atol=0)
+    assert_close(blocked.sum, whole.sum, rtol=RTOL, atol=0)
     # One pipeline and one cp for every layout: those keys are folded into the compiled sums.
     qwen = load_model("qwen3-72b")
     d = np.array([32, 16, 8, 1])
     shared = StagePricer(qwen)(d=d, t=4, p=8, cp=2, m=144)
     spelled = StagePricer(qwen)(d=d, t=np.full(4, 4), p=np.full(4, 8), cp=np.full(4, 2), m=np.full(4, 144))
-    np.testing.assert_allclose(shared.bottleneck, spelled.bottleneck, rtol=RTOL, atol=0)
+    assert_close(shared.bottleneck, spelled.bottleneck, rtol=RTOL, atol=0)
     batch = LayoutBatch.from_arrays(qwen.layout, d=d, t=4, p=8, cp=2, m=144)
     for i in range(4):
         want = _reference(qwen, batch.layout(i), "A2", "FLOP", False)["total"]
-        np.testing.assert_allclose(shared.bottleneck[i], want.max(), rtol=RTOL, atol=0)
-        np.testing.assert_allclose(shared.sum[i], want.sum(), rtol=RTOL, atol=0)
+        assert_close(shared.bottleneck[i], want.max(), rtol=RTOL, atol=0)
+        assert_close(shared.sum[i], want.sum(), rtol=RTOL, atol=0)
     # One p, several vp; and on the TIME path every degree shared (the level scores become constants).
     vp = np.array([1, 2, 1, 2])
     mixed = StagePricer(qwen)(d=d, p=4, vp=vp, m=144)
     batch = LayoutBatch.from_arrays(qwen.layout, d=d, p=4, vp=vp, m=144)
     for i in range(4):
         want = _reference(qwen, batch.layout(i), "A2", "FLOP", False)["total"]
-        np.testing.assert_allclose(mixed.bottleneck[i], want.max(), rtol=RTOL, atol=0)
+        assert_close(mixed.bottleneck[i], want.max(), rtol=RTOL, atol=0)
     llama = load_model("llama2-7b")
     m = np.array([8, 16])
     timed = StagePricer(llama, ttype="TIME", device="A3")(d=4, t=2, p=2, cp=2, m=m)
     batch = LayoutBatch.from_arrays(llama.layout, d=4, t=2, p=2, cp=2, m=m)
     for i in range(2):
         want = _reference(llama, batch.layout(i), "A3", "TIME", False)["total"]
-        np.testing.assert_allclose(timed.bottleneck[i], want.max(), rtol=RTOL, atol=0)
-        np.testing.assert_allclose(timed.sum[i], want.sum(), rtol=RTOL, atol=0)
+        assert_close(timed.bottleneck[i], want.max(), rtol=RTOL, atol=0)
+        assert_close(timed.sum[i], want.sum(), rtol=RTOL, atol=0)
 
 
 def test_one_pricer_called_again_with_other_shared_keys_prices_as_a_fresh_one():
@@ -183,8 +183,8 @@ def test_the_maximum_is_taken_when_sums_can_be_negative():
         counts = pricer._stage_counts(batch, p, 1)
         every_layer = counts["n_embedding"] + counts["n_output"] + counts["n_body"]
         stage = counts["n_body"] * parts[0][i] + every_layer * parts[1][i]
-        assert bottleneck[i] == pytest.approx(stage.max(), rel=RTOL)
-        assert total[i] == pytest.approx(stage.sum(), rel=RTOL)
+        assert_close(bottleneck[i], stage.max(), rtol=RTOL, atol=1e-12)
+        assert_close(total[i], stage.sum(), rtol=RTOL, atol=1e-12)
 
 
 @pytest.mark.parametrize("name, arrays, message", [

@@ -12,9 +12,9 @@ import pytest
 
 from codegen.cli import main
 from codegen.configs.layouts import LayoutBatch, derive_fields_batch, parse_layout, validate_batch
-from codegen.configs.models import load_model
 from codegen.pricing.time import ITEMS, TIME_DIMENSIONS, WHATS, TimePricer
 from codegen.validation.collectives import predict
+from conftest import assert_close
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,14 +56,14 @@ def test_bytes_per_rank_per_step_match_a_hand_derivation(llama):
     params = 4 * h * h + 3 * h * hff + 2 * h
     vol = llama.volumes(batch)
     by = {k: v[0, 0] for k, v in vol["step_bytes"].items()}
-    assert by["tp.all_gather"] == pytest.approx(4 * m * layers * (t - 1) / t * act, rel=1e-12)
-    assert by["tp.reduce_scatter"] == pytest.approx(4 * m * layers * (t - 1) / t * act, rel=1e-12)
+    assert_close(by["tp.all_gather"], 4 * m * layers * (t - 1) / t * act, rtol=1e-12, atol=1e-12)
+    assert_close(by["tp.reduce_scatter"], 4 * m * layers * (t - 1) / t * act, rtol=1e-12, atol=1e-12)
     assert by["tp.all_reduce"] == 0 and by["cp.send_recv"] == 0 and by["ep.all_to_all"] == 0
-    assert by["dp.reduce_scatter"] == pytest.approx(params * layers * bg / t * (d - 1) / d, rel=1e-12)
-    assert by["dp.all_gather"] == pytest.approx(params * layers * bp / t * (d - 1) / d, rel=1e-12)
+    assert_close(by["dp.reduce_scatter"], params * layers * bg / t * (d - 1) / d, rtol=1e-12, atol=1e-12)
+    assert_close(by["dp.all_gather"], params * layers * bp / t * (d - 1) / d, rtol=1e-12, atol=1e-12)
     assert by["dp.all_reduce"] == 0
-    assert by["pp.send_recv"] == pytest.approx(2 * m * act / t, rel=1e-12)
-    assert vol["msg_bytes"]["tp.all_gather"][0, 0] == pytest.approx(act, rel=1e-12)
+    assert_close(by["pp.send_recv"], 2 * m * act / t, rtol=1e-12, atol=1e-12)
+    assert_close(vol["msg_bytes"]["tp.all_gather"][0, 0], act, rtol=1e-12, atol=1e-12)
     assert vol["calls_count"]["tp.all_gather"][0, 1] == 4 * m * layers
 
 
@@ -74,11 +74,11 @@ def test_seconds_are_calls_times_the_collective_time(llama):
     for key, op, ranks in (("tp.all_gather", "all_gather", 4), ("tp.reduce_scatter", "reduce_scatter", 4)):
         calls, size = st["calls_count"][key][0, 0], st["msg_bytes"][key][0, 0]
         one = float(predict("dgx_h100", op, ranks, size).time_s)  # TP ranks are consecutive: one node
-        assert st["time_s"][key][0, 0] == pytest.approx(calls * one, rel=1e-12)
+        assert_close(st["time_s"][key][0, 0], calls * one, rtol=1e-12, atol=1e-12)
     # The DP group (stride t = 4, 2 ranks) sits in one node: consecutive placement gives the same time.
     calls, size = st["calls_count"]["dp.reduce_scatter"][0, 0], st["msg_bytes"]["dp.reduce_scatter"][0, 0]
-    assert st["time_s"]["dp.reduce_scatter"][0, 0] == pytest.approx(
-        calls * float(predict("dgx_h100", "reduce_scatter", 2, size).time_s), rel=1e-12)
+    assert_close(st["time_s"]["dp.reduce_scatter"][0, 0],
+                 calls * float(predict("dgx_h100", "reduce_scatter", 2, size).time_s), rtol=1e-12, atol=1e-12)
 
 
 def test_stage_total_is_the_sum_and_the_bottleneck_its_maximum(dsv3):
@@ -86,9 +86,9 @@ def test_stage_total_is_the_sum_and_the_bottleneck_its_maximum(dsv3):
     res = dsv3.price_batch(batch, per_stage=True)
     st = res.stages
     total = sum(st["time_s"][f"{dim}.{coll}"] for dim, coll, _, _ in ITEMS)
-    np.testing.assert_allclose(st["total_s"], total, rtol=1e-12)
-    assert res.bottleneck_s[0] == pytest.approx(np.nanmax(st["total_s"][0]), rel=1e-12)
-    assert sum(res.by_dimension[d][0] for d in TIME_DIMENSIONS) == pytest.approx(res.bottleneck_s[0], rel=1e-12)
+    assert_close(st["total_s"], total, rtol=1e-12, atol=0)
+    assert_close(res.bottleneck_s[0], np.nanmax(st["total_s"][0]), rtol=1e-12, atol=1e-12)
+    assert_close(sum(res.by_dimension[d][0] for d in TIME_DIMENSIONS), res.bottleneck_s[0], rtol=1e-12, atol=1e-12)
     assert res.by_dimension["ep"][0] > 0 and res.by_dimension["cp"][0] == 0
     assert set(st) == {*WHATS, "total_s"}
 
@@ -110,8 +110,8 @@ def test_a_subset_of_dimensions_is_its_items_alone_and_a_lower_bound(dims):
     with np.errstate(invalid="ignore"):
         stage_totals = sum(np.where(np.isnan(full.stages["time_s"][k]), -np.inf, full.stages["time_s"][k])
                            for k in items)
-    np.testing.assert_allclose(part.bottleneck_s, stage_totals.max(axis=1), rtol=1e-12)
-    np.testing.assert_allclose(sum(part.by_dimension[d] for d in dims), part.bottleneck_s, rtol=1e-12)
+    assert_close(part.bottleneck_s, stage_totals.max(axis=1), rtol=1e-12, atol=0)
+    assert_close(sum(part.by_dimension[d] for d in dims), part.bottleneck_s, rtol=1e-12, atol=0)
     assert (part.bottleneck_s <= full.bottleneck_s * (1 + 1e-12)).all()
     assert (part.bottleneck_s < full.bottleneck_s).any(), "a dimension left out costs something somewhere"
     quick = pricer.price_batch(batch, validated=True, dimensions=dims)
@@ -171,10 +171,10 @@ def test_batch_equals_each_layout_alone(dsv3):
     together = dsv3.price_batch(batch, per_stage=True)
     for i in range(len(batch)):
         alone = dsv3.price_batch(batch.subset(slice(i, i + 1)), per_stage=True)
-        assert alone.bottleneck_s[0] == pytest.approx(together.bottleneck_s[i], rel=1e-12)
+        assert_close(alone.bottleneck_s[0], together.bottleneck_s[i], rtol=1e-12, atol=1e-12)
         assert alone.bottleneck_stage[0] == together.bottleneck_stage[i]
         p = batch.layout(i).p
-        np.testing.assert_allclose(alone.stages["total_s"][0, :p], together.stages["total_s"][i, :p], rtol=1e-12)
+        assert_close(alone.stages["total_s"][0, :p], together.stages["total_s"][i, :p], rtol=1e-12, atol=0)
         assert np.isnan(together.stages["total_s"][i, p:]).all()
     quick = dsv3.price_batch(batch, validated=True)
     np.testing.assert_array_equal(quick.bottleneck_s, together.bottleneck_s)
@@ -211,9 +211,9 @@ def test_eval_cost_time_json_gives_seconds_per_stage_by_dimension(capsys):
     assert len(out["stages"]) == 16
     for row in out["stages"]:
         assert set(row["by_dimension"]) == set(TIME_DIMENSIONS)
-        assert sum(row["by_dimension"].values()) == pytest.approx(row["total_s"], rel=1e-12)
-        assert sum(row["by_collective"].values()) == pytest.approx(row["total_s"], rel=1e-12)
-    assert out["bottleneck"]["seconds"] == pytest.approx(max(r["total_s"] for r in out["stages"]), rel=1e-12)
+        assert_close(sum(row["by_dimension"].values()), row["total_s"], rtol=1e-12, atol=1e-12)
+        assert_close(sum(row["by_collective"].values()), row["total_s"], rtol=1e-12, atol=1e-12)
+    assert_close(out["bottleneck"]["seconds"], max(r["total_s"] for r in out["stages"]), rtol=1e-12, atol=1e-12)
     assert main(argv[:-1]) == 0
     table = capsys.readouterr().out
     assert "bottleneck: stage" in table and "ep.all_to_all" in table
