@@ -134,6 +134,28 @@ def test_keys_kernel_same_prices_as_the_numpy_pricer(monkeypatch, name, ttype, f
 
 
 @needs_numba
+def test_small_calls_take_the_keys_kernel_once_their_shape_repeats(monkeypatch):
+    """Below ``_KEYS_FROM`` layouts a call goes the batch path until its shape (settings, shared keys, varying
+    key names) has been priced ``_WARM_CALLS`` times: a searcher's loop over chunks then skips the batch path's
+    per-call Python. The numbers are the NumPy pricer's either way; another shape counts its own calls."""
+    monkeypatch.setattr(fused, "_WARM_CALLS", 3)
+    arrays = _valid_arrays("deepseek-v3", False, 200, seed=17)
+    chunks = [{key: values[start:start + 50] for key, values in arrays.items()} for start in range(0, 200, 50)]
+    numpy_pricer, pricer = StagePricer("deepseek-v3"), fused.FusedPricer("deepseek-v3")
+    used = []
+    for chunk in chunks:
+        got = pricer(**chunk)
+        used.append(_used_keys_kernel(pricer))
+        assert_close(got.bottleneck, numpy_pricer(**chunk).bottleneck, rtol=RTOL, atol=0)
+        assert_close(got.sum, numpy_pricer(**chunk).sum, rtol=RTOL, atol=0)
+    assert used == [False, False, True, True]
+    again = fused.FusedPricer("deepseek-v3")
+    for validated in (False, True):  # validated is part of the shape: each counts from one
+        again(validated=validated, **chunks[0])
+        assert not _used_keys_kernel(again)
+
+
+@needs_numba
 def test_keys_kernel_keys_given_as_numbers_and_os(monkeypatch):
     """Keys given as one number, an os column (the model's os otherwise follows d), and one pipeline."""
     monkeypatch.setattr(fused, "_KEYS_FROM", 1)

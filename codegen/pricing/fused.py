@@ -4,7 +4,8 @@
 ``StagePrices``) with its NumPy passes replaced, for ``per_stage=False``, by compiled loops.
 
 **Called with key arrays** (``pricer(d=…, t=…, …)``, int64 columns or single numbers, at least
-``_KEYS_FROM`` layouts): the whole pricer is one loop over the layouts
+``_KEYS_FROM`` layouts, or fewer in the ``_WARM_CALLS``-th call of one shape on): the whole pricer is one loop
+over the layouts
 (``codegen/templates/numba/pricer_keys.py.jinja``) that reads each layout's keys once and does the
 input gate (bounds and device count), the validation (``validated=False``), the derived fields,
 the TIME path's level scores, the stage terms, their groups, the weights of each kind of stage by
@@ -72,9 +73,14 @@ __all__ = ["FusedPricer", "available"]
 #: Layouts per call of the kernel: the derived-field arrays of a block stay in the processor's cache.
 _BLOCK = 1 << 16
 
-#: Fewest layouts a call prices by reading the key columns in one kernel (:meth:`FusedPricer._price_keys`);
-#: fewer go the batch path, whose Python costs less than the scan and the plan.
+#: Fewest layouts a call prices by reading the key columns in one kernel (:meth:`FusedPricer._price_keys`)
+#: at once; fewer go the batch path, whose first call costs less than the scan and the plan (some 40-70 ms).
 _KEYS_FROM = 1 << 12
+
+#: Calls of one shape (settings, shared keys, varying key names) below ``_KEYS_FROM`` layouts after which the
+#: shape is a searcher's loop and takes the key kernel too: a warm call of 1,000 layouts then costs some 60 us
+#: against some 200-600 us on the batch path (``python3 bench/model.py``, ``fused_n1000``).
+_WARM_CALLS = 16
 
 #: A scanned key's values lie in ``0 .. _VALUES - 1`` (larger ones take the batch path).
 _VALUES = 1 << 12
@@ -194,14 +200,17 @@ class FusedPricer(StagePricer):
         self._key_plans: dict[Any, Any] = {}
         self._scanned: dict[Any, tuple[str, ...]] = {}
         self._current: dict[Any, Any] = {}
+        self._heads: dict[Any, LayoutBatch] = {}
+        self._calls: dict[Any, int] = {}
 
     def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
                  **arrays: Any) -> StagePrices:
         """Prices of the layouts given as arrays; as ``StagePricer.__call__``.
 
         When every key is an int64 array (or one whole number) and there are at least ``_KEYS_FROM``
-        layouts, one kernel reads the keys themselves (see :meth:`_price_keys`); otherwise, or when a
-        layout is invalid, the batch path (:meth:`price_batch`) prices them and raises its errors.
+        layouts (or the same shape was priced ``_WARM_CALLS`` times), one kernel reads the keys themselves (see
+        :meth:`_price_keys`); otherwise, or when a layout is invalid, the batch path (:meth:`price_batch`) prices
+        them and raises its errors.
         """
         if per_stage is False:
             prices = self._price_keys(arrays, flag("validated", validated))
@@ -241,12 +250,11 @@ class FusedPricer(StagePricer):
                 keys[name] = value
             else:
                 return None
-        if n is None or n < _KEYS_FROM or any(len(c) != n for c in columns.values()):
-            return None
+        if not n or any(len(c) != n for c in columns.values()):
+            return None  # no key column, or no layout
         settings = {name: value for name, value in arrays.items() if name not in ARRAY_KEYS}
-        try:
-            head = self._batch(settings, keys)
-        except (LayoutError, TypeError, ValueError):
+        head = self._head(settings, keys, columns)
+        if head is None:
             return None  # the batch path raises the same error, naming the layout
         from generated.fused import _runtime
 
@@ -255,6 +263,12 @@ class FusedPricer(StagePricer):
         layout_key = (head.settings(), tuple((name, int(getattr(head, name)[0])) for name in ARRAY_KEYS
                                              if name not in columns and (name in keys or name != "os")),
                       tuple(columns), validated)
+        if n < _KEYS_FROM and layout_key not in self._current:
+            calls = self._calls[layout_key] = self._calls.get(layout_key, 0) + 1
+            if calls < _WARM_CALLS:
+                return None
+            if len(self._calls) >= 256:
+                self._calls.clear()
         scanned = self._scanned.get(layout_key)
         if scanned is None:
             if len(self._scanned) >= 256:
@@ -314,6 +328,34 @@ class FusedPricer(StagePricer):
                 self._key_plans.clear()
             self._key_plans[plan_key] = plan
         return None if plan is False else (seen, plan)
+
+    def _head(self, settings: dict[str, Any], keys: dict[str, Any], columns: dict[str, np.ndarray]
+              ) -> LayoutBatch | None:
+        """The one-layout batch of the call's first layout (its settings, and the keys every layout shares), or
+        ``None`` when it is invalid.
+
+        Only its settings and shared keys are read (the kernel gates and checks each layout itself), so a head is
+        kept per (settings, shared keys, varying key names): building one costs more than pricing 1,000 layouts
+        in the kernel. Settings that cannot be a dictionary key (arrays) build it every call.
+        """
+        try:
+            shared = tuple((name, int(value[0]) if isinstance(value, np.ndarray) else int(value))
+                           for name, value in keys.items() if name not in columns)
+            head_key: Any = (tuple(settings.items()), shared, tuple(columns))
+            head = self._heads.get(head_key)
+        except TypeError:  # an unhashable setting
+            head_key, head = None, None
+        if head is not None:
+            return head
+        try:
+            head = self._batch(settings, keys)
+        except (LayoutError, TypeError, ValueError):
+            return None
+        if head_key is not None:
+            if len(self._heads) >= 256:
+                self._heads.clear()
+            self._heads[head_key] = head
+        return head
 
     def _batch(self, settings: dict[str, Any], keys: dict[str, Any]) -> LayoutBatch:
         """The batch of *keys* (arrays or numbers) over the model's layout, as ``__call__`` makes it."""
