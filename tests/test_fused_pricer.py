@@ -149,6 +149,16 @@ def test_small_calls_take_the_keys_kernel_once_their_shape_repeats(monkeypatch):
         assert_close(got.bottleneck, numpy_pricer(**chunk).bottleneck, rtol=RTOL, atol=0)
         assert_close(got.sum, numpy_pricer(**chunk).sum, rtol=RTOL, atol=0)
     assert used == [False, False, True, True]
+    # The kept head (the shape's first layout) checks no later call: a broken first layout still raises as the
+    # NumPy pricer does, from the kernel's own check.
+    for key, value in (("ep", 3), ("d", 0)):
+        broken = {name: values.copy() for name, values in chunks[1].items()}
+        broken[key][0] = value
+        with pytest.raises(LayoutError) as numpy_error:
+            numpy_pricer(**broken)
+        with pytest.raises(LayoutError) as fused_error:
+            pricer(**broken)
+        assert str(fused_error.value) == str(numpy_error.value)
     again = fused.FusedPricer("deepseek-v3")
     for validated in (False, True):  # validated is part of the shape: each counts from one
         again(validated=validated, **chunks[0])
