@@ -200,7 +200,7 @@ class FusedPricer(StagePricer):
         self._key_plans: dict[Any, Any] = {}
         self._scanned: dict[Any, tuple[str, ...]] = {}
         self._current: dict[Any, Any] = {}
-        self._heads: dict[Any, LayoutBatch] = {}
+        self._heads: dict[Any, tuple[LayoutBatch, tuple[Any, ...]]] = {}
         self._calls: dict[Any, int] = {}
 
     def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
@@ -253,16 +253,12 @@ class FusedPricer(StagePricer):
         if not n or any(len(c) != n for c in columns.values()):
             return None  # no key column, or no layout
         settings = {name: value for name, value in arrays.items() if name not in ARRAY_KEYS}
-        head = self._head(settings, keys, columns)
-        if head is None:
+        shape = self._head(settings, keys, columns)
+        if shape is None:
             return None  # the batch path raises the same error, naming the layout
+        head, layout_key = shape[0], (*shape[1], validated)
         from generated.fused import _runtime
 
-        # The keys every layout shares, by value: those given as one number or left to the model's layout (os
-        # left to it follows d: it is the first layout's, not every layout's).
-        layout_key = (head.settings(), tuple((name, int(getattr(head, name)[0])) for name in ARRAY_KEYS
-                                             if name not in columns and (name in keys or name != "os")),
-                      tuple(columns), validated)
         if n < _KEYS_FROM and layout_key not in self._current:
             calls = self._calls[layout_key] = self._calls.get(layout_key, 0) + 1
             if calls < _WARM_CALLS:
@@ -330,32 +326,37 @@ class FusedPricer(StagePricer):
         return None if plan is False else (seen, plan)
 
     def _head(self, settings: dict[str, Any], keys: dict[str, Any], columns: dict[str, np.ndarray]
-              ) -> LayoutBatch | None:
-        """The one-layout batch of the call's first layout (its settings, and the keys every layout shares), or
-        ``None`` when it is invalid.
+              ) -> tuple[LayoutBatch, tuple[Any, ...]] | None:
+        """The one-layout batch of the call's first layout and the call's shape, or ``None`` when it is invalid.
 
-        Only its settings and shared keys are read (the kernel gates and checks each layout itself), so a head is
-        kept per (settings, shared keys, varying key names): building one costs more than pricing 1,000 layouts
-        in the kernel. Settings that cannot be a dictionary key (arrays) build it every call.
+        The shape is what every layout of the call shares: the settings and the keys given as one number or
+        left to the model's layout (os left to it follows d: it is the first layout's, not every layout's),
+        by value, and the names of the varying keys. Only the head's settings and shared keys are read (the
+        kernel gates and checks each layout itself), so both are kept per call signature: building the head
+        costs more than pricing 1,000 layouts in the kernel. Settings that cannot be a dictionary key (arrays)
+        build them every call.
         """
         try:
-            shared = tuple((name, int(value[0]) if isinstance(value, np.ndarray) else int(value))
-                           for name, value in keys.items() if name not in columns)
-            head_key: Any = (tuple(settings.items()), shared, tuple(columns))
-            head = self._heads.get(head_key)
+            given = tuple((name, int(value[0]) if isinstance(value, np.ndarray) else int(value))
+                          for name, value in keys.items() if name not in columns)
+            signature: Any = (tuple(settings.items()), given, tuple(columns))
+            kept = self._heads.get(signature)
         except TypeError:  # an unhashable setting
-            head_key, head = None, None
-        if head is not None:
-            return head
+            signature, kept = None, None
+        if kept is not None:
+            return kept
         try:
             head = self._batch(settings, keys)
         except (LayoutError, TypeError, ValueError):
             return None
-        if head_key is not None:
+        shared = tuple((name, int(getattr(head, name)[0])) for name in ARRAY_KEYS
+                       if name not in columns and (name in keys or name != "os"))
+        kept = (head, (head.settings(), shared, tuple(columns)))
+        if signature is not None:
             if len(self._heads) >= 256:
                 self._heads.clear()
-            self._heads[head_key] = head
-        return head
+            self._heads[signature] = kept
+        return kept
 
     def _batch(self, settings: dict[str, Any], keys: dict[str, Any]) -> LayoutBatch:
         """The batch of *keys* (arrays or numbers) over the model's layout, as ``__call__`` makes it."""
