@@ -97,6 +97,8 @@ def test_restrictions_and_errors():
     ("llama2-7b", 16, 64, {"b": 3}, "--fix b=3: b must divide the global batch, 64."),
     ("llama2-7b", 16, 64, {"d": 4, "t": 8}, "--fix: d·t = 32 does not divide the 16 devices (d·t·cp·p = 16)."),
     ("deepseek-v3", 64, 64, {"ep": 7}, "--fix ep=7: ep must divide the routed experts n_exp = 256."),
+    ("deepseek-v3", 64, 64, {"etp": 16}, "--fix etp=16: etp must be at most the devices of a node, 8."),
+    ("llama2-7b", 16, 64, {"etp": 2}, "--fix etp=2: etp must be 1: the model has no routed experts."),
     # Each pin holds on its own; only together do they fail (d = 16/(2·8) = 1, so m = 64/(1·2) = 32, not 64).
     ("llama2-7b", 16, 64, {"t": 2, "p": 8, "b": 2, "m": 64}, None),
 ])

@@ -31,7 +31,7 @@ Public API::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -216,10 +216,6 @@ class SearchSpace:
         self._build_candidates()
 
     # ------------------------------------------------------------------ the grid
-    def _allowed(self, key: str, values: np.ndarray) -> np.ndarray:
-        """The *values* of *key* the options allow (``--fix``, ``--max``)."""
-        return values[self._allowed_mask(key, values)]
-
     def _allowed_mask(self, key: str, values: np.ndarray) -> np.ndarray:
         """Which of *values* of *key* the options allow."""
         mask = np.ones(values.shape, dtype=bool)
@@ -229,36 +225,67 @@ class SearchSpace:
             mask &= values <= self.maximum[key]
         return mask
 
+    def _key_rules(self) -> dict[str, tuple[tuple[Callable[[np.ndarray], np.ndarray], str], ...]]:
+        """Per key, the rules a value keeps on its own, as vectorised tests with the words of an error: the grid
+        takes the candidates that pass them all (:meth:`_build_candidates`), an empty one names the ``--fix`` value
+        that fails one (:meth:`why_empty`)."""
+        model, n, batch = self.model, self.devices, self.global_batch
+        seq = model.layout.s or model.s
+        layers = model.n_lay + model.n_mtp
+        node = self.devices_per_node if self.devices_per_node and not self.tp_cross_node else None
+        moe = model.n_exp > 1
+        devices = (lambda v: n % v == 0, f"divide the {n:,} devices")
+        whole_batch = (lambda v: batch % v == 0, f"divide the global batch, {batch:,}")
+        within_layers = (lambda v: v <= layers, f"be at most the layers, {layers}")
+        return {
+            "d": (devices, whole_batch),  # m = global / (d·b) whole
+            "t": (devices, (lambda v: model.a % v == 0, f"divide the attention heads a = {model.a}"),
+                  (lambda v: v <= (node or n), f"fit a node of {node} devices (--tp-cross-node lifts this)")),
+            "cp": (devices, (lambda v: seq % v == 0, f"divide the sequence length s = {seq:,}")),
+            "p": (devices, within_layers),
+            "vp": (within_layers,),
+            "ep": ((lambda v: v <= n, f"be at most the {n:,} devices"),
+                   (lambda v: model.n_exp % v == 0, f"divide the routed experts n_exp = {model.n_exp}") if moe
+                   else (lambda v: v == 1, "be 1: the model has no routed experts")),
+            "etp": (devices, (lambda v: v <= (self.devices_per_node or n),
+                              f"be at most the devices of a node, {self.devices_per_node or n}")) if moe
+                   else ((lambda v: v == 1, "be 1: the model has no routed experts"),),
+            "b": (whole_batch,),
+            "m": (whole_batch,),
+        }
+
+    def _candidate_mask(self, key: str, values: np.ndarray) -> np.ndarray:
+        """Which *values* of *key* keep its rules and the options (``--fix``, ``--max``)."""
+        keep = self._allowed_mask(key, values)
+        for holds, _ in self._rules[key]:
+            keep &= holds(values)
+        return keep
+
+    def _candidates(self, key: str, values: np.ndarray) -> np.ndarray:
+        """The *values* of *key* that keep its rules and the options."""
+        return values[self._candidate_mask(key, values)]
+
     def _build_candidates(self) -> None:
         model, n = self.model, self.devices
+        self._rules = self._key_rules()
         divisors = _divisors(n)
         total_layers = model.n_lay + model.n_mtp
-        t = self._allowed("t", divisors[model.a % divisors == 0])
-        if self.devices_per_node and not self.tp_cross_node:
-            t = t[t <= self.devices_per_node]
-        s = self.model.layout.s or model.s
-        cp = self._allowed("cp", divisors[s % divisors == 0])
-        p = self._allowed("p", divisors[divisors <= total_layers])
+        t, cp, p = (self._candidates(key, divisors) for key in ("t", "cp", "p"))
         tt, cc, pp = (a.ravel() for a in np.meshgrid(t, cp, p, indexing="ij"))
         keep = n % (tt * cc * pp) == 0
         tt, cc, pp = tt[keep], cc[keep], pp[keep]
         dd = n // (tt * cc * pp)
-        keep = self._allowed_mask("d", dd) & (self.global_batch % dd == 0)  # m = global / (d·b) whole
+        keep = self._candidate_mask("d", dd)
         tt, cc, pp, dd = tt[keep], cc[keep], pp[keep], dd[keep]
         # Pipeline chunks: p·vp within the layers, vp > 1 only with a pipeline (the layouts' own rules,
         # applied here so that the grid holds no (p, vp) pair they reject).
-        vp = self._allowed("vp", np.arange(1, total_layers + 1, dtype=np.int64))
+        vp = self._candidates("vp", np.arange(1, total_layers + 1, dtype=np.int64))
         pair = (pp[:, None] * vp[None, :] <= total_layers) & ((vp[None, :] == 1) | (pp[:, None] > 1))
         rows, cols = np.nonzero(pair)
         self.base = {"t": tt[rows], "cp": cc[rows], "p": pp[rows], "d": dd[rows], "vp": vp[cols]}
-        ep = _divisors(model.n_exp) if model.n_exp > 1 else np.ones(1, np.int64)
-        self.ep = self._allowed("ep", ep[ep <= n])
-        if model.n_exp > 1:
-            etp = divisors[divisors <= (self.devices_per_node or n)]
-        else:
-            etp = np.ones(1, np.int64)
-        self.etp = self._allowed("etp", etp)
-        self.b = self._allowed("b", _divisors(self.global_batch))
+        self.ep = self._candidates("ep", _divisors(model.n_exp) if model.n_exp > 1 else np.ones(1, np.int64))
+        self.etp = self._candidates("etp", divisors if model.n_exp > 1 else np.ones(1, np.int64))
+        self.b = self._candidates("b", _divisors(self.global_batch))
         # Which (base row, ep, etp) combinations the layout constraints accept, once per CP algorithm (the
         # only shared setting a rule reads besides offsets and per-stage lists, which a uniform plan has
         # not): the rules are elementwise and read none of b, m (codegen.configs.layouts._constraint_rules),
@@ -320,38 +347,20 @@ class SearchSpace:
         """Why the grid is empty, when a ``--fix`` value can never hold on its own or the pinned degrees
         cannot multiply to the device count; ``None`` when the reason lies in how the constraints combine.
 
-        The sentence names the option, the value and the rule it breaks (the rules ``_build_candidates`` applies).
+        The sentence names the option, the value and the rule it breaks (:meth:`_key_rules`, the grid's own).
         """
         if self.size:
             return None
-        model, n, batch = self.model, self.devices, self.global_batch
-        seq = self.model.layout.s or model.s
-        layers = model.n_lay + model.n_mtp
-        node = self.devices_per_node if self.devices_per_node and not self.tp_cross_node else None
-        devices = (lambda v: n % v == 0, f"divide the {n:,} devices")
-        rules = {
-            "d": (devices, (lambda v: batch % v == 0, f"divide the global batch, {batch:,}")),
-            "t": (devices, (lambda v: model.a % v == 0, f"divide the attention heads a = {model.a}"),
-                  (lambda v: node is None or v <= node, f"fit a node of {node} devices (--tp-cross-node lifts this)")),
-            "cp": (devices, (lambda v: seq % v == 0, f"divide the sequence length s = {seq:,}")),
-            "p": (devices, (lambda v: v <= layers, f"be at most the layers, {layers}")),
-            "vp": ((lambda v: v <= layers, f"be at most the layers, {layers}"),),
-            "ep": ((lambda v: v <= n, f"be at most the {n:,} devices"),
-                   (lambda v: model.n_exp % v == 0 if model.n_exp > 1 else v == 1,
-                    f"divide the routed experts n_exp = {model.n_exp}" if model.n_exp > 1
-                    else "be 1: the model has no routed experts")),
-            "b": ((lambda v: batch % v == 0, f"divide the global batch, {batch:,}"),),
-            "m": ((lambda v: batch % v == 0, f"divide the global batch, {batch:,}"),),
-        }
         for key, value in self.fix.items():
-            for holds, rule in rules.get(key, ()):
-                if not holds(value):
+            for holds, rule in self._rules.get(key, ()):
+                if not holds(np.int64(value)):
                     return f"--fix {key}={value}: {key} must {rule}."
         pinned = [(key, self.fix[key]) for key in ("d", "t", "cp", "p") if key in self.fix]
         product = int(np.prod([value for _, value in pinned], dtype=np.int64)) if pinned else 1
-        if len(pinned) > 1 and n % product:
+        if len(pinned) > 1 and self.devices % product:
             names = "·".join(key for key, _ in pinned)
-            return f"--fix: {names} = {product:,} does not divide the {n:,} devices (d·t·cp·p = {n:,})."
+            return (f"--fix: {names} = {product:,} does not divide the {self.devices:,} devices "
+                    f"(d·t·cp·p = {self.devices:,}).")
         return None
 
     # ------------------------------------------------------------------ chunks
