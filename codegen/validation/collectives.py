@@ -74,6 +74,11 @@ def nvls_reduces(dtype: str | None) -> bool:
         raise ValueError(f"dtype: unknown data type {dtype!r}; known: {', '.join(sorted(NVLS_REDUCES_DTYPE))}") from None
 
 
+def _log2(bound: int | float) -> int:
+    """The exponent of a power-of-two bound of ``codegen.inputs``, for a message that names it."""
+    return int(bound).bit_length() - 1
+
+
 def _op(name: str) -> str:
     try:
         return OPS[name]
@@ -135,11 +140,11 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
     sys_ = system if isinstance(system, hardware.System) else hardware.load(system)
     n, size = np.asarray(ranks, dtype=float), np.asarray(msg_bytes, dtype=float)
     if np.any(~(n >= 2)) or np.any(n != np.floor(n)) or np.any(n > DEVICES_MAX):
-        raise ValueError(f"ranks: a collective needs a whole number of ranks from 2 to 2**30 (the largest device "
-                         f"count symcost prices), got {ranks!r}")
+        raise ValueError(f"ranks: a collective needs a whole number of ranks from 2 to 2**{_log2(DEVICES_MAX)} (the "
+                         f"largest device count symcost prices), got {ranks!r}")
     if np.any(~np.isfinite(size)) or np.any(size <= 0) or np.any(size > VALUE_MAX):
-        raise ValueError(f"bytes: must be a size > 0 and at most 2**53 (whole numbers exact in float64), "
-                         f"got {msg_bytes!r}")
+        raise ValueError(f"bytes: must be a size > 0 and at most 2**{_log2(VALUE_MAX)} (whole numbers exact in "
+                         f"float64), got {msg_bytes!r}")
     values = group_values(sys_, n, size)
     if op in _REDUCING and not reduces:
         values["nvls"] = 0.0  # NCCL enqueue.cc: nvlsSupport needs ncclNvlsSupported(op, type)
