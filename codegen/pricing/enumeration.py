@@ -213,6 +213,7 @@ class SearchSpace:
         self.settings = tuple(Setting(r, int(z), a) for r in recompute for z in zero_levels for a in algos)
         if not self.settings:
             raise ValueError("search space: no recompute mode, ZeRO level or CP algorithm to try")
+        self._rules = self._key_rules()
         self._build_candidates()
 
     # ------------------------------------------------------------------ the grid
@@ -267,7 +268,6 @@ class SearchSpace:
 
     def _build_candidates(self) -> None:
         model, n = self.model, self.devices
-        self._rules = self._key_rules()
         divisors = _divisors(n)
         total_layers = model.n_lay + model.n_mtp
         t, cp, p = (self._candidates(key, divisors) for key in ("t", "cp", "p"))
