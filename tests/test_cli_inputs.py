@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import types
@@ -10,7 +11,7 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from codegen.cli import main, version
+from codegen.cli import build_parser, main, version
 
 LLAMA = ["--model", "llama2-7b"]
 
@@ -212,6 +213,26 @@ def test_a_command_is_required_and_named(capsys):
         assert main(argv) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("symcost: error: ") and fragment in lines[0]
+
+
+def _command_paths(parser, path=()):
+    """Every command and sub-command of the parser, as the argv that names it."""
+    yield path
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _command_paths(child, (*path, name))
+
+
+def test_every_command_prints_its_help(capsys):
+    # argparse %-formats each sub-command's one-line help when its parent prints --help: a bare '%' there
+    # ('2 %') was a traceback. Every level is asked, the top one included.
+    paths = list(_command_paths(build_parser()))
+    assert ("validate", "memory") in paths and len(paths) > 12
+    for path in paths:
+        assert main([*path, "--help"]) == 0, path
+        captured = capsys.readouterr()
+        assert captured.out.startswith(f"usage: {' '.join(('symcost', *path))}") and not captured.err, path
 
 
 @pytest.mark.parametrize("extra, fragment", [

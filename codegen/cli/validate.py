@@ -96,4 +96,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Compare a model's predictions with measurements and report the errors.")
     what = p.add_subparsers(dest="what", required=True, metavar="WHAT")
     for name, (help_text, add) in CHOICES.items():
-        add(what.add_parser(name, help=help_text, description=help_text))
+        # The one-line help is %-formatted by argparse (as '%(prog)s'); the description is printed as it is.
+        add(what.add_parser(name, help=help_text.replace("%", "%%"), description=help_text))
