@@ -118,11 +118,13 @@ def test_check_binary_and_directory_name_the_file(capsys, tmp_path):
     assert str(tmp_path) in _error(capsys, ["check", "--cases", str(tmp_path)])
 
 
-@pytest.mark.parametrize("name", ["", "dir", "x.txt", "missing/x.png"])
-def test_plot_target_refused_before_pricing(capsys, tmp_path, name):
+@pytest.mark.parametrize("name", ["", "dir", "x.txt", "missing/x.png", "mine.png"])
+def test_plot_path_refused_before_pricing(capsys, tmp_path, name):
     (tmp_path / "dir").mkdir()
+    (tmp_path / "mine.png").write_bytes(b"mine")
     target = "" if name == "" else str(tmp_path / name)
     assert "--plot" in _error(capsys, ["sensitivity", *LLAMA, "--degrees", "t", "--plot", target])
+    assert (tmp_path / "mine.png").read_bytes() == b"mine"
 
 
 def _fake_matplotlib(written: list):
@@ -131,7 +133,7 @@ def _fake_matplotlib(written: list):
     matplotlib.use = lambda backend: None
     pyplot = types.ModuleType("matplotlib.pyplot")
 
-    def subplots(rows, columns, **kwargs):
+    def subplots(rows=1, columns=1, squeeze=True, **kwargs):
         fig = mock.MagicMock()
 
         def savefig(target, format=None, **kw):
@@ -142,7 +144,7 @@ def _fake_matplotlib(written: list):
         axes = np.empty((rows, columns), dtype=object)  # filled one by one: a MagicMock looks like a sequence
         for index in np.ndindex(axes.shape):
             axes[index] = mock.MagicMock()
-        return fig, axes
+        return fig, axes[0, 0] if squeeze and axes.size == 1 else axes
 
     pyplot.subplots = subplots
     pyplot.close = lambda fig: None
@@ -160,8 +162,41 @@ def test_plot_writes_exactly_the_path_given_and_says_so(capsys, tmp_path, monkey
     assert capsys.readouterr().out.splitlines()[-1] == f"wrote {path}"
     assert written == [(str(path), "svg")] and path.read_bytes() == b"fake svg"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["curve.SVG"]
-    assert main(["sensitivity", *LLAMA, "--degrees", "t", "--plot", str(path), "--json"]) == 0
-    assert capsys.readouterr().err.splitlines()[-1] == f"wrote {path} (replaced the existing file)"
+    # A plot of an earlier run is a file like any other: refused before pricing, kept as it was.
+    line = _error(capsys, ["sensitivity", *LLAMA, "--degrees", "t", "--plot", str(path), "--json"])
+    assert line.endswith(f"--plot {path}: the file exists; symcost never overwrites a file (remove it first)")
+    assert path.read_bytes() == b"fake svg" and len(written) == 1
+    other = tmp_path / "other.pdf"
+    assert main(["sensitivity", *LLAMA, "--degrees", "t", "--plot", str(other), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["objective"] and captured.err.splitlines()[-1] == f"wrote {other}"
+    assert written[-1] == (str(other), "pdf")
+
+
+@pytest.mark.parametrize("command", ["sensitivity", "search"])
+def test_a_plot_file_that_appears_meanwhile_is_kept(capsys, tmp_path, monkeypatch, command):
+    # The path is checked before pricing and created exclusively after it: a file someone writes in between
+    # is not overwritten (one line, exit 2) by either command that plots.
+    matplotlib, pyplot = _fake_matplotlib([])
+    monkeypatch.setitem(sys.modules, "matplotlib", matplotlib)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", pyplot)
+    path = tmp_path / "late.png"
+    from codegen.cli import _output
+
+    checked = _output.new_file
+
+    def check_then_race(text, option, formats):
+        found = checked(text, option, formats)
+        path.write_bytes(b"theirs")
+        return found
+
+    monkeypatch.setattr(f"codegen.cli.{command}.new_file", check_then_race)
+    argv = {"sensitivity": [*LLAMA, "--degrees", "t"],
+            "search": [*LLAMA, "--devices", "8", "--system", "dgx_a100", "--global-batch", "16", "--no-progress",
+                       "--top", "2"]}[command]
+    line = _error(capsys, [command, *argv, "--plot", str(path)])
+    assert line.endswith(f"--plot {path}: the file exists; symcost never overwrites a file (remove it first)")
+    assert path.read_bytes() == b"theirs"
 
 
 def test_derive_reads_numbers_and_algorithms_as_eval_does(capsys):

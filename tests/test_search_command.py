@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -128,6 +129,23 @@ def test_cli_search_prints_top_and_writes_csv(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
 
 
+def test_cli_search_writes_the_same_rows_to_parquet(tmp_path, capsys):
+    pq = pytest.importorskip("pyarrow.parquet")
+    argv = ["search", "--model", "llama2-7b", "--devices", "16", "--system", "dgx_a100", "--global-batch", "32",
+            "--top", "1", "--no-progress", "--out"]
+    assert main([*argv, str(tmp_path / "all.csv")]) == 0
+    assert main([*argv, str(tmp_path / "all.PARQUET")]) == 0
+    said = capsys.readouterr().out.splitlines()
+    table = pq.read_table(tmp_path / "all.PARQUET").to_pydict()
+    with open(tmp_path / "all.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert said[-1].endswith(f"wrote {len(rows):,} layouts (the feasible ones unless --keep-infeasible) to "
+                             f"{tmp_path / 'all.PARQUET'}.")
+    assert list(table) == list(rows[0]) and len(table["index"]) == len(rows)
+    assert [str(v) for v in table["recompute"]] == [r["recompute"] for r in rows]
+    assert table["index"] == [int(r["index"]) for r in rows]
+
+
 
 def test_cli_search_says_why_the_table_is_empty(capsys):
     # llama2-7b has 32 heads: no t = 3 divides them.
@@ -170,6 +188,10 @@ def test_cli_search_json(capsys):
     (["--recompute", "sometimes"], "recompute"),
     (["--model", "no-such-model"], "no-such-model"),
     (["--out", "x.txt"], "--out"),
+    (["--out", ""], "--out: expected a file path, got ''"),
+    (["--out", "."], "--out .: is a directory; name a file in it, e.g. out.csv"),
+    (["--plot", "front.jpg"], "--plot front.jpg: expected a file ending in .png or .svg or .pdf"),
+    (["--plot", "no/such/dir/front.png"], "--plot no/such/dir/front.png: no such directory no/such/dir"),
 ])
 def test_cli_search_bad_options(argv, word, capsys):
     base = {"--model": "llama2-7b", "--devices": "8", "--system": "dgx_a100", "--global-batch": "16"}
@@ -261,6 +283,12 @@ def test_cli_plot(tmp_path, capsys):
         assert code == 2 and "matplotlib" in capsys.readouterr().err and not target.exists()
     else:
         assert code == 0 and target.stat().st_size > 0
+        assert capsys.readouterr().out.splitlines()[-1] == f"wrote {target}"
+        # a plot of an earlier run is refused like any existing file, and kept
+        before = target.read_bytes()
+        assert main(["search", "--model", "llama2-7b", "--devices", "8", "--system", "dgx_a100", "--global-batch",
+                     "16", "--plot", str(target)]) == 2
+        assert "the file exists" in capsys.readouterr().err and target.read_bytes() == before
 
 
 def test_stage_hbm_bytes_equal_an_operation_count():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import sys
 import time
@@ -27,6 +28,7 @@ import numpy as np
 from ..configs.layouts import Layout, LayoutError
 from ..configs.models import load_model, model_names
 from ..inputs import DEVICES_MAX, parse_whole
+from ._output import PLOT_FORMATS, create, new_file, pyplot
 
 OUT_COLUMNS = ("rank", "d", "t", "p", "cp", "ep", "etp", "vp", "b", "m", "recompute", "zero", "cp_algo")
 
@@ -54,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="rank layouts whose memory per rank exceeds the GPU's HBM too (flagged); default: dropped")
     p.add_argument("--no-memory", action="store_true", help="do not price memory (no feasibility filter)")
     p.add_argument("--out", metavar="FILE.csv|FILE.parquet", help="write every valid layout with its figures")
-    p.add_argument("--plot", metavar="FILE.png", help="plot step time against peak memory of the top layouts")
+    p.add_argument("--plot", metavar="FILE.png", help="plot step time against peak memory of the top layouts into FILE "
+                                                     "(a new .png, .svg or .pdf; needs matplotlib)")
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run on a dask.distributed scheduler")
     p.add_argument("--engine", default="numpy", choices=("numpy", "dask"),
                    help="numpy (in process, default) or dask (dask.array blocks, local threads)")
@@ -71,15 +74,8 @@ def _words(text: str, option: str) -> tuple[str, ...]:
     return items
 
 
-def _fresh(path: str, option: str, suffixes: tuple[str, ...]) -> Path:
-    target = Path(path)
-    if target.suffix.lower() not in suffixes:
-        raise ValueError(f"{option} {path}: expected a file ending in {' or '.join(suffixes)}")
-    if target.exists():
-        raise ValueError(f"{option} {path}: the file exists; symcost never overwrites a file (remove it first)")
-    if not target.parent.is_dir():
-        raise ValueError(f"{option} {path}: no such directory {target.parent}")
-    return target
+#: Formats ``--out`` writes, by the file's suffix.
+TABLE_FORMATS = {".csv": "csv", ".parquet": "parquet"}
 
 
 class _Writer:
@@ -87,7 +83,7 @@ class _Writer:
 
     def __init__(self, path: Path, labels: dict[str, tuple[Any, ...]]):
         self.path, self.labels, self.rows = path, labels, 0
-        self.parquet = path.suffix.lower() == ".parquet"
+        self.parquet = TABLE_FORMATS[path.suffix.lower()] == "parquet"
         if self.parquet:
             try:
                 import pyarrow  # noqa: F401
@@ -110,11 +106,12 @@ class _Writer:
             arrays = pa.table({k: (pa.array(v.astype(str)) if v.dtype == object else pa.array(v))
                                for k, v in named.items()})
             if self._writer is None:
-                self._writer = pq.ParquetWriter(str(self.path), arrays.schema)
+                self._file = create(self.path, "--out")
+                self._writer = pq.ParquetWriter(self._file, arrays.schema)
             self._writer.write_table(arrays)
         else:
             if self._file is None:
-                self._file = open(self.path, "x", newline="", encoding="utf-8")
+                self._file = io.TextIOWrapper(create(self.path, "--out"), encoding="utf-8", newline="")
                 self._csv = csv.writer(self._file)
                 self._csv.writerow(list(named))
             columns = [named[k].tolist() for k in named]
@@ -123,7 +120,7 @@ class _Writer:
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.close()
+            self._writer.close()  # a Parquet writer given a file object leaves it open
         if self._file is not None:
             self._file.close()
 
@@ -199,13 +196,9 @@ def run(args: argparse.Namespace) -> int:
                       cp_algos=_words(args.cp_algo, "--cp-algo") if args.cp_algo else None,
                       tp_cross_node=args.tp_cross_node, original_device=args.original_device,
                       memory=not args.no_memory, keep_infeasible=args.keep_infeasible)
-    out = _fresh(args.out, "--out", (".csv", ".parquet")) if args.out else None
-    plot = _fresh(args.plot, "--plot", (".png", ".svg", ".pdf")) if args.plot else None
-    if plot is not None:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise ValueError("--plot: needs the optional matplotlib (pip install matplotlib)") from None
+    out = new_file(args.out, "--out", TABLE_FORMATS)[0] if args.out is not None else None
+    plot = new_file(args.plot, "--plot", PLOT_FORMATS) if args.plot is not None else None
+    plt = pyplot("--plot") if plot is not None else None
     from ..pricing.search import _context
 
     space = _context(spec)[0]
@@ -236,7 +229,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(rows, args.objective)
         note = " (interrupted by Ctrl-C: the best so far)" if result.interrupted else ""
-        written = f"; wrote {writer.rows:,} layouts (the feasible ones unless --keep-infeasible) to {out}" if writer is not None else ""
+        written = ("" if writer is None else f"; no layout to write to {out}" if not writer.rows else
+                   f"; wrote {writer.rows:,} layouts (the feasible ones unless --keep-infeasible) to {out}")
         from ..pricing.search import _context as context
 
         step = context(spec)[1]
@@ -251,7 +245,8 @@ def run(args: argparse.Namespace) -> int:
         elif not rows and not result.interrupted:
             print("No valid layout fits in memory on this system; --keep-infeasible lists them, flagged.")
     if plot is not None:
-        _plot(rows, plot, pareto_front)
+        _plot(plt, rows, *plot, pareto_front)
+        print(f"wrote {plot[0]}", file=sys.stderr if args.json else sys.stdout)
     return 130 if result.interrupted else 0
 
 
@@ -280,12 +275,7 @@ def _print(rows: list[dict[str, Any]], objective: str) -> None:
         print(line)
 
 
-def _plot(rows: list[dict[str, Any]], path: Path, pareto_front: Any) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _plot(plt: Any, rows: list[dict[str, Any]], path: Path, fmt: str, pareto_front: Any) -> None:
     pts = [(r["objective"], r["memory_peak_bytes"] / 2**30) for r in rows if r["memory_peak_bytes"] is not None]
     fig, ax = plt.subplots(figsize=(6, 4))
     if pts:
@@ -297,5 +287,6 @@ def _plot(rows: list[dict[str, Any]], path: Path, pareto_front: Any) -> None:
     ax.set_ylabel("peak memory per rank (GiB)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    with create(path, "--plot") as handle:  # a file object and its format: matplotlib writes exactly *path*
+        fig.savefig(handle, format=fmt)
     plt.close(fig)

@@ -12,15 +12,14 @@ Command line::
 "doubling_ratio"}}, "units"}``; with ``--cost time`` (communication seconds per step on NCCL's model, a
 catalog system with GPU facts as ``--device``) also ``"cost": "time"``, ``"system"``, ``"order"`` and
 ``"levels": {L: {"symbols", "derivative", "elasticity"}}`` for each network level's α and β; ``--plot FILE`` draws the objective against each degree over the
-powers of two that give valid layouts into exactly FILE (a ``.png``, ``.svg`` or ``.pdf``; an
-existing file is replaced, a directory refused) and needs matplotlib (the ``plot`` extra).
+powers of two that give valid layouts into exactly FILE (a ``.png``, ``.svg`` or ``.pdf``, which must not
+exist yet: ``codegen.cli._output``) and needs matplotlib (the ``plot`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from symbolic.vocabulary import DEGREES
 
 from ..configs.models import ModelConfig, load_model, model_names
 from ..inputs import finite, json_text
+from ._output import PLOT_FORMATS, create, new_file, pyplot
 from .eval import UNITS, add_memory_options, memory_settings
 from ..pricing.sensitivity import (Sensitivity, Settings, TimeSensitivity, check_degrees, objective_curve,
                                    sensitivity, time_sensitivity)
@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_memory_options(p, "--objective memory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="write the objective against each degree into FILE (.png, "
-                                                      ".svg or .pdf; replaces an existing file; needs matplotlib)")
+                                                      ".svg or .pdf; a new file; needs matplotlib)")
     p.set_defaults(func=run)
 
 
@@ -74,35 +74,6 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _fmt(value: float | None) -> str:
     return "null" if value is None else f"{value:.6g}"
-
-
-#: Formats ``--plot`` writes, by the file's suffix.
-PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
-
-
-def plot_target(text: str) -> tuple[Path, str, bool]:
-    """``--plot``'s file, its format and whether it exists already, checked before anything is priced.
-
-    Raises:
-        ValueError: an empty path, a directory, a missing parent directory, or a suffix of no known format.
-    """
-    if not text or not text.strip():
-        raise ValueError(f"--plot: expected a file path, got {text!r}")
-    path = Path(text)
-    if path.is_dir():
-        raise ValueError(f"--plot: {path} is a directory; name a file, e.g. {path / 'sensitivity.png'}")
-    fmt = PLOT_FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise ValueError(f"--plot: {path}: the suffix names the format; use one of {', '.join(PLOT_FORMATS)}")
-    parent = path.parent
-    if not parent.is_dir():
-        raise ValueError(f"--plot: {path}: the directory {parent} does not exist")
-    exists = path.exists()
-    if exists and not path.is_file():
-        raise ValueError(f"--plot: {path} exists and is not a regular file; refusing to replace it")
-    if not os.access(parent, os.W_OK) or (exists and not os.access(path, os.W_OK)):
-        raise ValueError(f"--plot: {path}: not writable")
-    return path, fmt, exists
 
 
 def _check_finite(result: Sensitivity) -> None:
@@ -173,18 +144,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_time(args)
     settings = _settings(args)
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
-    pyplot = None
-    target = plot_target(args.plot) if args.plot is not None else None
-    if target is not None:
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            from matplotlib import pyplot
-        except ImportError:
-            print("symcost sensitivity: error: --plot needs matplotlib, which is not installed; "
-                  "install the optional extra: pip install 'symcost[plot]'", file=sys.stderr)
-            return 2
+    target = new_file(args.plot, "--plot", PLOT_FORMATS) if args.plot is not None else None
+    plt = pyplot("--plot") if target is not None else None
     model = load_model(args.model)
     result = sensitivity(model, args.layout, settings, degrees)
     _check_finite(result)
@@ -195,11 +156,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"note: doubling {d.name} ({d.doubled_layout}): {d.reason}", file=sys.stderr)
     else:
         _print_table(args.model, settings, result)
-    if pyplot is not None and target is not None:
-        path, fmt, existed = target
-        _plot(pyplot, model, args.layout, settings, result, path, fmt)
-        note = f"wrote {path}" + (" (replaced the existing file)" if existed else "")
-        print(note, file=sys.stderr if args.json else sys.stdout)
+    if plt is not None and target is not None:
+        path, fmt = target
+        _plot(plt, model, args.layout, settings, result, path, fmt)
+        print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -226,12 +186,12 @@ def _print_table(name: str, settings: Settings, result: Sensitivity) -> None:
           "counts ∝ 1/p. x2 ratio: doubled layout re-priced from scratch.")
 
 
-def _plot(pyplot: Any, model: ModelConfig, layout_text: str, settings: Settings, result: Sensitivity,
+def _plot(plt: Any, model: ModelConfig, layout_text: str, settings: Settings, result: Sensitivity,
           path: Path, fmt: str) -> None:
     names = list(result.degrees)
     columns = min(4, len(names))
     rows = math.ceil(len(names) / columns)
-    fig, axes = pyplot.subplots(rows, columns, figsize=(3.6 * columns, 3.0 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.0 * rows), squeeze=False)
     for ax, name in zip(axes.flat, names):
         points = objective_curve(model, layout_text, name, settings)
         xs, ys = [p[0] for p in points], [p[1] for p in points]
@@ -249,6 +209,6 @@ def _plot(pyplot: Any, model: ModelConfig, layout_text: str, settings: Settings,
     fig.tight_layout()
     # A file object and an explicit format: matplotlib then writes exactly *path* (given a name
     # without a suffix it would append one and write elsewhere).
-    with open(path, "wb") as handle:
+    with create(path, "--plot") as handle:
         fig.savefig(handle, format=fmt, dpi=120)
-    pyplot.close(fig)
+    plt.close(fig)
