@@ -55,7 +55,8 @@ class _Version(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="symcost",
-        description="Symbolic communication-cost model of distributed LLM training, compiled to NumPy.",
+        description="Symbolic cost model of distributed LLM training (communication volumes and seconds, "
+                    "memory per rank, step time), compiled to NumPy.",
     )
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

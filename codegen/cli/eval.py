@@ -35,7 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="price a parallel layout of a model, stage by stage",
                        description="Evaluate the closed-form stage totals of a model for one parallel layout: "
                                    "each pipeline stage's total and its DP/TP/EP/CP parts, in the original's "
-                                   "mixed units (see docs).")
+                                   "mixed units by default; --convention consistent gives bytes per rank per "
+                                   "step, --cost time seconds per step on a system, and --memory the memory "
+                                   "per rank against the GPU's HBM (see docs).")
     p.add_argument("--model", required=True, help=f"a bundled model ({', '.join(model_names())}) or a YAML path")
     p.add_argument("--layout", default="", help="e.g. d=32,t=4,p=8,cp=1,ep=1,m=144,b=1 (keys left out keep the "
                                                 "model file's own layout)")

@@ -38,8 +38,9 @@ __all__ = ["register", "run"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sensitivity", help="derivative, elasticity and doubling ratio of the cost per degree",
-                       description="How a layout's communication cost (bottleneck stage or sum over stages) "
-                                   "responds to each parallel degree and size: the partial derivative of the "
+                       description="How a layout's communication cost (bottleneck stage or sum over stages; "
+                                   "volumes, or seconds with --cost time) or its memory per rank "
+                                   "(--objective memory) responds to each parallel degree and size: the partial derivative of the "
                                    "stage closed forms with derived fields held, the elasticity, and the ratio "
                                    "after doubling the degree and re-pricing from scratch. Ranked by "
                                    "|elasticity|.")
