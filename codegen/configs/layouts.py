@@ -87,6 +87,7 @@ __all__ = [
     "parse_layout",
     "parse_recompute",
     "pipeline_stage_counts",
+    "batch_stage_counts",
     "validate",
     "validate_batch",
     "violation_message",
@@ -1899,6 +1900,22 @@ def pipeline_stage_counts(model: ModelConfig, p: int, vp: int = 1, *,
             _STAGE_COUNTS.clear()
         known = _STAGE_COUNTS[key] = _count_stages(model, int(p), int(vp), plan, offset)
     return dict(known)
+
+
+def batch_stage_counts(model: ModelConfig, batch: LayoutBatch, p: int, vp: int,
+                       memo: dict[Any, Mapping[str, np.ndarray] | None]) -> Mapping[str, np.ndarray] | None:
+    """:func:`pipeline_stage_counts` for the layouts of *batch* with pipeline (p, vp), with their offset and
+    recompute list where these apply (:meth:`LayoutBatch.stage_lists`); ``None`` when no layout can have that
+    pipeline. *memo* is the caller's (a pricer's, for its one model): unlike the process-wide memo it keeps the
+    ``None`` of a pipeline that fails, which a search asks about again on every block."""
+    plan, offset = batch.stage_lists(p, vp)
+    key = (p, vp, plan, offset)
+    if key not in memo:
+        try:
+            memo[key] = pipeline_stage_counts(model, p, vp, recompute=plan, offset=offset)
+        except LayoutError:
+            memo[key] = None  # no valid layout has this pipeline
+    return memo[key]
 
 
 #: pipeline_stage_counts' memo by (model, p, vp, plan, offset), at most _STAGE_COUNTS_KEEP entries.

@@ -42,8 +42,8 @@ import hardware
 from hardware import System
 from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
 
-from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, build_stages, check_batch,
-                               derive_fields, derive_fields_batch, inherit_os, pipeline_stage_counts, stage_layers)
+from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, batch_stage_counts,
+                               build_stages, check_batch, derive_fields, derive_fields_batch, inherit_os, stage_layers)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import finite, flag
 from ..kernels import fused_available, fused_function
@@ -802,16 +802,8 @@ class MemoryPricer:
         return values
 
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray] | None:
-        """The stage counts of the batch's layouts with pipeline (p, vp), as ``build_stages`` gives them;
-        ``None`` when no layout can have that pipeline."""
-        plan, offset = batch.stage_lists(p, vp)
-        key = (p, vp, plan, offset)
-        if key not in self._counts:
-            try:
-                self._counts[key] = pipeline_stage_counts(self.model, p, vp, recompute=plan, offset=offset)
-            except LayoutError:
-                self._counts[key] = None
-        return self._counts[key]
+        """The stage counts of the batch's layouts with pipeline (p, vp) (``batch_stage_counts``)."""
+        return batch_stage_counts(self.model, batch, p, vp, self._counts)
 
     def _plan(self, batch: LayoutBatch, groups: _Groups | None = None) -> _Tables:
         """The count tables for the pipelines ``(p, vp)`` the batch's layouts have (read from one layout of

@@ -38,8 +38,8 @@ import numpy as np
 
 from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
-from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, LayoutBatch, LayoutError, check_batch,
-                               derive_fields_batch, direct_column, dp_comm_level_values, pipeline_stage_counts)
+from ..configs.layouts import (LAYOUT_FIELD_NAMES, LayoutBatch, batch_stage_counts, check_batch, derive_fields_batch,
+                               direct_column, dp_comm_level_values)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
 from .kernels import BLOCK as _RUNTIME_BLOCK, BoundKernel  # (the most elements a kernel's block runs)
@@ -406,16 +406,8 @@ class StagePricer:
         return sums, tables
 
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray] | None:
-        """The stage counts of the batch's layouts with pipeline (p, vp), offset and recompute list where they
-        apply; ``None`` when no layout can have that pipeline."""
-        plan, offset = batch.stage_lists(p, vp)
-        key = (p, vp, plan, offset)
-        if key not in self._counts:
-            try:
-                self._counts[key] = pipeline_stage_counts(self.model, p, vp, recompute=plan, offset=offset)
-            except LayoutError:
-                self._counts[key] = None  # no valid layout has this pipeline
-        return self._counts[key]
+        """The stage counts of the batch's layouts with pipeline (p, vp) (``batch_stage_counts``)."""
+        return batch_stage_counts(self.model, batch, p, vp, self._counts)
 
     def _values(self, batch: LayoutBatch, needed: frozenset[str] | set[str]) -> dict[str, Any]:
         """The terms' arguments *needed* for the layouts of *batch*: shared ones as numbers, the rest arrays.
