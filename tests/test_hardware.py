@@ -18,6 +18,7 @@ import pytest
 import hardware
 from codegen.cli import main
 from hardware import HardwareSpecError, Level, System, UnusedHelperLevel
+from hardware._nccl import time_bindings
 from symbolic.symbols import SPECS
 
 from conftest import CASES, ROOT
@@ -541,6 +542,22 @@ def test_cli_show_text(capsys, name):
         assert f"  {key} = " in out
 
 
+def test_cli_show_text_of_a_gpu_system_has_every_figure_the_time_and_memory_models_use(capsys):
+    assert main(["hardware", "show", "dgx_h100"]) == 0
+    out = capsys.readouterr().out
+    assert "also answers to: h100_sxm" in out
+    # the datasheet's marketed NVLink figure beside the per-direction peak, NVLS and the NICs
+    assert "bandwidth: 4.5e+11 bytes/s (450 GB/s)\n      marketed: 900 GB/s, bidirectional" in out
+    assert "NVLink SHARP (NVLS): yes" in out and "NICs: 8 per unit" in out
+    assert "GPU: H100 SXM5 80GB (hopper, compute capability 9.0, 18 NVLink links)" in out
+    assert "HBM: 8.58993e+10 bytes (80 GiB)" in out and "peak dense BF16: 9.89e+14 FLOP/s (989 TFLOP/s)" in out
+    for key in time_bindings(hardware.load("dgx_h100")):
+        assert f"\n  {key} = " in out, key
+    assert "ring_channels = 12 channels" in out and "p2p_chunk_bytes = 524288 bytes (512 KiB)" in out
+    assert main(["hardware", "show", "A2"]) == 0
+    assert "GPU: none stated" in capsys.readouterr().out
+
+
 def test_cli_show_json(capsys):
     assert main(["hardware", "show", "A3", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
@@ -550,6 +567,11 @@ def test_cli_show_json(capsys):
     assert [lvl["bandwidth_bytes_per_s"] for lvl in record["levels"]] == [200e9, 25e9, 10e9]
     assert record["bindings"]["device_intra_node_num"] == 16
     assert {h["name"] for h in record["unused_helper_levels"]} == {"NODE", "CLUSTER"}
+    assert record["gpu"] is None and record["time_bindings"] is None
+    assert main(["hardware", "show", "h100_sxm", "--json"]) == 0  # an alias names its system
+    record = json.loads(capsys.readouterr().out)
+    assert record["name"] == "dgx_h100" and record["gpu"]["hbm_bytes"] == 80 * 2**30
+    assert record["time_bindings"] == time_bindings(hardware.load("dgx_h100"))
 
 
 def test_cli_show_unknown_name_exits_2(capsys):

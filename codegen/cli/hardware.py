@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from typing import Any
 
 import hardware
@@ -16,8 +17,10 @@ from ..inputs import json_text
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hardware", help="list or show the systems of the hardware catalog",
                        description="The hardware catalog (hardware/catalog/*.toml): network levels innermost "
-                                   "first, peak bandwidth per device and per direction, and the values each "
-                                   "system gives the model's hardware symbols.")
+                                   "first, peak bandwidth per device and per direction (the marketed figure "
+                                   "beside it), the GPU's memory and compute peaks, the values each system "
+                                   "gives the original's hardware symbols, and the collective time model's "
+                                   "NCCL figures (channels, bandwidths, latencies).")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="one line per system")
     listing.set_defaults(func=run_list)
@@ -44,17 +47,68 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _time_bindings(system: System) -> dict[str, float] | None:
+    """The collective time model's hardware values (``hardware._nccl.time_bindings``); None without GPU facts."""
+    from hardware._nccl import time_bindings
+
+    return None if system.gpu is None else time_bindings(system)
+
+
 def _as_json(system: System) -> dict[str, Any]:
     record = dataclasses.asdict(system)
     record["devices_per_node"] = system.devices_per_node
     record["level_bounds"] = list(system.level_bounds())
     record["level_bandwidths_gbps"] = list(system.level_bandwidths_gbps())
     record["bindings"] = system.bindings()
+    record["time_bindings"] = _time_bindings(system)
     return record
 
 
 def _optional(value: float | None, unit: str) -> str:
     return "not stated" if value is None else f"{value:g} {unit}"
+
+
+def _quantity(value: float, unit: str) -> str:
+    """*value* in *unit*, with the reading a person wants beside it: GB/s (1e9), KiB to GiB, TFLOP/s, us."""
+    if unit == "bytes" and value >= 1024:
+        exponent = min(3, int(math.log2(value) // 10))
+        return f"{value:g} bytes ({value / 2 ** (10 * exponent):,.4g} {('KiB', 'MiB', 'GiB')[exponent - 1]})"
+    readable = {"bytes/s": (1e9, "GB/s"), "FLOP/s": (1e12, "TFLOP/s"), "s": (1e-6, "us")}
+    if unit in readable and value:
+        scale, name = readable[unit]
+        return f"{value:g} {unit} ({value / scale:,.4g} {name})"
+    return f"{value:g}" if unit in ("1", "") else f"{value:g} {unit}"
+
+
+def _print_gpu(system: System) -> None:
+    gpu = system.gpu
+    if gpu is None:
+        print("GPU: none stated (no [gpu] table): memory per rank, compute and collective seconds are not priced "
+              "on this system")
+        return
+    capability = f"{gpu.compute_capability // 10}.{gpu.compute_capability % 10}"
+    print(f"GPU: {gpu.model} ({gpu.generation}, compute capability {capability}, "
+          f"{gpu.nvlink_links} NVLink links)")
+    rows = (("HBM", gpu.hbm_bytes, "bytes"), ("peak dense BF16", gpu.peak_flops_bf16_per_s, "FLOP/s"),
+            ("peak dense FP8", gpu.peak_flops_fp8_per_s, "FLOP/s"),
+            ("matrix-multiply efficiency", gpu.compute_efficiency, "(fraction of the BF16 peak)"),
+            ("HBM bandwidth", gpu.hbm_bytes_per_s, "bytes/s"),
+            ("HBM efficiency", gpu.hbm_efficiency, "(fraction of peak)"),
+            ("vector unit", gpu.vector_flops_per_s, "FLOP/s"),
+            ("vector efficiency", gpu.vector_efficiency, "(fraction of peak)"))
+    for label, value, unit in rows:
+        print(f"  {label}: {'not stated' if value is None else _quantity(value, unit)}")
+
+
+def _print_time_bindings(system: System) -> None:
+    bindings = _time_bindings(system)
+    if bindings is None:
+        return
+    print("collective time model (NCCL's tuner: hardware/nccl_tuning.toml, per-generation figures applied):")
+    for name, value in bindings.items():
+        spec = SPECS.get(name)
+        described = f"{_quantity(value, spec.unit)}  ({spec.meaning})" if spec else f"{value:g}"
+        print(f"  {name} = {described}")
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -63,6 +117,8 @@ def run_show(args: argparse.Namespace) -> int:
         print(json_text(_as_json(system), indent=2))
         return 0
     print(f"{system.name}: {system.description}")
+    if system.aliases:
+        print(f"also answers to: {', '.join(system.aliases)}")
     print(f"devices per node (level 0 bound): {system.devices_per_node} devices")
     print("levels, innermost first (bandwidth: peak per device, per direction):")
     for i, level in enumerate(system.levels):
@@ -73,6 +129,13 @@ def run_show(args: argparse.Namespace) -> int:
             print(f"      fabric: {level.fabric}")
         print(f"      bound: {bound}")
         print(f"      bandwidth: {level.bandwidth_bytes_per_s:g} bytes/s ({level.bandwidth_gbps:g} GB/s)")
+        if level.marketed_bandwidth_bytes_per_s is not None:
+            direction = (level.marketed_direction or "direction not stated").replace("_", " ")
+            print(f"      marketed: {level.marketed_bandwidth_bytes_per_s / 1e9:g} GB/s, {direction}")
+        if level.nics_per_unit is not None:
+            print(f"      NICs: {level.nics_per_unit} per unit")
+        if i == 0:
+            print(f"      NVLink SHARP (NVLS): {'yes' if level.nvls else 'no'}")
         print(f"      latency: {_optional(level.latency_s, 's')}")
         print(f"      efficiency: {_optional(level.efficiency, '(fraction of peak)')}")
     if system.unused_helper_levels:
@@ -81,9 +144,11 @@ def run_show(args: argparse.Namespace) -> int:
             print(f"  {helper.name}: bandwidth {helper.bandwidth_bytes_per_s:g} bytes/s "
                   f"({helper.bandwidth_bytes_per_s / 1e9:g} GB/s), efficiency {helper.efficiency:g}, "
                   f"latency {helper.latency_s:g} s")
-    print("hardware symbol bindings:")
+    _print_gpu(system)
+    print("hardware symbol bindings (the original's model):")
     for name, value in system.bindings().items():
         spec = SPECS.get(name)  # tests/test_hardware.py keeps every key declared; print it anyway if not
         described = f"{value:g} {spec.unit}  ({spec.meaning})" if spec else f"{value:g}  (not a declared symbol)"
         print(f"  {name} = {described}")
+    _print_time_bindings(system)
     return 0
