@@ -487,6 +487,25 @@ def test_cli_collective(capsys):
     assert "op: unknown collective 'gather'" in capsys.readouterr().err
 
 
+def test_cli_collective_shows_the_placement_and_every_candidate_it_weighed(capsys):
+    argv = ["collective", "all_reduce", "--system", "dgx_h100", "--bytes", "1G", "--json", "--ranks"]
+    assert main([*argv, "16"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    # 16 consecutive ranks of 8-GPU nodes: two whole nodes, each with its 8 NICs busy
+    assert record["placement"] == {"ranks_per_node": 8, "nodes": 2, "nics_used": 8}
+    priced = {k: v for k, v in record["candidates"].items() if v["price_s"] is not None}
+    assert list(record["candidates"])[0] == record["algorithm"] == min(priced, key=lambda k: priced[k]["price_s"])
+    assert record["candidates"][record["algorithm"]]["time_s"] == record["time_s"]
+    assert record["candidates"]["nvls_simple"] == {"price_s": None, "time_s": None}  # NVLS: one node only
+    assert "hierarchical" in priced  # the group spans nodes
+    assert main([*argv, "8", "--dtype", "int8"]) == 0
+    one_node = json.loads(capsys.readouterr().out)
+    assert one_node["placement"]["nodes"] == 1 and one_node["candidates"]["nvls_simple"]["price_s"] is None
+    assert main(argv[:-2] + ["--ranks", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "placement one node, 8 ranks" in out and "nvls_simple" in out and out.count("<- picked") == 1
+
+
 def test_parse_size_tells_binary_from_decimal():
     assert parse_size("4M") == parse_size("4MiB") == 4 * 2**20
     assert parse_size("4MB") == 4e6 and parse_size("512") == 512

@@ -2,7 +2,7 @@
 
 Prints the predicted time, algbw and busbw (nccl-tests conventions, GB = 1e9 bytes) and the
 algorithm and protocol NCCL's tuner would pick, for N consecutive ranks of catalog system S (a name
-or an alias). SIZE is nccl-tests' size S in bytes, with an optional binary suffix (K, M, G = 2^10,
+or an alias), then the group's placement and every candidate the tuner weighed (its price and time). SIZE is nccl-tests' size S in bytes, with an optional binary suffix (K, M, G = 2^10,
 2^20, 2^30) or decimal one (KB, MB, GB = 1e3, 1e6, 1e9). ``--dtype T`` (nccl-tests' ``-d`` name) matters
 for reductions: NVLS cannot reduce 8-bit types. ``--json`` prints one JSON object.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 
 from ..validation import collectives
@@ -52,10 +53,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
     result = collectives.predict(args.system, args.op, args.ranks, size, args.dtype)
+    placement = {k: int(v) for k, v in result.placement.items()}
+    # Every candidate NCCL's tuner weighs, cheapest price first; None (JSON null) where it cannot run here.
+    candidates = {label: {"price_s": _finite(result.prices[label]), "time_s": _finite(result.candidates[label])}
+                  for label in sorted(result.prices, key=lambda label: float(result.prices[label]))}
     record = {"op": collectives.OPS[args.op], "system": args.system, "ranks": args.ranks, "bytes": size,
               "time_s": float(result.time_s), "algbw_GBps": float(result.algbw_bytes_per_s) / 1e9,
               "busbw_GBps": float(result.busbw_bytes_per_s) / 1e9, "algorithm": str(result.algorithm),
-              "dtype": args.dtype}
+              "dtype": args.dtype, "placement": placement, "candidates": candidates}
     if args.json:
         print(json.dumps(record))
         return 0
@@ -64,4 +69,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"  algbw     {record['algbw_GBps']:.2f} GB/s  (S / t, GB = 1e9 bytes)")
     print(f"  busbw     {record['busbw_GBps']:.2f} GB/s  (nccl-tests bus bandwidth)")
     print(f"  algorithm {record['algorithm']}  (the smallest tuned price, as NCCL's tuner picks)")
+    if placement["nodes"] == 1:
+        print(f"  placement one node, {placement['ranks_per_node']} ranks (consecutive ranks: NVLink only)")
+    else:
+        print(f"  placement {placement['nodes']} nodes x {placement['ranks_per_node']} ranks, "
+              f"{placement['nics_used']} NIC(s) per node in use (consecutive ranks)")
+    print("  candidates: NCCL's tuned price and the predicted time, us")
+    for label, pair in candidates.items():
+        if pair["price_s"] is None:
+            print(f"    {label:<14} not available here")
+            continue
+        mark = "  <- picked" if label == record["algorithm"] else ""
+        print(f"    {label:<14} {pair['price_s'] * 1e6:>12.2f} {pair['time_s'] * 1e6:>12.2f}{mark}")
     return 0
+
+
+def _finite(value: object) -> float | None:
+    number = float(value)  # type: ignore[arg-type]
+    return number if math.isfinite(number) else None

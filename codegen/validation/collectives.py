@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -103,6 +103,7 @@ class Prediction:
         algorithm: the chosen candidate's label ("ring_ll", "nvls_simple", "tree_simple", …), per element.
         candidates: every candidate's real time, by label (``inf`` where unavailable).
         prices: every candidate's tuned price (what NCCL compares), by label.
+        placement: the group's ``ranks_per_node``, ``nodes`` and ``nics_used`` (``symbolic/placement.py``).
     """
 
     time_s: np.ndarray
@@ -111,6 +112,7 @@ class Prediction:
     algorithm: np.ndarray
     candidates: dict[str, np.ndarray]
     prices: dict[str, np.ndarray]
+    placement: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def group_values(system: hardware.System, ranks: object, msg_bytes: object) -> dict[str, object]:
@@ -153,7 +155,8 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
     factor = _call(f"collective_{op}_nccl_busbw_factor_ratio", values)
     return Prediction(time_s=pick.time_s, algbw_bytes_per_s=algbw, busbw_bytes_per_s=factor * algbw,
                       algorithm=pick.algorithm, candidates=dict(zip(pick.labels, pick.times)),
-                      prices=dict(zip(pick.labels, pick.prices)))
+                      prices=dict(zip(pick.labels, pick.prices)),
+                      placement={k: values[k] for k in ("ranks_per_node", "nodes", "nics_used")})
 
 
 @dataclass(frozen=True)
