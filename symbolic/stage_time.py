@@ -4,7 +4,8 @@ Each item is one collective of one dimension over one parallel group, written fo
 (``<dim>_<collective>_stage_{calls_count, msg_bytes, step_bytes, ranks_count}``):
 
 * ``calls_count``: calls per rank per step (``symbolic.step_volumes``' counts, times the switches
-  that say whether the collective runs at all: a group of one rank, SP off, no ZeRO, one stage);
+  that say whether the collective runs at all: a group of one rank, SP off, no ZeRO, one stage, an
+  empty call — no routed experts — that NCCL discards);
 * ``msg_bytes``: nccl-tests size S of one call (``symbolic.step_volumes``);
 * ``step_bytes``: bytes one rank sends per step, ``calls × share(S)`` (``symbolic.collectives``);
 * ``ranks_count``: ranks of the group the collective runs over (its degree).
@@ -64,6 +65,20 @@ def _on(degree: sympy.Expr) -> sympy.Expr:
 
 
 _sp_on = _on(sp)  # the layout's sp field is t with sequence parallelism, 1 without
+
+
+def _nonempty(size: sympy.Expr) -> sympy.Expr:
+    """1 for a call that moves bytes, 0 for an empty one, which NCCL discards without a kernel or a latency
+    (src/enqueue.cc ``taskAppend``: "Empty collectives can be discarded").
+
+    The expert data-parallel collectives of a dense model (no routed experts: P_r = 0) are such calls; every
+    other item's S is positive whenever its calls are not 0.
+    """
+    return sympy.Piecewise((0, size <= 0), (1, True))
+
+
+_EXPERT_GRAD = _VOLUMES["dp_expert_all_reduce_msg_bytes"]
+_EXPERT_PARAM = _EXPERT_GRAD.subs(bytes_grad, bytes_p)
 _SHARE = {"all_gather": collectives.all_gather, "reduce_scatter": collectives.reduce_scatter,
           "all_reduce": collectives.all_reduce, "all_to_all": collectives.all_to_all,
           "send_recv": lambda size, _group: collectives.p2p(size)}
@@ -101,16 +116,19 @@ _ITEMS: tuple[tuple, ...] = (
      _VOLUMES["dp_zero_all_gather_msg_bytes"], d,
      "the stage's DP parameter all-gathers: one per step after the sharded optimizer (ZeRO-1/2), forward and "
      "backward of every micro-batch under ZeRO-3 / FSDP", _ZERO),
-    ("dp", "expert_all_reduce", "all_reduce", "edp", "stage", _on(d_exp) * (1 - z2e - z3e),
-     _VOLUMES["dp_expert_all_reduce_msg_bytes"], d_exp,
-     "the stage's routed-expert gradient all-reduce over the expert data-parallel group without ZeRO",
+    ("dp", "expert_all_reduce", "all_reduce", "edp", "stage", _on(d_exp) * (1 - z2e - z3e) * _nonempty(_EXPERT_GRAD),
+     _EXPERT_GRAD, d_exp,
+     "the stage's routed-expert gradient all-reduce over the expert data-parallel group without ZeRO (none in a "
+     "dense model)",
      "Megatron-LM MoE: expert gradients reduce over the expert data-parallel group"),
-    ("dp", "expert_reduce_scatter", "reduce_scatter", "edp", "stage", _on(d_exp) * (z2e + z3e),
-     _VOLUMES["dp_expert_all_reduce_msg_bytes"], d_exp,
-     "the stage's routed-expert gradient reduce-scatter over the expert data-parallel group under ZeRO", _ZERO),
-    ("dp", "expert_all_gather", "all_gather", "edp", "stage", _on(d_exp) * (z2e + 2 * m * z3e),
-     _VOLUMES["dp_expert_all_reduce_msg_bytes"].subs(bytes_grad, bytes_p), d_exp,
-     "the stage's routed-expert parameter all-gathers over the expert data-parallel group under ZeRO", _ZERO),
+    ("dp", "expert_reduce_scatter", "reduce_scatter", "edp", "stage",
+     _on(d_exp) * (z2e + z3e) * _nonempty(_EXPERT_GRAD), _EXPERT_GRAD, d_exp,
+     "the stage's routed-expert gradient reduce-scatter over the expert data-parallel group under ZeRO (none in a "
+     "dense model)", _ZERO),
+    ("dp", "expert_all_gather", "all_gather", "edp", "stage",
+     _on(d_exp) * (z2e + 2 * m * z3e) * _nonempty(_EXPERT_PARAM), _EXPERT_PARAM, d_exp,
+     "the stage's routed-expert parameter all-gathers over the expert data-parallel group under ZeRO (none in a "
+     "dense model)", _ZERO),
     ("pp", "send_recv", "send_recv", "pp", "stage", _VOLUMES["pp_send_recv_calls_count"] * _on(p),
      _VOLUMES["pp_send_recv_msg_bytes"], sympy.Integer(2),
      "the stage's pipeline sends of activations (forward) and their gradients (backward) to its neighbour "

@@ -145,6 +145,22 @@ def test_one_rank_groups_cost_nothing(llama):
     assert all(float(v[0]) == 0 for v in res.by_dimension.values())
 
 
+@pytest.mark.parametrize("name, layout", [("llama2-7b", "d=2,t=2,p=2,m=8"), ("qwen3-72b", "d=2,t=8,p=4,m=8")])
+def test_a_dense_model_makes_no_expert_calls(name, layout):
+    # No routed experts: the expert data-parallel collectives would move 0 bytes, and NCCL discards an empty
+    # collective (enqueue.cc taskAppend) -- no call, no latency. They once cost 7-12 us a step each.
+    pricer = TimePricer(name, system="dgx_h100")
+    res = pricer.price_batch(_batch(pricer, layout), per_stage=True)
+    st = res.stages
+    expert = [key for key in st["calls_count"] if key.startswith("dp.expert_")]
+    assert len(expert) == 3
+    for key in expert:
+        assert np.all(st["msg_bytes"][key][0] == 0), key
+        assert np.all(st["calls_count"][key][0] == 0) and np.all(st["time_s"][key][0] == 0), key
+    dense = sum(st["time_s"][f"dp.{c}"][0, 0] for c in ("all_reduce", "reduce_scatter", "all_gather"))
+    assert dense > 0 and res.by_dimension["dp"][0] == dense
+
+
 def test_crossing_nodes_is_slower_than_staying_inside(llama):
     """The same DP all-gather over 2 ranks: inside a node (stride 4) vs across nodes (rank order dp first)."""
     inside = TimePricer("llama2-7b", system="dgx_h100", order="tp-cp-ep-dp-pp")
