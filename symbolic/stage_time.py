@@ -4,8 +4,9 @@ Each item is one collective of one dimension over one parallel group, written fo
 (``<dim>_<collective>_stage_{calls_count, msg_bytes, step_bytes, ranks_count}``):
 
 * ``calls_count``: calls per rank per step (``symbolic.step_volumes``' counts, times the switches
-  that say whether the collective runs at all: a group of one rank, SP off, no ZeRO, one stage, an
-  empty call — no routed experts — that NCCL discards);
+  that say whether the collective runs at all: a group of one rank, SP off, no ZeRO, one stage, the
+  run's CP algorithm (``cp_ulysses``: Ulysses all-to-alls or ring send/recvs), an empty call — no
+  routed experts — that NCCL discards);
 * ``msg_bytes``: nccl-tests size S of one call (``symbolic.step_volumes``);
 * ``step_bytes``: bytes one rank sends per step, ``calls × share(S)`` (``symbolic.collectives``);
 * ``ranks_count``: ranks of the group the collective runs over (its degree).
@@ -46,9 +47,9 @@ from .vocabulary import DEGREES
 
 __all__ = ["FORMULAS", "ITEMS", "SLOPE_FORMS", "SLOPE_VARIABLES"]
 
-(t, cp, ep, d, d_exp, p, m, vp, sp, z2, z3, z2e, z3e, layers, moe_layers) = syms(
+(t, cp, ep, d, d_exp, p, m, vp, sp, z2, z3, z2e, z3e, layers, moe_layers, ulysses) = syms(
     "t", "cp", "ep", "d", "d_exp", "p", "m", "vp", "sp", "zero2_non_exp", "zero3_non_exp", "zero2_exp", "zero3_exp",
-    "n_layers_stage", "n_moe_layers_stage")
+    "n_layers_stage", "n_moe_layers_stage", "cp_ulysses")
 _S, _N, bytes_grad, bytes_p = syms("msg_bytes", "ranks", "bytes_grad", "bytes_p")
 
 _VOLUMES = {f.name: f.expr for f in step_volumes.FORMULAS}
@@ -88,6 +89,9 @@ _ACT = _VOLUMES["tp_sp_collective_msg_bytes"]
 _TP_CALLS = _VOLUMES["tp_sp_all_gather_calls_count"].subs(layers, 1)
 _MEGATRON_SP = ("Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2 reduce-scatters "
                 "per layer forward, 2 of each backward)")
+_ULYSSES_CALLS = _VOLUMES["cp_ulysses_all_to_all_calls_count"].subs(layers, 1)
+_ULYSSES = ("Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V before the "
+            "attention and of its output after it, forward; of their gradients, backward")
 _ZERO = "Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 7; Zhao et al. 2023 FSDP (arXiv:2304.11277)"
 _ITEMS: tuple[tuple, ...] = (
     ("tp", "all_gather", "all_gather", "tp", "layer", _TP_CALLS * _on(t) * _sp_on, _ACT, t,
@@ -97,11 +101,18 @@ _ITEMS: tuple[tuple, ...] = (
     ("tp", "all_reduce", "all_reduce", "tp", "layer", _TP_CALLS * _on(t) * (1 - _sp_on), _ACT, t,
      "TP all-reduces of one transformer layer without SP",
      "Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2 backward"),
-    ("cp", "send_recv", "send_recv", "cp", "layer", _VOLUMES["cp_ring_send_recv_calls_count"].subs(layers, 1),
+    ("cp", "send_recv", "send_recv", "cp", "layer",
+     _VOLUMES["cp_ring_send_recv_calls_count"].subs(layers, 1) * (1 - ulysses),
      _VOLUMES["cp_ring_send_recv_msg_bytes"], cp,
      "CP ring-attention key/value send/recvs of one transformer layer (a ring that spans nodes steps at the "
-     "speed of its network hops)",
+     "speed of its network hops; the colossalai and hybrid algorithms, which the original prices alike)",
      "Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism"),
+    ("cp", "all_to_all_qo", "all_to_all", "cp", "layer", _ULYSSES_CALLS * _on(cp) * ulysses,
+     _VOLUMES["cp_ulysses_qo_msg_bytes"], cp,
+     "Ulysses CP all-to-alls of the queries and the attention output of one transformer layer", _ULYSSES),
+    ("cp", "all_to_all_kv", "all_to_all", "cp", "layer", _ULYSSES_CALLS * _on(cp) * ulysses,
+     _VOLUMES["cp_ulysses_kv_msg_bytes"], cp,
+     "Ulysses CP all-to-alls of the keys and the values of one transformer layer", _ULYSSES),
     ("ep", "all_to_all", "all_to_all", "ep", "moe_layer",
      _VOLUMES["ep_all_to_all_calls_count"].subs(moe_layers, 1) * _on(ep), _VOLUMES["ep_all_to_all_msg_bytes"], ep,
      "EP token dispatch and combine all-to-alls of one MoE layer (forward and backward)",

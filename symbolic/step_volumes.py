@@ -30,6 +30,8 @@ __all__ = ["FORMULAS"]
     "s", "b", "h", "a", "n_kv", "dh", "cp", "t", "ep", "d", "m", "vp", "bytes_compute", "bytes_p", "bytes_grad",
     "n_chosen_exp", "cap_fact", "P_ne", "P_r", "d_exp", "t_exp", "n_layers_stage", "n_moe_layers_stage")
 
+_ULYSSES = ("Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: an all-to-all of each of Q, K, V "
+            "before the attention and one of its output after it, forward; their gradients backward")
 _MEGATRON = "Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2: SP = all-gather + reduce-scatter, 2 of each " \
             "per layer in the forward, 2 in the backward"
 
@@ -42,6 +44,12 @@ _head_width = sympy.Piecewise((h / a, sympy.Eq(dh, 0)), (dh, True))
 _tp_calls = 4 * layers * m
 _cp_msg = 2 * (s / cp) * b * _kv_heads * _head_width * bytes_compute / t
 _cp_calls = 3 * (cp - 1) * layers * m
+#: Ulysses: one rank's share of the sequence (s/cp tokens) for its TP share of the heads, exchanged for all the
+#: sequence of 1/cp of those heads (and back). The queries and the output are as wide as the attention heads,
+#: each of keys and values as wide as the key/value heads.
+_ulysses_qo_msg = (s / cp) * b * a * _head_width * bytes_compute / t
+_ulysses_kv_msg = (s / cp) * b * _kv_heads * _head_width * bytes_compute / t
+_ulysses_calls = 4 * layers * m
 _ep_msg = cap_fact * n_chosen_exp * (s / cp) * b * h * bytes_compute / t
 _ep_calls = 4 * moe_layers * m
 _dp_grad = P_ne * layers * bytes_grad / t
@@ -89,6 +97,22 @@ FORMULAS: tuple[Formula, ...] = (
        "Megatron-LM context parallelism (attention backward re-circulates KV and sends dKV)"),
     _f("cp_ring_step_bytes", _cp_calls * collectives.p2p(_cp_msg), "cp", "ring_p2p", "bytes",
        "Bytes one rank sends per step for CP ring attention.", "calls x message"),
+    # CP, Ulysses: all-to-alls turn the sequence split into a head split around the attention and back.
+    _f("cp_ulysses_qo_msg_bytes", _ulysses_qo_msg, "cp", "ulysses_all_to_all", "bytes",
+       "Size S of one Ulysses all-to-all of the queries or the attention output (or their gradients): this rank's "
+       "s/cp tokens of its a/t attention heads.", _ULYSSES),
+    _f("cp_ulysses_kv_msg_bytes", _ulysses_kv_msg, "cp", "ulysses_all_to_all", "bytes",
+       "Size S of one Ulysses all-to-all of the keys or the values (or their gradients): this rank's s/cp tokens "
+       "of its n_kv/t key/value heads.", _ULYSSES),
+    _f("cp_ulysses_all_to_all_calls_count", _ulysses_calls, "cp", "ulysses_all_to_all", "count",
+       "Ulysses all-to-alls per rank per step of each width: 4 per layer per micro-batch (queries and output, or "
+       "keys and values, forward; their gradients backward).", _ULYSSES),
+    _f("cp_ulysses_step_bytes",
+       _ulysses_calls * (collectives.all_to_all(_ulysses_qo_msg, cp) + collectives.all_to_all(_ulysses_kv_msg, cp)),
+       "cp", "ulysses_all_to_all", "bytes",
+       "Bytes one rank sends per step for Ulysses CP: its (cp - 1)/cp share of every all-to-all.",
+       "calls x message; equals the original's Ulysses cp_traffic per layer and micro-batch (bytes) times layers "
+       "and micro-batches for MHA and GQA"),
     # EP: token dispatch and combine.
     _f("ep_all_to_all_msg_bytes", _ep_msg, "ep", "all_to_all", "bytes",
        "nccl-tests size S of one EP all-to-all: the rank's routed tokens (its SP shard times top-k and the "

@@ -28,10 +28,14 @@ def test_item_keys_declare_what_the_floors_share():
     assert keys["dp.all_reduce"] >= {"zero", "d", "t", "p", "vp"} and not keys["dp.all_reduce"] & {"b", "m"}
     assert "zero" not in keys["tp.all_reduce"] and not keys["tp.all_reduce"] & {"ep", "etp"}
     assert keys["ep.all_to_all"] >= {"ep", "etp", "b", "m"} and "zero" not in keys["ep.all_to_all"]
-    assert all("recompute" in needs and "cp_algo" not in needs for needs in keys.values())
+    assert all("recompute" in needs for needs in keys.values())
+    # ring send/recvs or Ulysses all-to-alls: the CP items alone read the CP algorithm
+    assert {item for item, needs in keys.items() if "cp_algo" in needs} == {
+        "cp.send_recv", "cp.all_to_all_qo", "cp.all_to_all_kv"}
     levels = search_module._floors(_spec())
     assert [len(level) for level in levels] == [1, 1]
     assert set(levels[0][0].dims) == {"tp", "cp", "pp"} and set(levels[1][0].dims) == {"tp", "cp", "ep", "pp"}
+    assert levels[0][0].by_algo and levels[1][0].by_algo  # their tables are per CP algorithm
 
 
 def test_every_floor_is_at_most_the_exposed_communication():

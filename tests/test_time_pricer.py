@@ -145,6 +145,41 @@ def test_one_rank_groups_cost_nothing(llama):
     assert all(float(v[0]) == 0 for v in res.by_dimension.values())
 
 
+@pytest.mark.parametrize("name, attention, layout", [("llama2-7b", "mha", "d=2,t=2,p=2,cp=4,m=8"),
+                                                     ("qwen3-72b", "gqa", "d=1,t=4,p=4,cp=2,m=8")])
+def test_ulysses_cp_moves_what_the_original_counts_for_it(name, attention, layout):
+    """With ``cp_algo=ulysses_cp`` CP is all-to-alls (queries and output, keys and values), not ring send/recvs.
+
+    Their bytes per rank per step, summed, equal the original's Ulysses ``cp_traffic`` (HyperParallel, reference-
+    checked, bytes per layer and micro-batch) times the stage's layers and the micro-batches: an independent
+    count of the same exchange. Each item's seconds are its calls times NCCL's pick for one all-to-all.
+    """
+    pricer = TimePricer(name, system="dgx_h100")
+    ring_batch = _batch(pricer, layout)
+    batch = LayoutBatch.from_layouts([parse_layout(layout + ",cp_algo=ulysses_cp", pricer.model.layout)])
+    st = pricer.price_batch(batch, per_stage=True).stages
+    ring = pricer.price_batch(ring_batch, per_stage=True).stages
+    names = ("s", "b", "h", "a", "n_kv", "dh", "t", "cp", "p", "m", "bytes_compute")
+    f = {k: float(np.ravel(v)[0]) for k, v in derive_fields_batch(pricer.model, batch, names=names).items()}
+    import generated
+
+    original = getattr(generated, f"cp_ulysses_{attention}_traffic_bytes")
+    per_layer = original(**{k: f[k] for k in generated.FORMULAS[original.__name__]["arguments"]})
+    layers = pricer.model.n_lay / f["p"]  # the even split (no MTP layers in these models)
+    ulysses = st["step_bytes"]["cp.all_to_all_qo"][0, 0] + st["step_bytes"]["cp.all_to_all_kv"][0, 0]
+    assert_close(ulysses, per_layer * layers * f["m"], rtol=1e-12, atol=0)
+    assert st["calls_count"]["cp.send_recv"][0, 0] == 0 and ring["calls_count"]["cp.send_recv"][0, 0] > 0
+    for key, heads in (("cp.all_to_all_qo", f["a"]), ("cp.all_to_all_kv", f["n_kv"])):
+        assert ring["calls_count"][key][0, 0] == 0
+        size = st["msg_bytes"][key][0, 0]
+        assert_close(size, f["s"] / f["cp"] * f["b"] * heads / f["t"] * f["dh"] * f["bytes_compute"], rtol=1e-12,
+                     atol=0)
+        calls = st["calls_count"][key][0, 0]
+        assert calls == 4 * layers * f["m"]
+        one = float(predict("dgx_h100", "all_to_all", int(f["cp"]), size).time_s)  # t·cp ranks fit one node
+        assert_close(st["time_s"][key][0, 0], calls * one, rtol=1e-12, atol=1e-15)
+
+
 @pytest.mark.parametrize("name, layout", [("llama2-7b", "d=2,t=2,p=2,m=8"), ("qwen3-72b", "d=2,t=8,p=4,m=8")])
 def test_a_dense_model_makes_no_expert_calls(name, layout):
     # No routed experts: the expert data-parallel collectives would move 0 bytes, and NCCL discards an empty

@@ -63,7 +63,8 @@ def test_collective_slopes_match_central_differences(system, op):
 
 LAYOUTS = [("deepseek-v3", "d=8,t=4,p=4,ep=8,m=16", "dgx_h100"),
            ("qwen3-72b", "d=16,t=8,p=4,cp=2,m=32", "dgx_b200"),
-           ("qwen3-72b", "d=4,t=2,p=8,m=64", "dgx_a100")]
+           ("qwen3-72b", "d=4,t=2,p=8,m=64", "dgx_a100"),
+           ("qwen3-72b", "d=8,t=4,p=4,cp=4,m=32,cp_algo=ulysses_cp", "dgx_h100")]  # CP as all-to-alls
 
 
 def _stage_fd(pricer: TimePricer, batch: LayoutBatch, x: str, monkeypatch) -> np.ndarray:

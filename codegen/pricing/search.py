@@ -210,28 +210,34 @@ class _Part:
     by_row: bool  # the structure row (ep, etp too); else the base row (t, cp, p, vp, d)
     by_b: bool  # and the micro-batch size
     by_zero: bool  # one table per ZeRO level (always one per recompute mode)
-    dims: tuple[str, ...] = ()  # the items are these dimensions' every item (priced without every stage)
+    dims: tuple[str, ...] = ()
+    by_algo: bool = False  # one table per CP algorithm (an item reads it: CP is ring send/recvs or all-to-alls)  # the items are these dimensions' every item (priced without every stage)
 
 
 @functools.lru_cache(maxsize=8)
 def _floors(spec: SearchSpec) -> tuple[tuple[_Part, ...], ...]:
     """The levels of the communication floor of *spec*, each a tuple of parts (none without the time family).
 
-    ``step_time.time_item_keys`` says what each item's seconds per stage follow from; an item that reads the
-    CP algorithm or a ZeRO level is left out (every table is shared by the CP algorithms and ZeRO levels; the
-    tables are per recompute mode). Level 1: the items that read the base row ``(t, cp, p, vp)`` and ``b``
-    alone (tensor-, context-, pipeline-parallel on DeepSeek-V3), keyed by the base row and ``b``: shared by
-    every ``ep`` and ``etp`` too. Level 2: every item left (the expert all-to-all too), keyed by the whole
-    structure row and ``b``; only when the search has several ZeRO levels or CP algorithms (with one of each a
-    key would be one layout's, priced as dearly as the layout). A part whose items are every item of some
-    dimensions is priced at the bottleneck stage (``by_dimension``); another at every stage.
+    ``step_time.time_item_keys`` says what each item's seconds per stage follow from; an item that reads a
+    ZeRO level is left out (every table is shared by the ZeRO levels; the tables are per recompute mode, and
+    per CP algorithm where an item reads it: the CP items, ring send/recvs or Ulysses all-to-alls). Level 1:
+    the items that read the base row ``(t, cp, p, vp)`` and ``b`` alone (tensor-, context-, pipeline-parallel
+    on DeepSeek-V3), keyed by the base row and ``b``: shared by every ``ep`` and ``etp`` too. Level 2: every
+    item left (the expert all-to-all too), keyed by the whole structure row and ``b``; only when a key is shared
+    by several layouts of one structure row and ``b``: several ZeRO levels, several CP algorithms for tables
+    that do not depend on it, or recompute modes (with one of each a key would be one layout's, priced as
+    dearly as the layout). A part whose items are every item of some dimensions is priced at the bottleneck
+    stage (``by_dimension``); another at every stage.
     """
     _, step, _, _ = _context(spec)
     keys = getattr(step.comm, "item_keys", None) if step is not None else None
     if not keys:
         return ()
     every = dict(keys)
-    keys = {item: needs for item, needs in keys.items() if "cp_algo" not in needs and "zero" not in needs}
+    keys = {item: needs for item, needs in keys.items() if "zero" not in needs}
+
+    def by_algo(items: tuple[str, ...]) -> bool:
+        return any("cp_algo" in keys[item] for item in items)
 
     def whole(items: tuple[str, ...]) -> tuple[str, ...]:
         """The dimensions *items* are every item of (their seconds are ``by_dimension``'s), or ()."""
@@ -239,14 +245,15 @@ def _floors(spec: SearchSpec) -> tuple[tuple[_Part, ...], ...]:
         return dims if {i for i in every if i.split(".")[0] in dims} == set(items) else ()
 
     levels = []
-    one = tuple(item for item, needs in keys.items() if needs - {"recompute"} <= _BASE_KEYS)
+    one = tuple(item for item, needs in keys.items() if needs - {"recompute", "cp_algo"} <= _BASE_KEYS)
     if one:
-        levels.append((_Part(one, False, True, False, whole(one)),))
+        levels.append((_Part(one, False, True, False, whole(one), by_algo(one)),))
     two = tuple(keys)
-    shared = (len(spec.zero_levels) > 1 or len(spec.cp_algos or ()) > 1  # else a level-2 key is one layout's
+    shared = (len(spec.zero_levels) > 1  # else a level-2 key is one layout's
+              or (len(spec.cp_algos or ()) > 1 and not by_algo(two))
               or (len(spec.recompute) > 1 and _recompute_free(spec)))
     if shared and set(two) - set(one):
-        levels.append((_Part(two, True, True, False, whole(two)),))
+        levels.append((_Part(two, True, True, False, whole(two), by_algo(two)),))
     return tuple(levels)
 
 
@@ -288,10 +295,12 @@ def _recompute_free(spec: SearchSpec) -> bool:
 
 
 @functools.lru_cache(maxsize=128)
-def _floor_table(spec: SearchSpec, part: _Part, zero: int | None, recompute: str) -> tuple[np.ndarray, ...]:
+def _floor_table(spec: SearchSpec, part: _Part, zero: int | None, recompute: str | None,
+                 algo: str | None = None) -> tuple[np.ndarray, ...]:
     """A part's seconds per key, lowered by ``_FLOOR_SLACK``, NaN where not priced yet: (first stage, last stage,
     largest stage); for a part of whole dimensions the bottleneck stage's in all three (one float32 array,
-    rounded down)."""
+    rounded down). One table per *zero*, *recompute* and *algo* (the cache's key; None where the part's seconds
+    do not depend on it)."""
     space = _context(spec)[0]
     rows = space.structure_count if part.by_row else len(space.base["t"])
     size = rows * (len(space.b) if part.by_b else 1)
@@ -321,7 +330,8 @@ def _level_floor(spec: SearchSpec, chunk: Chunk, level: int, need: np.ndarray) -
     tables, keys = [], []
     recompute = None if _recompute_free(spec) else setting.recompute
     for part in parts:
-        tables.append(_floor_table(spec, part, setting.zero if part.by_zero else None, recompute))
+        tables.append(_floor_table(spec, part, setting.zero if part.by_zero else None, recompute,
+                                   algo if part.by_algo else None))
         key = np.take((space.structure_id if part.by_row else space.structure_base)[algo], chunk.row)
         if part.by_b:
             key = key * len(space.b) + chunk.bpos

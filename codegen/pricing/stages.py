@@ -29,7 +29,8 @@ import numpy as np
 
 import generated
 from symbolic.vocabulary import (RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS, STAGE_OUTPUTS, STAGE_TERMS,
-                                 LayerType, attention_variant, detect_attention, resolve_algorithm, routing)
+                                 CpAlgorithm, LayerType, attention_variant, detect_attention, resolve_algorithm,
+                                 routing)
 
 from .levels import SCORE_FACTORS, score_factors
 
@@ -224,6 +225,7 @@ ZERO_SWITCHES: dict[str, tuple[str, float]] = {
 BIND_SOURCES: dict[str, tuple[str, ...]] = {
     **{name: (source,) for name, (source, _level) in ZERO_SWITCHES.items()}, "gather": ("rec_op",),
     "level_bound_0": (), "stage_cost_scale": (), **{name: _SCORE_DEGREES for name in SCORE_FACTORS},
+    "cp_ulysses": ("cp_algo",),
 }
 
 
@@ -238,7 +240,7 @@ def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
     """The values of the terms' arguments *names* (count names excepted): numbers or per-layout arrays.
 
     Fields are read from *f*; the switches are derived from them (``zero2_non_exp`` is 1 where
-    ``comm_d_non_exp`` is 2, …); ``gather`` from ``rec_op``; ``max_rank_tokens`` from
+    ``comm_d_non_exp`` is 2, …, ``cp_ulysses`` 1 where ``cp_algo`` is Ulysses); ``gather`` from ``rec_op``; ``max_rank_tokens`` from
     ``tokens_per_expert``; ``level_bound_0`` and ``stage_cost_scale`` from the *system*
     (``hardware.System``); the score factors are 1 on the FLOP path and the level scores of a
     unit volume on the TIME path (*score*, by default ``levels.score_factors`` on the system).
@@ -263,6 +265,8 @@ def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
         elif name == "max_rank_tokens":
             values[name] = max_rank_tokens(f["tokens_per_expert"], n_exp=int(f.scalar("n_exp")),
                                            ep=int(f.scalar("ep")))
+        elif name == "cp_ulysses":
+            values[name] = float(f.raw.get("cp_algo") == CpAlgorithm.ULYSSES.value)
         elif name == "level_bound_0":
             values[name] = float(system.level_bounds()[0])
         elif name == "stage_cost_scale":
