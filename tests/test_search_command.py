@@ -147,6 +147,16 @@ def test_cli_search_writes_the_same_rows_to_parquet(tmp_path, capsys):
 
 
 
+def test_cli_search_shows_the_cp_algorithm_when_it_tried_several(capsys):
+    argv = ["search", "--model", "llama2-7b", "--devices", "16", "--system", "dgx_a100", "--global-batch", "32",
+            "--fix", "cp=2", "--top", "3", "--no-progress"]
+    assert main([*argv, "--cp-algo", "colossalai_cp,ulysses_cp"]) == 0
+    head, *rows = capsys.readouterr().out.splitlines()[:4]
+    assert "cp_algo" in head.split() and all(r.split()[12] in ("colossalai_cp", "ulysses_cp") for r in rows)
+    assert main(argv) == 0  # one algorithm: every row would say the same
+    assert "cp_algo" not in capsys.readouterr().out.splitlines()[0]
+
+
 def test_cli_search_says_why_the_table_is_empty(capsys):
     # llama2-7b has 32 heads: no t = 3 divides them.
     assert main(["search", "--model", "llama2-7b", "--devices", "48", "--system", "dgx_a100", "--global-batch", "48",

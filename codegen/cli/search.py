@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
                           "top": [{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
                                    for k, v in row.items()} for row in rows]}))
     else:
-        _print(rows, args.objective)
+        _print(rows, args.objective, len(labels["cp_algo"]))
         note = " (interrupted by Ctrl-C: the best so far)" if result.interrupted else ""
         written = ("" if writer is None else f"; no layout to write to {out}" if not writer.rows else
                    f"; wrote {writer.rows:,} layouts (the feasible ones unless --keep-infeasible) to {out}")
@@ -254,9 +254,11 @@ def _gib(value: Any) -> str:
     return "-" if value is None else f"{value / 2**30:.1f}"
 
 
-def _print(rows: list[dict[str, Any]], objective: str) -> None:
+def _print(rows: list[dict[str, Any]], objective: str, cp_algos: int) -> None:
+    # The CP algorithm is a column when the search tried several (--cp-algo a,b): else every row has the same.
+    algo = max((len(r["cp_algo"]) for r in rows), default=0) if cp_algos > 1 else 0
     head = (f"{'#':>3} {'d':>6} {'t':>3} {'p':>3} {'cp':>3} {'ep':>4} {'etp':>3} {'vp':>3} {'b':>3} {'m':>5} "
-            f"{'recompute':>9} {'zero':>4}  ")
+            f"{'recompute':>9} {'zero':>4}  " + (f"{'cp_algo':<{algo}}  " if algo else ""))
     if objective == "original":
         head += f"{'original cost':>14}"
     else:
@@ -265,7 +267,8 @@ def _print(rows: list[dict[str, Any]], objective: str) -> None:
     print(head)
     for i, r in enumerate(rows, 1):
         line = (f"{i:>3} {r['d']:>6} {r['t']:>3} {r['p']:>3} {r['cp']:>3} {r['ep']:>4} {r['etp']:>3} {r['vp']:>3} "
-                f"{r['b']:>3} {r['m']:>5} {r['recompute']:>9} {r['zero']:>4}  ")
+                f"{r['b']:>3} {r['m']:>5} {r['recompute']:>9} {r['zero']:>4}  " +
+                (f"{r['cp_algo']:<{algo}}  " if algo else ""))
         if objective == "original":
             line += f"{r['original_cost']:>14.6g}"
         else:
