@@ -47,9 +47,9 @@ from .vocabulary import DEGREES
 
 __all__ = ["FORMULAS", "ITEMS", "SLOPE_FORMS", "SLOPE_VARIABLES"]
 
-(t, cp, ep, d, d_exp, p, m, vp, sp, z2, z3, z2e, z3e, layers, moe_layers, ulysses) = syms(
+(t, cp, ep, d, d_exp, p, m, vp, sp, z2, z3, z2e, z3e, layers, moe_layers, ulysses, fsdp, reshards) = syms(
     "t", "cp", "ep", "d", "d_exp", "p", "m", "vp", "sp", "zero2_non_exp", "zero3_non_exp", "zero2_exp", "zero3_exp",
-    "n_layers_stage", "n_moe_layers_stage", "cp_ulysses")
+    "n_layers_stage", "n_moe_layers_stage", "cp_ulysses", "grad_shard_as_params", "reshards")
 _S, _N, bytes_grad, bytes_p = syms("msg_bytes", "ranks", "bytes_grad", "bytes_p")
 
 _VOLUMES = {f.name: f.expr for f in step_volumes.FORMULAS}
@@ -78,6 +78,32 @@ def _nonempty(size: sympy.Expr) -> sympy.Expr:
     return sympy.Piecewise((0, size <= 0), (1, True))
 
 
+def _dp_calls(zero1: sympy.Expr, zero2: sympy.Expr) -> dict[str, sympy.Expr]:
+    """Calls per step of a data-parallel group's all-reduce, reduce-scatter and all-gather, by how it shards.
+
+    *zero1* is 1 where only the optimizer states are sharded (``comm_d = 2``), *zero2* where the gradients are
+    too (``comm_d = 3``); ``grad_shard_as_params`` (FSDP) shards the weights as well, and ``reshards`` frees
+    them after each pass.
+
+    * Nothing sharded: the accumulated gradients are all-reduced once per step (PyTorch DDP, Megatron-LM).
+    * Optimizer states only (ZeRO-1, Megatron-LM's distributed optimizer): the accumulated gradients are
+      reduce-scattered once per step and the updated weights all-gathered once.
+    * Gradients sharded (ZeRO-2): a rank keeps only its shard of the gradients, so each micro-batch's
+      gradients are reduce-scattered in its backward pass (m per step); the weights are all-gathered once.
+    * Weights sharded too (FSDP, ZeRO-3): the gradients as in ZeRO-2; the weights are all-gathered before
+      the forward and again before the backward of every micro-batch when resharded after each pass (2 m),
+      once per step when they stay gathered (as the original's ``_fsdp_rounds``: 1/m per micro-batch).
+    """
+    sharded_grads = 1 - (1 - zero2) * (1 - fsdp)
+    return {
+        "all_reduce": (1 - zero1 - zero2) * (1 - fsdp),
+        "reduce_scatter": zero1 * (1 - fsdp) + m * sharded_grads,
+        "all_gather": (zero1 + zero2) * (1 - fsdp) + fsdp * (2 * m * reshards + (1 - reshards)),
+    }
+
+
+_DP_CALLS = _dp_calls(z2, z3)
+_EXPERT_DP_CALLS = _dp_calls(z2e, z3e)
 _EXPERT_GRAD = _VOLUMES["dp_expert_all_reduce_msg_bytes"]
 _EXPERT_PARAM = _EXPERT_GRAD.subs(bytes_grad, bytes_p)
 _SHARE = {"all_gather": collectives.all_gather, "reduce_scatter": collectives.reduce_scatter,
@@ -92,7 +118,10 @@ _MEGATRON_SP = ("Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 al
 _ULYSSES_CALLS = _VOLUMES["cp_ulysses_all_to_all_calls_count"].subs(layers, 1)
 _ULYSSES = ("Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V before the "
             "attention and of its output after it, forward; of their gradients, backward")
-_ZERO = "Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 7; Zhao et al. 2023 FSDP (arXiv:2304.11277)"
+_ZERO = ("Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch FSDP "
+         "(arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after the backward; "
+         "Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one reduce-scatter when "
+         "the backward passes finish, one all-gather after the optimizer step")
 _ITEMS: tuple[tuple, ...] = (
     ("tp", "all_gather", "all_gather", "tp", "layer", _TP_CALLS * _on(t) * _sp_on, _ACT, t,
      "SP all-gathers of one transformer layer over the TP group", _MEGATRON_SP),
@@ -117,29 +146,31 @@ _ITEMS: tuple[tuple, ...] = (
      _VOLUMES["ep_all_to_all_calls_count"].subs(moe_layers, 1) * _on(ep), _VOLUMES["ep_all_to_all_msg_bytes"], ep,
      "EP token dispatch and combine all-to-alls of one MoE layer (forward and backward)",
      "Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher"),
-    ("dp", "all_reduce", "all_reduce", "dp", "stage", _on(d) * (1 - z2 - z3), _VOLUMES["dp_all_reduce_msg_bytes"], d,
-     "the stage's DP gradient all-reduce without ZeRO (one per step)",
+    ("dp", "all_reduce", "all_reduce", "dp", "stage", _on(d) * _DP_CALLS["all_reduce"],
+     _VOLUMES["dp_all_reduce_msg_bytes"], d,
+     "the stage's DP gradient all-reduce when nothing is sharded (one per step)",
      "Li et al. 2020 PyTorch DDP (arXiv:2006.15704)"),
-    ("dp", "reduce_scatter", "reduce_scatter", "dp", "stage", _on(d) * (z2 + z3),
+    ("dp", "reduce_scatter", "reduce_scatter", "dp", "stage", _on(d) * _DP_CALLS["reduce_scatter"],
      _VOLUMES["dp_zero_reduce_scatter_msg_bytes"], d,
-     "the stage's DP gradient reduce-scatter under ZeRO-1/2/3 (one per step)", _ZERO),
-    ("dp", "all_gather", "all_gather", "dp", "stage", _on(d) * (z2 + 2 * m * z3),
+     "the stage's DP gradient reduce-scatters: one per step with the optimizer states sharded (ZeRO-1), one per "
+     "micro-batch with the gradients sharded (ZeRO-2, ZeRO-3 / FSDP)", _ZERO),
+    ("dp", "all_gather", "all_gather", "dp", "stage", _on(d) * _DP_CALLS["all_gather"],
      _VOLUMES["dp_zero_all_gather_msg_bytes"], d,
-     "the stage's DP parameter all-gathers: one per step after the sharded optimizer (ZeRO-1/2), forward and "
-     "backward of every micro-batch under ZeRO-3 / FSDP", _ZERO),
-    ("dp", "expert_all_reduce", "all_reduce", "edp", "stage", _on(d_exp) * (1 - z2e - z3e) * _nonempty(_EXPERT_GRAD),
-     _EXPERT_GRAD, d_exp,
-     "the stage's routed-expert gradient all-reduce over the expert data-parallel group without ZeRO (none in a "
-     "dense model)",
+     "the stage's DP weight all-gathers: one per step after the sharded optimizer (ZeRO-1/2); under FSDP the "
+     "forward and backward of every micro-batch (resharding), or one per step (the weights kept)", _ZERO),
+    ("dp", "expert_all_reduce", "all_reduce", "edp", "stage",
+     _on(d_exp) * _EXPERT_DP_CALLS["all_reduce"] * _nonempty(_EXPERT_GRAD), _EXPERT_GRAD, d_exp,
+     "the stage's routed-expert gradient all-reduce over the expert data-parallel group when nothing is sharded "
+     "(none in a dense model)",
      "Megatron-LM MoE: expert gradients reduce over the expert data-parallel group"),
     ("dp", "expert_reduce_scatter", "reduce_scatter", "edp", "stage",
-     _on(d_exp) * (z2e + z3e) * _nonempty(_EXPERT_GRAD), _EXPERT_GRAD, d_exp,
-     "the stage's routed-expert gradient reduce-scatter over the expert data-parallel group under ZeRO (none in a "
-     "dense model)", _ZERO),
+     _on(d_exp) * _EXPERT_DP_CALLS["reduce_scatter"] * _nonempty(_EXPERT_GRAD), _EXPERT_GRAD, d_exp,
+     "the stage's routed-expert gradient reduce-scatters over the expert data-parallel group, as the dense ones "
+     "(none in a dense model)", _ZERO),
     ("dp", "expert_all_gather", "all_gather", "edp", "stage",
-     _on(d_exp) * (z2e + 2 * m * z3e) * _nonempty(_EXPERT_PARAM), _EXPERT_PARAM, d_exp,
-     "the stage's routed-expert parameter all-gathers over the expert data-parallel group under ZeRO (none in a "
-     "dense model)", _ZERO),
+     _on(d_exp) * _EXPERT_DP_CALLS["all_gather"] * _nonempty(_EXPERT_PARAM), _EXPERT_PARAM, d_exp,
+     "the stage's routed-expert weight all-gathers over the expert data-parallel group, as the dense ones (none "
+     "in a dense model)", _ZERO),
     ("pp", "send_recv", "send_recv", "pp", "stage", _VOLUMES["pp_send_recv_calls_count"] * _on(p),
      _VOLUMES["pp_send_recv_msg_bytes"], sympy.Integer(2),
      "the stage's pipeline sends of activations (forward) and their gradients (backward) to its neighbour "

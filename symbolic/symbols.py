@@ -180,6 +180,8 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("zero2_exp", "nonnegative_integer", "1", "1 where comm_d_exp selects ZeRO-2 (the value 2), else 0"),
     ("zero3_exp", "nonnegative_integer", "1", "1 where comm_d_exp selects ZeRO-3 (the value 3), else 0"),
     ("reshards", "nonnegative_integer", "1", "1 where FSDP frees gathered parameters after each pass, else 0"),
+    ("grad_shard_as_params", "nonnegative_integer", "1", "1 where DP runs as FSDP (weights sharded like the "
+                                                         "gradients and optimizer states), else 0"),
     ("cp_ulysses", "nonnegative_integer", "1", "1 where the run's CP algorithm is Ulysses (all-to-all), else 0 "
                                                "(ring attention)"),
     ("shard_spans_cp", "nonnegative_integer", "1", "1 where the stated FSDP shard already spans CP, else 0"),

@@ -180,6 +180,28 @@ def test_ulysses_cp_moves_what_the_original_counts_for_it(name, attention, layou
         assert_close(st["time_s"][key][0, 0], calls * one, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("zero, reshards, calls", [
+    (0, True, (1, 0, 0)),  # nothing sharded: one all-reduce of the accumulated gradients (DDP)
+    (1, True, (0, 1, 1)),  # optimizer states: one reduce-scatter, one all-gather per step (Megatron's dist. opt.)
+    (2, True, (0, 8, 1)),  # gradients too: each micro-batch's gradients reduce-scattered, weights gathered once
+    (3, True, (0, 8, 16)),  # weights too (FSDP), resharded: gathered for the forward and the backward of each
+    (3, False, (0, 8, 1)),  # FSDP keeping the gathered weights: gathered once per step
+])
+def test_dp_calls_follow_what_the_layout_shards(llama, zero, reshards, calls):
+    from dataclasses import replace
+
+    from codegen.pricing.enumeration import ZERO_LEVELS
+
+    layout = replace(parse_layout("d=4,t=2,p=1,m=8", llama.model.layout), reshards=reshards, **ZERO_LEVELS[zero])
+    st = llama.price_batch(LayoutBatch.from_layouts([layout]), per_stage=True).stages
+    got = tuple(st["calls_count"][f"dp.{c}"][0, 0] for c in ("all_reduce", "reduce_scatter", "all_gather"))
+    assert got == calls
+    for c, n in zip(("all_reduce", "reduce_scatter", "all_gather"), calls):
+        one = float(predict("dgx_h100", c, 4, st["msg_bytes"][f"dp.{c}"][0, 0]).time_s) if n else 0.0
+        # the DP group (stride t = 2, 4 ranks) sits in one node: consecutive placement gives the same time
+        assert_close(st["time_s"][f"dp.{c}"][0, 0], n * one, rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("name, layout", [("llama2-7b", "d=2,t=2,p=2,m=8"), ("qwen3-72b", "d=2,t=8,p=4,m=8")])
 def test_a_dense_model_makes_no_expert_calls(name, layout):
     # No routed experts: the expert data-parallel collectives would move 0 bytes, and NCCL discards an empty

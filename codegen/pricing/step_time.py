@@ -153,6 +153,8 @@ _SETTING_FIELDS = {
     **dict.fromkeys(("rec_op", "gather"), "recompute"),
     "cp_algo": "cp_algo",
 }
+#: Run fields a search keeps as the model file sets them for every layout (its settings are those above).
+_RUN_FIELDS = frozenset({"reshards"})
 #: What an item follows from when one of its arguments is none of the known kinds: everything.
 _EVERYTHING = frozenset({"t", "cp", "p", "vp", "d", "ep", "etp", "b", "m", "zero", "recompute", "cp_algo"})
 
@@ -165,8 +167,8 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
     ``arguments``; a layout field among them follows from the keys ``LAYOUT_FIELD_KEYS`` declares (a
     test of the fused pricer holds the declaration to the rules), a ZeRO switch from its source field
     (``stages.BIND_SOURCES``), a field of the run settings from its setting (``_SETTING_FIELDS``),
-    ``P_ne`` / ``P_r`` from the ``params_*`` forms' arguments, a model field from nothing that varies;
-    any other argument from everything. A stage's layer counts, which weigh every item, follow from
+    ``P_ne`` / ``P_r`` from the ``params_*`` forms' arguments, a model field or a run field the search keeps
+    (``_RUN_FIELDS``) from nothing that varies; any other argument from everything. A stage's layer counts, which weigh every item, follow from
     ``(p, vp)`` and the recompute mode. NCCL's pick reads S, the ranks and the group's placement
     (``TimePricer`` checks it), which follows from the degrees of the group's rank grid
     (``time.PLACEMENT_GRIDS``: ``t, cp, d, p`` for the dense groups, ``t_exp, ep, d_exp, p`` for the expert
@@ -178,7 +180,7 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
     from .stages import BIND_SOURCES
     from .time import ITEMS, PLACEMENT_GRIDS, PLACEMENT_GROUPS
 
-    constants = set(model.fields())
+    constants = set(model.fields()) | _RUN_FIELDS
     params: dict[str, set[str]] = {"P_ne": set(), "P_r": set()}
     for name, meta in generated.FORMULAS.items():
         if name.startswith("params_"):
