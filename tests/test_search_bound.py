@@ -47,7 +47,7 @@ def test_every_floor_is_at_most_the_exposed_communication():
     space, step, _, _ = search_module._context(spec)
     checked, positive = 0, 0
     for chunk in space.chunks(chunk=4000):
-        exposed = exposed_comm(step.comm(chunk), chunk.setting.recompute)
+        exposed = exposed_comm(step.comm(chunk), chunk.setting.recompute, chunk.setting.cp_algo)
         everywhere = np.ones(len(chunk), bool)
         for level in range(len(search_module._floors(spec))):
             floor = search_module._level_floor(spec, chunk, level, everywhere)
@@ -96,7 +96,7 @@ def test_floors_priced_at_every_stage_are_lower_bounds_too(monkeypatch):
     search_module._floor_table.cache_clear()
     space, step, _, _ = search_module._context(spec)
     chunk = next(space.chunks(chunk=20000))
-    exposed = exposed_comm(step.comm(chunk), chunk.setting.recompute)
+    exposed = exposed_comm(step.comm(chunk), chunk.setting.recompute, chunk.setting.cp_algo)
     for level in range(len(staged)):
         floor = search_module._level_floor(spec, chunk, level, np.ones(len(chunk), bool))
         assert (floor <= exposed).all() and (floor > 0).any()

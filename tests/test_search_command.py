@@ -343,6 +343,18 @@ def test_full_recompute_repeats_forward_tp_collectives():
     assert exposed_comm(parts, "full")[0] == 4.5
 
 
+@pytest.mark.parametrize("cp_algo, cp_again", [("colossalai_cp", 1.0), ("ulysses_cp", 1.5)])
+def test_full_recompute_repeats_the_forward_ep_and_cp_collectives_too(cp_algo, cp_again):
+    # The forward pass runs 2 of EP's 4 all-to-alls per MoE layer; ring attention cp - 1 of its 3 (cp - 1)
+    # send/recvs, Ulysses 4 of its 8 all-to-alls: a re-executed forward adds those shares of the seconds.
+    from codegen.pricing.step_time import exposed_comm
+
+    parts = {"tp": np.array([2.0]), "ep": np.array([4.0]), "cp": np.array([3.0]), "dp": np.array([1.0])}
+    assert exposed_comm(parts, "none", cp_algo)[0] == 10.0
+    assert exposed_comm(parts, "selective", cp_algo)[0] == 10.0
+    assert exposed_comm(parts, "full", cp_algo)[0] == 10.0 + 1.0 + 2.0 + cp_again
+
+
 @pytest.mark.parametrize("recompute,sp,zero", [("selective", True, 0), ("full", False, 1), ("none", True, 1)])
 def test_stage_vector_flops_equal_an_operation_count(recompute, sp, zero):
     """Vector-unit FLOPs of a GPT stage (no FlashAttention, dropout on), counted here operation by operation in

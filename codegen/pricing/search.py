@@ -443,7 +443,7 @@ def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows
     sub = _subchunk(spec, chunk, rows)
     filled: dict[str, np.ndarray] = {}
     if step is not None and step.comm is not None:
-        comm = np.broadcast_to(exposed_comm(step.comm(sub), chunk.setting.recompute), rows.shape).astype(np.float64)
+        comm = np.broadcast_to(exposed_comm(step.comm(sub), chunk.setting.recompute, chunk.setting.cp_algo), rows.shape).astype(np.float64)
         filled["comm_s"] = comm
         filled["step_time_s"] = step.step_time(table["compute_s"][rows], sub.values, comm)
         filled["objective"] = comm if spec.objective == "comm-time" else filled["step_time_s"]

@@ -28,7 +28,7 @@ Public API::
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
     pricer.bound_forms(p, vp, stages) -> per row of fixed b·m, the compute bound's linear forms in m
     pricer.compute_bound(forms, row, m) -> compute × (1 + bubble), a lower bound of the step time
-    exposed_comm(parts, recompute) -> exposed seconds
+    exposed_comm(parts, recompute, cp_algo=None) -> exposed seconds
     stage_layer_counts(model, p, vp) -> (first, last) arrays
     time_family_comm(model, system) -> comm callable (.stage_seconds(chunk), .item_keys), or None without
         codegen.pricing.time
@@ -44,7 +44,7 @@ import numpy as np
 import generated
 import hardware
 from hardware import System
-from symbolic.vocabulary import attention_variant
+from symbolic.vocabulary import CpAlgorithm, attention_variant
 
 from ..configs.layouts import chunk_layer_counts
 from ..configs.models import ModelConfig
@@ -432,7 +432,7 @@ class StepTimePricer:
         compute, flops, _, _ = self.slowest(parts if parts is not None else self.stage_parts(values, recompute, zero))
         bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
         if self.comm is not None and chunk is not None:
-            comm = exposed_comm(self.comm(chunk), recompute)
+            comm = exposed_comm(self.comm(chunk), recompute, chunk.setting.cp_algo)
             comm = np.broadcast_to(comm, flops.shape)
         else:
             comm = np.zeros_like(compute)
@@ -441,16 +441,26 @@ class StepTimePricer:
                 "stage_flops": flops, "bubble": np.broadcast_to(bubble, flops.shape)}
 
 
-def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str) -> np.ndarray:
+#: The share of a layer's collectives of each dimension that its forward pass runs (``symbolic.stage_time``'s
+#: calls): TP 2 of the 4 all-gathers and 2 of the 4 reduce-scatters (or all-reduces); EP the dispatch and the
+#: combine, 2 of 4; CP ring attention the cp - 1 key/value passes of 3 (cp - 1); Ulysses 4 of 8 all-to-alls.
+_FORWARD_SHARE = {"tp": 0.5, "ep": 0.5, "cp": 1 / 3, "cp_ulysses": 0.5}
+
+
+def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str | None = None) -> np.ndarray:
     """Exposed communication seconds from the time family's per-dimension seconds of the bottleneck stage.
 
     The time family prices each collective once per pass (TP: the forward half, the backward half).
-    Full recompute runs a layer's forward pass again, its TP collectives included (Megatron-LM's
-    checkpointed forward re-executes the whole layer): ``tp / 2`` more. Selective recompute repeats the
-    core attention only, which communicates nothing; the all-gather sequence parallelism repeats in the
-    backward pass is issued asynchronously beside the input-gradient GEMM in Megatron-LM and is not added.
+    Full recompute runs a layer's forward pass again, its collectives included (Megatron-LM's checkpointed
+    forward re-executes the whole layer: the TP collectives, the MoE dispatch and combine, the CP exchanges):
+    the forward share of TP, EP and CP more (``_FORWARD_SHARE``; CP's by *cp_algo*, ring attention when
+    ``None``). Selective recompute repeats the core attention only, which communicates nothing; the all-gather
+    sequence parallelism repeats in the backward pass is issued asynchronously beside the input-gradient GEMM
+    in Megatron-LM and is not added.
     """
     total = sum(np.asarray(parts[k], dtype=np.float64) for k in EXPOSED_DIMENSIONS if k in parts)
     if recompute == "full":
-        total = total + np.asarray(parts.get("tp", 0.0), dtype=np.float64) / 2
+        cp = "cp_ulysses" if cp_algo == CpAlgorithm.ULYSSES.value else "cp"
+        for dim, share in (("tp", _FORWARD_SHARE["tp"]), ("ep", _FORWARD_SHARE["ep"]), ("cp", _FORWARD_SHARE[cp])):
+            total = total + np.asarray(parts.get(dim, 0.0), dtype=np.float64) * share
     return total
