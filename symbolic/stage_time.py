@@ -47,8 +47,8 @@ from .vocabulary import DEGREES
 
 __all__ = ["FORMULAS", "ITEMS", "SLOPE_FORMS", "SLOPE_VARIABLES"]
 
-(t, cp, ep, d, d_exp, p, m, vp, sp, z2, z3, z2e, z3e, layers, moe_layers, ulysses, fsdp, reshards) = syms(
-    "t", "cp", "ep", "d", "d_exp", "p", "m", "vp", "sp", "zero2_non_exp", "zero3_non_exp", "zero2_exp", "zero3_exp",
+(t, cp, ep, d, t_exp, p, m, vp, sp, z2, z3, z2e, z3e, layers, moe_layers, ulysses, fsdp, reshards) = syms(
+    "t", "cp", "ep", "d", "t_exp", "p", "m", "vp", "sp", "zero2_non_exp", "zero3_non_exp", "zero2_exp", "zero3_exp",
     "n_layers_stage", "n_moe_layers_stage", "cp_ulysses", "grad_shard_as_params", "reshards")
 _S, _N, bytes_grad, bytes_p = syms("msg_bytes", "ranks", "bytes_grad", "bytes_p")
 
@@ -103,6 +103,14 @@ def _dp_calls(zero1: sympy.Expr, zero2: sympy.Expr) -> dict[str, sympy.Expr]:
 
 
 _DP_CALLS = _dp_calls(z2, z3)
+#: The dense weights' gradients reduce over the data-parallel ranks and the context-parallel ones together:
+#: every CP rank holds the same weights and computes gradients from its part of the sequence (Megatron-LM's
+#: data-parallel group with context parallelism).
+_DP_GROUP = d * cp
+#: The experts' weights likewise over Megatron-LM's expert data-parallel group, the ranks left once the expert
+#: tensor-parallel and expert-parallel ones are taken, CP included: world / (etp·ep·pp) = d·t·cp / (t_exp·ep).
+#: (The original's d_exp leaves CP out unless etp > 1.)
+_EDP_GROUP = d * t * cp / (t_exp * ep)
 _EXPERT_DP_CALLS = _dp_calls(z2e, z3e)
 _EXPERT_GRAD = _VOLUMES["dp_expert_all_reduce_msg_bytes"]
 _EXPERT_PARAM = _EXPERT_GRAD.subs(bytes_grad, bytes_p)
@@ -146,29 +154,29 @@ _ITEMS: tuple[tuple, ...] = (
      _VOLUMES["ep_all_to_all_calls_count"].subs(moe_layers, 1) * _on(ep), _VOLUMES["ep_all_to_all_msg_bytes"], ep,
      "EP token dispatch and combine all-to-alls of one MoE layer (forward and backward)",
      "Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher"),
-    ("dp", "all_reduce", "all_reduce", "dp", "stage", _on(d) * _DP_CALLS["all_reduce"],
-     _VOLUMES["dp_all_reduce_msg_bytes"], d,
+    ("dp", "all_reduce", "all_reduce", "dp", "stage", _on(_DP_GROUP) * _DP_CALLS["all_reduce"],
+     _VOLUMES["dp_all_reduce_msg_bytes"], _DP_GROUP,
      "the stage's DP gradient all-reduce when nothing is sharded (one per step)",
      "Li et al. 2020 PyTorch DDP (arXiv:2006.15704)"),
-    ("dp", "reduce_scatter", "reduce_scatter", "dp", "stage", _on(d) * _DP_CALLS["reduce_scatter"],
-     _VOLUMES["dp_zero_reduce_scatter_msg_bytes"], d,
+    ("dp", "reduce_scatter", "reduce_scatter", "dp", "stage", _on(_DP_GROUP) * _DP_CALLS["reduce_scatter"],
+     _VOLUMES["dp_zero_reduce_scatter_msg_bytes"], _DP_GROUP,
      "the stage's DP gradient reduce-scatters: one per step with the optimizer states sharded (ZeRO-1), one per "
      "micro-batch with the gradients sharded (ZeRO-2, ZeRO-3 / FSDP)", _ZERO),
-    ("dp", "all_gather", "all_gather", "dp", "stage", _on(d) * _DP_CALLS["all_gather"],
-     _VOLUMES["dp_zero_all_gather_msg_bytes"], d,
+    ("dp", "all_gather", "all_gather", "dp", "stage", _on(_DP_GROUP) * _DP_CALLS["all_gather"],
+     _VOLUMES["dp_zero_all_gather_msg_bytes"], _DP_GROUP,
      "the stage's DP weight all-gathers: one per step after the sharded optimizer (ZeRO-1/2); under FSDP the "
      "forward and backward of every micro-batch (resharding), or one per step (the weights kept)", _ZERO),
     ("dp", "expert_all_reduce", "all_reduce", "edp", "stage",
-     _on(d_exp) * _EXPERT_DP_CALLS["all_reduce"] * _nonempty(_EXPERT_GRAD), _EXPERT_GRAD, d_exp,
+     _on(_EDP_GROUP) * _EXPERT_DP_CALLS["all_reduce"] * _nonempty(_EXPERT_GRAD), _EXPERT_GRAD, _EDP_GROUP,
      "the stage's routed-expert gradient all-reduce over the expert data-parallel group when nothing is sharded "
      "(none in a dense model)",
      "Megatron-LM MoE: expert gradients reduce over the expert data-parallel group"),
     ("dp", "expert_reduce_scatter", "reduce_scatter", "edp", "stage",
-     _on(d_exp) * _EXPERT_DP_CALLS["reduce_scatter"] * _nonempty(_EXPERT_GRAD), _EXPERT_GRAD, d_exp,
+     _on(_EDP_GROUP) * _EXPERT_DP_CALLS["reduce_scatter"] * _nonempty(_EXPERT_GRAD), _EXPERT_GRAD, _EDP_GROUP,
      "the stage's routed-expert gradient reduce-scatters over the expert data-parallel group, as the dense ones "
      "(none in a dense model)", _ZERO),
     ("dp", "expert_all_gather", "all_gather", "edp", "stage",
-     _on(d_exp) * _EXPERT_DP_CALLS["all_gather"] * _nonempty(_EXPERT_PARAM), _EXPERT_PARAM, d_exp,
+     _on(_EDP_GROUP) * _EXPERT_DP_CALLS["all_gather"] * _nonempty(_EXPERT_PARAM), _EXPERT_PARAM, _EDP_GROUP,
      "the stage's routed-expert weight all-gathers over the expert data-parallel group, as the dense ones (none "
      "in a dense model)", _ZERO),
     ("pp", "send_recv", "send_recv", "pp", "stage", _VOLUMES["pp_send_recv_calls_count"] * _on(p),
@@ -215,7 +223,7 @@ SLOPE_FORMS = ("calls_count", "msg_bytes", "ranks_count")
 def _slopes(formulas: tuple[Formula, ...]) -> tuple[Formula, ...]:
     """``<item form>__d_<x>`` for the forms of ``SLOPE_FORMS`` and x of ``SLOPE_VARIABLES`` (nonzero ones).
 
-    Derived fields (``d_exp``, ``t_exp``, ``sp``, the ZeRO switches, ``P_ne``, ``P_r``) are held, as the
+    Derived fields (``t_exp``, ``sp``, the ZeRO switches, ``P_ne``, ``P_r``) are held, as the
     original's sensitivity holds them; ``Min``/``Max`` by their active branch (``symbolic.sensitivity``).
     """
     from .sensitivity import derivative

@@ -245,6 +245,10 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     # of the degrees before the group's dimension in that order.
     ("group_size", "positive_integer", "ranks", "ranks in the parallel group"),
     ("group_stride", "positive_integer", "ranks", "distance between consecutive ranks of the group"),
+    ("group_size_2", "positive_integer", "ranks", "ranks along the second dimension of a group spanning two "
+                                                   "dimensions of the rank order (DP with CP)"),
+    ("group_stride_2", "positive_integer", "ranks", "distance between consecutive ranks along that second "
+                                                     "dimension"),
     ("gpus_per_node", "positive_integer", "devices", "GPUs in one node (or one NVLink domain)"),
     ("nics_per_node", "positive_integer", "NICs", "scale-out NICs of one node"),
     # Per-step volumes (symbolic.step_volumes).
@@ -313,6 +317,7 @@ PER_LAYOUT: frozenset[str] = frozenset({
     "gathers", "reduces", "comm_volume", "overlap", "P_ne", "P_r", "P_s",
     # A collective call: its size and its group, placed on the system.
     "msg_bytes", "ranks", "ranks_per_node", "nodes", "nics_used", "ring_channels", "group_size", "group_stride",
+    "group_size_2", "group_stride_2",
     "n_layers_stage", "n_moe_layers_stage", "stage_flops", "exposed_comm_s", "stage_hbm_bytes", "stage_vector_flops",
 })
 if not PER_LAYOUT <= set(SPECS):  # pragma: no cover - a typo here would silently slow the evaluators

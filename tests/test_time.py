@@ -3,6 +3,7 @@ volumes, the NCCL data table, the validation against the shipped nccl-tests swee
 
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
 
@@ -365,6 +366,29 @@ def test_placement_closed_forms(size, stride, per_node, nodes, nics):
     assert float(_eval("placement_group_ranks_per_node_count", v)) == per_node
     assert float(_eval("placement_group_nodes_count", v)) == nodes
     assert float(_eval("placement_group_nics_used_count", v)) == nics
+
+
+@pytest.mark.parametrize("order", ["tp-cp-ep-dp-pp", "tp-dp-cp-ep-pp", "cp-tp-dp-ep-pp", "tp-cp-pp-dp-ep"])
+@pytest.mark.parametrize("tp, cp, dp, pp", [(8, 2, 4, 2), (2, 2, 4, 2), (1, 4, 8, 2), (4, 2, 2, 4), (2, 1, 16, 1)])
+def test_placement_of_a_group_over_two_dimensions_counts_its_ranks(order, tp, cp, dp, pp):
+    """The data-parallel group with CP (its ranks vary along dp and cp) against its ranks listed one by one:
+    members in a node, nodes spanned and NICs, for 8-GPU nodes with one NIC per GPU."""
+    degrees = dict(tp=tp, cp=cp, ep=1, dp=dp, pp=pp)
+    strides = {k: int(v) for k, v in group_strides(order, degrees).items()}
+    ranks = {i * strides["dp"] + j * strides["cp"] for i in range(dp) for j in range(cp)}
+    per_node = collections.Counter(rank // 8 for rank in ranks)
+    assert len(set(per_node.values())) == 1  # every node the group touches holds as many of its ranks
+    v = dict(group_size=dp, group_stride=strides["dp"], group_size_2=cp, group_stride_2=strides["cp"],
+             gpus_per_node=8, nics_per_node=8)
+    members = next(iter(per_node.values()))
+    assert float(_eval("placement_group2_ranks_per_node_count", v)) == members
+    assert float(_eval("placement_group2_nodes_count", v)) == len(per_node)
+    assert float(_eval("placement_group2_nics_used_count", v)) == members  # one NIC per GPU
+    one = dict(group_size=dp * cp, group_stride=min(strides["dp"], strides["cp"]), gpus_per_node=8, nics_per_node=8)
+    if max(strides["dp"], strides["cp"]) == min(strides["dp"], strides["cp"]) * (dp if strides["dp"] < strides["cp"]
+                                                                                  else cp):
+        # neighbours in the order: one strided group, the one-dimension forms agree
+        assert float(_eval("placement_group_ranks_per_node_count", one)) == members
 
 
 # ------------------------------------------------------------------ per-step volumes

@@ -202,6 +202,26 @@ def test_dp_calls_follow_what_the_layout_shards(llama, zero, reshards, calls):
         assert_close(st["time_s"][f"dp.{c}"][0, 0], n * one, rtol=1e-12, atol=0)
 
 
+def test_gradients_reduce_over_the_data_and_context_parallel_ranks_together(llama, dsv3):
+    # Every CP rank holds the same weights: the DP group of a layout with CP is d·cp ranks (Megatron's 'dp-cp'),
+    # the experts' d·t·cp / (t_exp·ep) (world / (etp·ep·pp)).
+    st = llama.price_batch(_batch(llama, "d=2,t=2,p=2,cp=2,m=8"), per_stage=True).stages
+    for c in ("reduce_scatter", "all_gather"):
+        calls, size = st["calls_count"][f"dp.{c}"][0, 0], st["msg_bytes"][f"dp.{c}"][0, 0]
+        assert calls == 1
+        # cp and dp are neighbours in tp-cp-ep-dp-pp: 4 ranks two apart, inside one 8-GPU node
+        assert_close(st["time_s"][f"dp.{c}"][0, 0], float(predict("dgx_h100", c, 4, size).time_s), rtol=1e-12, atol=0)
+    vol = llama.volumes(_batch(llama, "d=2,t=2,p=2,cp=2,m=8"))
+    assert_close(vol["step_bytes"]["dp.reduce_scatter"][0, 0], vol["msg_bytes"]["dp.reduce_scatter"][0, 0] * 3 / 4,
+                 rtol=1e-12, atol=0)
+    batch = _batch(dsv3, "d=16,t=4,p=8,ep=8,cp=2,m=16")
+    f = {k: float(np.ravel(v)[0]) for k, v in derive_fields_batch(dsv3.model, batch, names=("t_exp", "d_exp")).items()}
+    assert (f["t_exp"], f["d_exp"]) == (4, 2)  # the original's d_exp = d / ep leaves CP out
+    vol = dsv3.volumes(batch)
+    size = vol["msg_bytes"]["dp.expert_reduce_scatter"][0, 0]
+    assert_close(vol["step_bytes"]["dp.expert_reduce_scatter"][0, 0], size * 3 / 4, rtol=1e-12, atol=0)  # 4 ranks
+
+
 @pytest.mark.parametrize("name, layout", [("llama2-7b", "d=2,t=2,p=2,m=8"), ("qwen3-72b", "d=2,t=8,p=4,m=8")])
 def test_a_dense_model_makes_no_expert_calls(name, layout):
     # No routed experts: the expert data-parallel collectives would move 0 bytes, and NCCL discards an empty

@@ -171,8 +171,8 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
     (``_RUN_FIELDS``) from nothing that varies; any other argument from everything. A stage's layer counts, which weigh every item, follow from
     ``(p, vp)`` and the recompute mode. NCCL's pick reads S, the ranks and the group's placement
     (``TimePricer`` checks it), which follows from the degrees of the group's rank grid
-    (``time.PLACEMENT_GRIDS``: ``t, cp, d, p`` for the dense groups, ``t_exp, ep, d_exp, p`` for the expert
-    ones, as ``TimePricer._groups`` places them); the pricer is built per
+    (``time.PLACEMENT_GRIDS``: ``t, cp, d, p`` for the dense groups, ``t_exp, ep, d, t, cp, p`` for the
+    expert ones, as ``TimePricer._groups`` places them); the pricer is built per
     ZeRO level and recompute mode (``time_family_comm``) and reads ``fsdp`` only through the fields.
     Layouts of one search that agree on an item's keys and settings have the same seconds per stage for it.
     """
@@ -205,11 +205,11 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
             return set(_EVERYTHING)
         return found
 
-    # A group's placement follows from its size and its stride, which the degrees of its whole grid decide.
-    grid_keys = {grid: set().union(*(LAYOUT_FIELD_KEYS[field] for field in degrees.values() if field is not None))
+    # A group's placement follows from its sizes and strides, which the degrees of its whole grid decide.
+    grid_keys = {grid: set().union(*(LAYOUT_FIELD_KEYS[field] for spec in degrees.values() if spec is not None
+                                     for field in (*spec[0], *spec[1])))
                  for grid, degrees in PLACEMENT_GRIDS.items()}
-    placement = {group: grid_keys[grid] | (set(LAYOUT_FIELD_KEYS[size]) if size is not None else set())
-                 for group, (grid, _dim, size) in PLACEMENT_GROUPS.items()}
+    placement = {group: grid_keys[grid] for group, (grid, _dims, _size) in PLACEMENT_GROUPS.items()}
     out = {}
     for dim, coll, group, _ in ITEMS:
         found: set[str] = placement[group] | {"p", "vp", "recompute"}  # the stage's layers weigh it

@@ -16,10 +16,11 @@ How it binds them:
 * every hardware-side symbol comes from ``hardware._nccl.time_bindings(system)`` (its declared names
   ``TIME_SYMBOLS``), read by name, so a constant the collective model adds flows through unchanged;
 * each collective's group is placed by the rank order (``codegen.pricing.placement``; Megatron's
-  ``tp-cp-ep-dp-pp`` by default): the dense groups with degrees ``tp = t, cp, ep = 1, dp = d, pp = p``,
-  the expert groups (EP and the expert data-parallel group) with ``tp = t_exp, cp = 1, ep, dp = d_exp,
-  pp = p`` (Megatron's expert rank generator); PP prices the pair of neighbouring stages. The
-  generated ``placement_group_*`` forms give ranks per node, nodes spanned and NICs used;
+  ``tp-cp-ep-dp-pp`` by default): the dense groups with degrees ``tp = t, cp, ep = 1, dp = d, pp = p``
+  (the data-parallel group spans dp and cp: Megatron's ``dp-cp`` group), the expert groups (EP and the
+  expert data-parallel group) with ``tp = t_exp, cp = 1, ep, dp = d·t·cp / (t_exp·ep), pp = p``
+  (Megatron's expert rank generator); PP prices the pair of neighbouring stages. The generated
+  ``placement_group_*`` (``placement_group2_*``) forms give ranks per node, nodes spanned and NICs used;
 * a stage holds ``n_body + n_extra + n_extra_sel`` transformer layers (body and MTP), all of them MoE
   layers in a model with experts (as the original prices ``first_k_dense`` layers); per-layer items
   (TP, CP, EP) are evaluated once per layout and weighed by the counts; DP's gradient buffer grows
@@ -73,18 +74,25 @@ _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
 #: distinct layouts of qwen3-72b and deepseek-v3: grouping is 1.1-1.4x slower at 300-1,000 layouts, about
 #: even at 2,000, 1.2-1.6x faster at 4,000).
 _GROUP_FROM = 1 << 11
-#: The two rank grids groups are placed in (Megatron's dense and expert rank generators): per grid, the
-#: layout field that is each dimension's degree of the rank order (None: 1, the grid has no such dimension).
-PLACEMENT_GRIDS: dict[str, dict[str, str | None]] = {
-    "dense": {"tp": "t", "cp": "cp", "ep": None, "dp": "d", "pp": "p"},
-    "expert": {"tp": "t_exp", "cp": None, "ep": "ep", "dp": "d_exp", "pp": "p"},
+#: The two rank grids groups are placed in (Megatron's dense and expert rank generators): per grid, each
+#: dimension's degree of the rank order as the layout fields it is the product of, over those it is divided
+#: by (None: 1, the grid has no such dimension). The expert grid folds CP into its data-parallel dimension,
+#: ``d·t·cp / (t_exp·ep)`` (Megatron's expert data-parallel size, world / (etp·ep·pp)), so that both grids
+#: hold every rank.
+PLACEMENT_GRIDS: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]] | None]] = {
+    "dense": {"tp": (("t",), ()), "cp": (("cp",), ()), "ep": None, "dp": (("d",), ()), "pp": (("p",), ())},
+    "expert": {"tp": (("t_exp",), ()), "cp": None, "ep": (("ep",), ()), "dp": (("d", "t", "cp"), ("t_exp", "ep")),
+               "pp": (("p",), ())},
 }
-#: Per group of the time items: its grid, the dimension whose stride it has there, and the layout field that
-#: is its size (None: 2, the pair of neighbouring stages a pipeline send joins).
-PLACEMENT_GROUPS: dict[str, tuple[str, str, str | None]] = {
-    "tp": ("dense", "tp", "t"), "cp": ("dense", "cp", "cp"), "dp": ("dense", "dp", "d"), "pp": ("dense", "pp", None),
-    "ep": ("expert", "ep", "ep"), "edp": ("expert", "dp", "d_exp"),
+#: Per group of the time items: its grid, the dimensions its ranks vary along there (one, or two for the
+#: data-parallel group with CP, ``symbolic.placement``'s ``placement_group2_*``), and a size that is not
+#: those dimensions' degrees (2: the pair of neighbouring stages a pipeline send joins).
+PLACEMENT_GROUPS: dict[str, tuple[str, tuple[str, ...], float | None]] = {
+    "tp": ("dense", ("tp",), None), "cp": ("dense", ("cp",), None), "dp": ("dense", ("dp", "cp"), None),
+    "pp": ("dense", ("pp",), 2.0), "ep": ("expert", ("ep",), None), "edp": ("expert", ("dp",), None),
 }
+#: The key columns that decide a group's placement: per dimension of the group, its size and its stride.
+_PLACEMENT_KEYS = (("size", "stride"), ("size2", "stride2"))
 
 #: NCCL's pick per collective and system constants, for every pricer (``TimePricer._chooser``).
 _CHOOSERS: dict[tuple[Any, ...], Chooser] = {}
@@ -474,25 +482,40 @@ class TimePricer:
         values.update(self.hardware)
         return values, f
 
-    def _groups(self, f: Fields) -> dict[str, tuple[Any, Any]]:
-        """Per group (tp, cp, ep, dp, edp, pp): its size and the stride between its ranks, numbers or arrays
-        (:data:`PLACEMENT_GRIDS`, :data:`PLACEMENT_GROUPS`)."""
-        strides = {grid: group_strides(self.order, {dim: 1.0 if field is None else f.num(field)
-                                                    for dim, field in degrees.items()})
-                   for grid, degrees in PLACEMENT_GRIDS.items()}
-        return {group: (2.0 if size is None else f.num(size), strides[grid][dim])
-                for group, (grid, dim, size) in PLACEMENT_GROUPS.items()}
+    def _groups(self, f: Fields) -> dict[str, tuple[tuple[Any, Any], ...]]:
+        """Per group (tp, cp, ep, dp, edp, pp): per dimension its ranks vary along, the ranks along it and the
+        stride between them, numbers or arrays (:data:`PLACEMENT_GRIDS`, :data:`PLACEMENT_GROUPS`)."""
+        def degree(spec: tuple[tuple[str, ...], tuple[str, ...]] | None) -> Any:
+            if spec is None:
+                return 1.0
+            value: Any = 1.0
+            for name in spec[0]:
+                value = value * f.num(name)
+            for name in spec[1]:
+                value = value / f.num(name)
+            return value
 
-    def _placements(self, f: Fields, groups: Mapping[str, tuple[Any, Any]] | None = None) -> dict[str, dict[str, Any]]:
+        degrees = {grid: {dim: degree(spec) for dim, spec in dims.items()} for grid, dims in PLACEMENT_GRIDS.items()}
+        strides = {grid: group_strides(self.order, values) for grid, values in degrees.items()}
+        return {group: tuple((degrees[grid][dim] if size is None else size, strides[grid][dim]) for dim in dims)
+                for group, (grid, dims, size) in PLACEMENT_GROUPS.items()}
+
+    def _placements(self, f: Fields, groups: Mapping[str, tuple[tuple[Any, Any], ...]] | None = None
+                    ) -> dict[str, dict[str, Any]]:
         """Per group (tp, cp, ep, dp, edp, pp): ranks_per_node, nodes and nics_used, numbers or arrays: the
-        ``placement_group_*`` forms of the group's size and stride (:meth:`_groups`) and the node's GPUs and NICs."""
+        ``placement_group_*`` forms of the group's size and stride (``placement_group2_*`` for a group over two
+        dimensions; :meth:`_groups`) and the node's GPUs and NICs."""
         groups = self._groups(f) if groups is None else groups
         node = {"gpus_per_node": self.hardware["gpus_per_node"], "nics_per_node": self.hardware["nics_per_node"]}
         out: dict[str, dict[str, Any]] = {}
-        for group, (size, stride) in groups.items():
-            args = dict(node, group_size=size, group_stride=stride)
-            out[group] = {key: getattr(generated, f"placement_group_{key}_count")(
-                **{a: args[a] for a in _arguments(f"placement_group_{key}_count")}) for key in _GROUP_SYMBOLS}
+        for group, parts in groups.items():
+            args = dict(node, group_size=parts[0][0], group_stride=parts[0][1])
+            prefix = "placement_group"
+            if len(parts) == 2:
+                args.update(group_size_2=parts[1][0], group_stride_2=parts[1][1])
+                prefix = "placement_group2"
+            out[group] = {key: getattr(generated, f"{prefix}_{key}_count")(
+                **{a: args[a] for a in _arguments(f"{prefix}_{key}_count")}) for key in _GROUP_SYMBOLS}
         return out
 
     def _layer_columns(self, batch: LayoutBatch, moe: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -584,8 +607,8 @@ class TimePricer:
             key = {a for a in names if a not in _LAYER_SYMBOLS and isinstance(args[a], np.ndarray) and args[a].ndim}
             if weight == "stage" and names & set(_LAYER_SYMBOLS):
                 key |= {"p@shape", "vp@shape"}
-            if placed:  # the group's placement: by its size and stride (see _price_block)
-                key |= {f"{k}@{group}" for k in ("size", "stride") if f"{k}@{group}" in keys.columns}
+            if placed:  # the group's placement: by its sizes and strides (see _price_block)
+                key |= {f"{k}@{group}" for names in _PLACEMENT_KEYS for k in names if f"{k}@{group}" in keys.columns}
             frozen = frozenset(key)
             if frozen not in found_by:
                 found_by[frozen] = _row_groups(keys, sorted(frozen))
@@ -654,9 +677,10 @@ class TimePricer:
             # A group's placement follows from its size and stride alone (the node's GPUs and NICs fixed): two
             # columns to group NCCL's calls by instead of the three placement values (and the size is often
             # a column the forms read already: the same digits).
-            for group, (size, stride) in groups.items():
-                keys.columns.update({f"{k}@{group}": v for k, v in (("size", size), ("stride", stride))
-                                     if isinstance(v, np.ndarray) and v.ndim == 1})
+            for group, parts in groups.items():
+                for names, size_stride in zip(_PLACEMENT_KEYS, parts):
+                    keys.columns.update({f"{k}@{group}": v for k, v in zip(names, size_stride)
+                                         if isinstance(v, np.ndarray) and v.ndim == 1})
         per_column: dict[tuple[str, str], np.ndarray] = {}  # (item, what) -> (M, U)
         outputs = [w for w in FORMS if w in whats]
         found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None] = {}
