@@ -210,8 +210,8 @@ class _Part:
     by_row: bool  # the structure row (ep, etp too); else the base row (t, cp, p, vp, d)
     by_b: bool  # and the micro-batch size
     by_zero: bool  # one table per ZeRO level (always one per recompute mode)
-    dims: tuple[str, ...] = ()
-    by_algo: bool = False  # one table per CP algorithm (an item reads it: CP is ring send/recvs or all-to-alls)  # the items are these dimensions' every item (priced without every stage)
+    dims: tuple[str, ...] = ()  # the items are these dimensions' every item (priced without every stage)
+    by_algo: bool = False  # one table per CP algorithm (an item reads it: CP is ring send/recvs or all-to-alls)
 
 
 @functools.lru_cache(maxsize=8)
@@ -443,7 +443,8 @@ def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows
     sub = _subchunk(spec, chunk, rows)
     filled: dict[str, np.ndarray] = {}
     if step is not None and step.comm is not None:
-        comm = np.broadcast_to(exposed_comm(step.comm(sub), chunk.setting.recompute, chunk.setting.cp_algo), rows.shape).astype(np.float64)
+        comm = exposed_comm(step.comm(sub), chunk.setting.recompute, chunk.setting.cp_algo)
+        comm = np.broadcast_to(comm, rows.shape).astype(np.float64)
         filled["comm_s"] = comm
         filled["step_time_s"] = step.step_time(table["compute_s"][rows], sub.values, comm)
         filled["objective"] = comm if spec.objective == "comm-time" else filled["step_time_s"]

@@ -608,7 +608,7 @@ class TimePricer:
             if weight == "stage" and names & set(_LAYER_SYMBOLS):
                 key |= {"p@shape", "vp@shape"}
             if placed:  # the group's placement: by its sizes and strides (see _price_block)
-                key |= {f"{k}@{group}" for names in _PLACEMENT_KEYS for k in names if f"{k}@{group}" in keys.columns}
+                key |= {f"{k}@{group}" for pair in _PLACEMENT_KEYS for k in pair if f"{k}@{group}" in keys.columns}
             frozen = frozenset(key)
             if frozen not in found_by:
                 found_by[frozen] = _row_groups(keys, sorted(frozen))
@@ -674,9 +674,9 @@ class TimePricer:
         if m >= _GROUP_FROM:
             keys.columns = {k: v for k, v in values.items() if isinstance(v, np.ndarray) and v.ndim == 1}
             keys.columns["p@shape"], keys.columns["vp@shape"] = batch.p, batch.vp  # the layer columns' (_layer_columns)
-            # A group's placement follows from its size and stride alone (the node's GPUs and NICs fixed): two
-            # columns to group NCCL's calls by instead of the three placement values (and the size is often
-            # a column the forms read already: the same digits).
+            # A group's placement follows from its size and stride alone (the node's GPUs and NICs fixed; those of
+            # each of its two dimensions for the data-parallel group with CP): two columns to group NCCL's calls by
+            # instead of the three placement values (and the size is often a column the forms read already).
             for group, parts in groups.items():
                 for names, size_stride in zip(_PLACEMENT_KEYS, parts):
                     keys.columns.update({f"{k}@{group}": v for k, v in zip(names, size_stride)
