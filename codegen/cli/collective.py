@@ -1,10 +1,11 @@
 """``symcost collective OP --system S --ranks N --bytes SIZE``: one collective's predicted time.
 
-Prints the predicted time, algbw and busbw (nccl-tests conventions, GB = 1e9 bytes) and the
-algorithm and protocol NCCL's tuner would pick, for N consecutive ranks of catalog system S (a name
-or an alias), then the group's placement and every candidate the tuner weighed (its price and time). SIZE is nccl-tests' size S in bytes, with an optional binary suffix (K, M, G = 2^10,
-2^20, 2^30) or decimal one (KB, MB, GB = 1e3, 1e6, 1e9). ``--dtype T`` (nccl-tests' ``-d`` name) matters
-for reductions: NVLS cannot reduce 8-bit types. ``--json`` prints one JSON object.
+Prints the predicted time, algbw and busbw (nccl-tests conventions, GB = 1e9 bytes) and the algorithm and
+protocol NCCL's tuner would pick, for N consecutive ranks of catalog system S (a name or an alias), then the
+group's placement and every candidate the tuner weighed (its price and time). SIZE is nccl-tests' size S in
+bytes, with an optional binary suffix (K, M, G = 2^10, 2^20, 2^30) or decimal one (KB, MB, GB = 1e3, 1e6,
+1e9). ``--dtype T`` (nccl-tests' ``-d`` name) matters for reductions: NVLS cannot reduce 8-bit types.
+``--json`` prints one JSON object.
 """
 
 from __future__ import annotations

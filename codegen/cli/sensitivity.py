@@ -40,10 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sensitivity", help="derivative, elasticity and doubling ratio of the cost per degree",
                        description="How a layout's communication cost (bottleneck stage or sum over stages; "
                                    "volumes, or seconds with --cost time) or its memory per rank "
-                                   "(--objective memory) responds to each parallel degree and size: the partial derivative of the "
-                                   "stage closed forms with derived fields held, the elasticity, and the ratio "
-                                   "after doubling the degree and re-pricing from scratch. Ranked by "
-                                   "|elasticity|.")
+                                   "(--objective memory) responds to each parallel degree and size: the "
+                                   "partial derivative of the stage closed forms with derived fields held, the "
+                                   "elasticity, and the ratio after doubling the degree and re-pricing from "
+                                   "scratch. Ranked by |elasticity|.")
     p.add_argument("--model", required=True, help=f"a bundled model ({', '.join(model_names())}) or a YAML path")
     p.add_argument("--layout", default="", help="e.g. d=32,t=4,p=8,m=144 (keys left out keep the model's layout)")
     p.add_argument("--device", default="A2", help="device of the level model (hardware catalog name; default A2)")

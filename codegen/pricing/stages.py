@@ -240,10 +240,10 @@ def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
     """The values of the terms' arguments *names* (count names excepted): numbers or per-layout arrays.
 
     Fields are read from *f*; the switches are derived from them (``zero2_non_exp`` is 1 where
-    ``comm_d_non_exp`` is 2, …, ``cp_ulysses`` 1 where ``cp_algo`` is Ulysses); ``gather`` from ``rec_op``; ``max_rank_tokens`` from
-    ``tokens_per_expert``; ``level_bound_0`` and ``stage_cost_scale`` from the *system*
-    (``hardware.System``); the score factors are 1 on the FLOP path and the level scores of a
-    unit volume on the TIME path (*score*, by default ``levels.score_factors`` on the system).
+    ``comm_d_non_exp`` is 2, …, ``cp_ulysses`` 1 where ``cp_algo`` is Ulysses); ``gather`` from ``rec_op``;
+    ``max_rank_tokens`` from ``tokens_per_expert``; ``level_bound_0`` and ``stage_cost_scale`` from the
+    *system* (``hardware.System``); the score factors are 1 on the FLOP path and the level scores of a unit
+    volume on the TIME path (*score*, by default ``levels.score_factors`` on the system).
 
     Raises:
         ValueError: naming a field that is not a number, or an unknown *ttype*.

@@ -164,17 +164,17 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
     layout keys (``t, cp, p, vp, d, ep, etp, b, m``) and run settings (``zero``, ``recompute``, ``cp_algo``).
 
     From the declarations, not from numbers: the item's generated forms (calls, S, ranks) read their
-    ``arguments``; a layout field among them follows from the keys ``LAYOUT_FIELD_KEYS`` declares (a
-    test of the fused pricer holds the declaration to the rules), a ZeRO switch from its source field
-    (``stages.BIND_SOURCES``), a field of the run settings from its setting (``_SETTING_FIELDS``),
-    ``P_ne`` / ``P_r`` from the ``params_*`` forms' arguments, a model field or a run field the search keeps
-    (``_RUN_FIELDS``) from nothing that varies; any other argument from everything. A stage's layer counts, which weigh every item, follow from
-    ``(p, vp)`` and the recompute mode. NCCL's pick reads S, the ranks and the group's placement
-    (``TimePricer`` checks it), which follows from the degrees of the group's rank grid
-    (``time.PLACEMENT_GRIDS``: ``t, cp, d, p`` for the dense groups, ``t_exp, ep, d, t, cp, p`` for the
-    expert ones, as ``TimePricer._groups`` places them); the pricer is built per
-    ZeRO level and recompute mode (``time_family_comm``) and reads ``fsdp`` only through the fields.
-    Layouts of one search that agree on an item's keys and settings have the same seconds per stage for it.
+    ``arguments``; a layout field among them follows from the keys ``LAYOUT_FIELD_KEYS`` declares (a test of
+    the fused pricer holds the declaration to the rules), a ZeRO switch from its source field
+    (``stages.BIND_SOURCES``), a field of the run settings from its setting (``_SETTING_FIELDS``), ``P_ne`` /
+    ``P_r`` from the ``params_*`` forms' arguments, a model field or a run field the search keeps
+    (``_RUN_FIELDS``) from nothing that varies; any other argument from everything. A stage's layer counts,
+    which weigh every item, follow from ``(p, vp)`` and the recompute mode. NCCL's pick reads S, the ranks and
+    the group's placement (``TimePricer`` checks it), which follows from the degrees of the group's rank grid
+    (``time.PLACEMENT_GRIDS``: ``t, cp, d, p`` for the dense groups, ``t_exp, ep, d, t, cp, p`` for the expert
+    ones, as ``TimePricer._groups`` places them); the pricer is built per ZeRO level and recompute mode
+    (``time_family_comm``) and reads ``fsdp`` only through the fields. Layouts of one search that agree on an
+    item's keys and settings have the same seconds per stage for it.
     """
     from ..configs.layouts import LAYOUT_FIELD_KEYS
     from .stages import BIND_SOURCES
