@@ -44,7 +44,7 @@ import numpy as np
 
 import generated
 
-from ..configs.layouts import (LayoutBatch, LayoutError, check_batch, derive_fields_batch, pipeline_stage_counts,
+from ..configs.layouts import (LayoutBatch, LayoutError, batch_stage_counts, check_batch, derive_fields_batch,
                                stage_layers)
 from ..configs.models import ModelConfig, load_model
 from ..inputs import flag
@@ -354,7 +354,7 @@ class TimePricer:
                              f"got {order!r}")
         self.order = order
         self.fsdp, self.recompute = fsdp, recompute
-        self._counts: dict[Any, Mapping[str, np.ndarray]] = {}
+        self._counts: dict[Any, Mapping[str, np.ndarray] | None] = {}
         self._columns: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
         self._tables: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._choosers: dict[str, Chooser] = {}
@@ -468,11 +468,10 @@ class TimePricer:
         return chooser
 
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray]:
-        plan, offset = batch.stage_lists(p, vp)
-        key = (p, vp, plan, offset)
-        if key not in self._counts:
-            self._counts[key] = pipeline_stage_counts(self.model, p, vp, recompute=plan, offset=offset)
-        return self._counts[key]
+        counts = batch_stage_counts(self.model, batch, p, vp, self._counts)
+        if counts is None:  # a pipeline the batch's layouts cannot have: not a layout validate_batch accepts
+            raise LayoutError(f"{self.model.name}: no layout of the batch can have a pipeline of p = {p}, vp = {vp}")
+        return counts
 
     def _values(self, batch: LayoutBatch) -> tuple[dict[str, Any], Fields]:
         derived = derive_fields_batch(self.model, batch, names=self._fields, validated=True, compact=True)
