@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--n, --repeat and --loop-n must be positive")
 
     import generated
-    from codegen.kernels import fused_available
+    from codegen.runtime.kernels import fused_available
 
     with_fused = fused_available()
     fused_cp = None

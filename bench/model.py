@@ -114,7 +114,7 @@ def random_layouts(model: ModelConfig, n: int, rng: np.random.Generator) -> dict
 def plain_python_walk() -> None:
     """Point the reference adapters at plain-Python float versions of the registered formulas.
 
-    The adapters price one layer per call through ``codegen.kernels.evaluator`` (NumPy on one
+    The adapters price one layer per call through ``codegen.runtime.kernels.evaluator`` (NumPy on one
     number, which costs microseconds per call); the original computes in Python floats, so the
     baseline does too.
     """

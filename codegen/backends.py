@@ -57,7 +57,7 @@ class Backend:
     """One code-generation target.
 
     Attributes:
-        name: what callers select it by (``codegen.kernels.evaluator(..., backend=name)``).
+        name: what callers select it by (``codegen.runtime.kernels.evaluator(..., backend=name)``).
         package: its sub-directory of ``generated/`` (``""``: ``generated/`` itself).
         template_dir: its folder under ``codegen/templates`` (``""``: the folder itself).
         templates: the templates it renders.

@@ -50,12 +50,13 @@ from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 import jinja2
 
+from symbolic.fingerprints import expression_text, fingerprint
 from symbolic.formula import Formula
 
-from . import cache
 from .backends import BACKENDS, NUMPY, Backend
-from .lowering import CodegenError, Lowered, expression_text, fingerprint, lower
+from .lowering import CodegenError, Lowered, lower
 from .render import COMMAND, environment, header
+from .runtime import cache
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -251,7 +252,7 @@ def _cache_key(formula: Formula, backend: Backend) -> str:
 def lower_formulas(formulas: list[Formula], backends: list[Backend]) -> dict[str, dict[str, Lowered]]:
     """Every formula lowered for every backend that compiles it: backend name → formula name → form.
 
-    Lowered forms are kept in this process and in the user's cache (``codegen.cache``, named by a
+    Lowered forms are kept in this process and in the user's cache (``codegen.runtime.cache``, named by a
     hash of the formula and of the compiler's code), so ``compile --check`` after a ``compile``
     lowers only what changed; a fresh checkout lowers everything.
     """

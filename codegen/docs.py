@@ -33,14 +33,14 @@ from sympy.printing.pretty.pretty import PrettyPrinter
 from sympy.printing.pretty.stringpict import prettyForm
 
 from symbolic import registry
+from symbolic.fingerprints import expression_text
 from symbolic.formula import Formula
 from symbolic.simplify import closed_form
 from symbolic.symbols import SPECS, symbol
 
-from . import cache
 from .compiler import forked_map
-from .lowering import expression_text
 from .render import COMMAND, environment
+from .runtime import cache
 
 __all__ = [
     "DOCS_PATH",

@@ -100,7 +100,7 @@ def header(templates: Iterable[str], fingerprint: str | None) -> str:
 
     Args:
         templates: the template names the file was rendered from.
-        fingerprint: ``codegen.lowering.fingerprint`` of the formulas in the
+        fingerprint: ``symbolic.fingerprints.fingerprint`` of the formulas in the
             file, or None for a file that holds none.
     """
     names = ", ".join(f"codegen/templates/{t}" for t in templates)

@@ -17,7 +17,7 @@ what exists without importing SymPy or any function: ``dimension``,
 ``module`` (the dimension, or for a model's stage terms one module per variant:
 ``stage__<algorithm>``), ``algorithm``, ``unit``, ``doc``, ``source``, ``arguments`` (the
 keyword arguments, sorted), ``ops`` (operation count of the CSE form) and
-``fingerprint`` (of the formula's expression; ``codegen.kernels`` compares it
+``fingerprint`` (of the formula's expression; ``codegen.runtime.kernels`` compares it
 with the registry's to detect a stale function) and, for a formula built for one
 variant of the model, ``variant``: its identity as ``(field, value)`` pairs.
 

@@ -2,7 +2,7 @@
 
 Each function takes a registered (or on-demand) :class:`Formula` and returns
 a new ``Formula`` over the same symbols, which the code generator compiles
-like any other (``codegen.kernels.formula_functions``):
+like any other (the tests compile them in memory):
 
 * ``derivative(f, x)``: ``∂f/∂x``, named ``<f.name>__d_<x>``, unit
   ``"derivative"`` (``f``'s unit per unit of ``x``; the doc says which).

@@ -55,3 +55,37 @@ def assert_close(got, want, rtol: float = RTOL, atol: float = ATOL, *, msg: str 
                              f" (|got - want| = {abs(g - w):g}) {msg}".rstrip())
     np.testing.assert_allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float), rtol=rtol, atol=atol,
                                err_msg=msg)
+
+
+#: Functions compiled in memory for formulas the registry lacks, by (name, expression), for the process.
+_DYNAMIC: dict = {}
+
+
+def formula_functions(formulas) -> dict:
+    """Evaluators of formulas that may not be registered (model-stage variants built on demand), by name.
+
+    A registered formula goes through ``evaluator``; any other is rendered by
+    the code generator in memory (``compiler.compile_in_memory``: the same
+    printer, lowering and templates as ``generated/``) once per (name,
+    expression) and cached for the process; the ones not cached yet are
+    compiled in one pass.
+    """
+    from codegen.compiler import compile_in_memory
+    from codegen.runtime.kernels import evaluator
+    from symbolic import registry
+
+    out, missing = {}, []
+    for f in formulas:
+        if f.name in registry.FORMULAS and registry.FORMULAS[f.name].expr == f.expr:
+            out[f.name] = evaluator(f.name)
+        elif (f.name, f.expr) in _DYNAMIC:
+            out[f.name] = _DYNAMIC[(f.name, f.expr)]
+        else:
+            missing.append(f)
+    if missing:
+        compiled = compile_in_memory(missing)
+        for f in missing:
+            _DYNAMIC[(f.name, f.expr)] = out[f.name] = compiled[f.name]
+    return out
+
+

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codegen.reference.adapters import cp as cp_adapters
-from codegen.inputs import InputError
-from codegen.kernels import evaluate, evaluator
+from codegen.runtime.inputs import InputError
+from codegen.runtime.kernels import evaluate, evaluator
 from conftest import assert_close
 from symbolic import cp, registry
 from symbolic.attention import Attention, detect_attention, parse_attention

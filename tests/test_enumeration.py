@@ -9,7 +9,7 @@ import pytest
 
 from codegen.configs.layouts import LayoutBatch, check_batch, validate_batch
 from codegen.configs.models import load_model
-from codegen.pricing.enumeration import SearchSpace, parse_restrictions
+from codegen.search.space import SearchSpace, parse_restrictions
 
 
 def _brute(model, devices, global_batch, node, fix=None, maximum=None, cp_algo=None):
@@ -137,7 +137,7 @@ def test_distinct_rows_groups_equal_tuples_and_only_those(seed):
     """``distinct_rows`` on columns of every kind it codes differently (narrow whole numbers, a wide whole range,
     fractions, a constant, booleans): every column is its representatives' values gathered back, two rows share a
     group exactly when all their values are equal, and the groups are as many as the distinct tuples."""
-    from codegen.pricing.enumeration import distinct_rows
+    from codegen.pricing.chunks import distinct_rows
 
     rng = np.random.default_rng(seed)
     n = 5000

@@ -10,8 +10,8 @@ import sympy
 
 import hardware
 from codegen.reference.adapters import fsdp as fsdp_adapter
-from codegen.inputs import InputError
-from codegen.kernels import evaluator
+from codegen.runtime.inputs import InputError
+from codegen.runtime.kernels import evaluator
 from codegen.pricing.levels import DIMENSIONS, Hierarchy, assign_levels, comm_score, hierarchy
 from conftest import assert_close
 from symbolic import fsdp, registry, score

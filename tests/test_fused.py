@@ -17,7 +17,7 @@ import sympy
 from sympy import Eq, Max, Min, Mod, Piecewise, Rational, ceiling, floor, sqrt
 
 import generated
-from codegen import kernels
+from codegen.runtime import kernels
 from codegen.backends import NUMBA, NUMPY, by_name
 from codegen.compiler import render_tree, write_tree
 from codegen.printer import print_scalar

@@ -12,10 +12,10 @@ import pytest
 import sympy
 
 import generated
-from codegen import kernels
+from codegen.runtime import kernels
 from codegen.backends import NUMPY
 from codegen.compiler import DEFAULT_DIRECTORY, SPLIT_DIMENSIONS, compare_tree, lower_formulas, module_of, render_tree
-from codegen.lowering import formula_fingerprint
+from symbolic.fingerprints import formula_fingerprint
 from symbolic import registry
 from symbolic.symbols import SPECS
 from conftest import ROOT, assert_close
@@ -185,7 +185,7 @@ def test_header_says_command_template_fingerprint_and_do_not_edit():
         assert head[-1].startswith("# Do not edit"), path.name
         assert all(line.startswith("# ") for line in head), path.name
     init_head = (DEFAULT_DIRECTORY / "__init__.py").read_text().splitlines()[1]
-    from codegen.lowering import fingerprint
+    from symbolic.fingerprints import fingerprint
     assert init_head.endswith(fingerprint(registry.FORMULAS.values()))
 
 
@@ -195,7 +195,7 @@ def test_metadata_table_is_json_read_on_first_use():
     import json
 
     from codegen.compiler import TABLE
-    from codegen.lowering import fingerprint
+    from symbolic.fingerprints import fingerprint
 
     text = (DEFAULT_DIRECTORY / TABLE).read_text(encoding="utf-8")
     data = json.loads(text)

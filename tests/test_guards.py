@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from codegen.configs.layouts import LayoutError, parse_layout
-from codegen.inputs import InputError
-from codegen.kernels import evaluate
+from codegen.runtime.inputs import InputError
+from codegen.runtime.kernels import evaluate
 from codegen.reference.adapters import ADAPTERS
 from codegen.reference.adapters.guards import GUARDED, guarded
 from codegen.reference.cases import RTOL, Case, run_check, worst_error

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from codegen.configs.layouts import Layout, LayoutError, parse_layout
 from codegen.configs.models import ModelConfigError, load_model
-from codegen.inputs import DEGREE_MAX, DEVICES_MAX, InputError, check_inputs, int_array
-from codegen.kernels import evaluate
+from codegen.runtime.inputs import DEGREE_MAX, DEVICES_MAX, InputError, check_inputs, int_array
+from codegen.runtime.kernels import evaluate
 from codegen.pricing.pricer import StagePricer
 from codegen.reference.cases import CaseFileError, load_cases, run_check
 

@@ -12,7 +12,7 @@ from codegen.reference.adapters import ADAPTERS
 from codegen.reference.adapters import ep as ep_adapter
 from codegen.pricing.stages import Fields
 from codegen.reference.adapters.params import param_counts
-from codegen.kernels import evaluator
+from codegen.runtime.kernels import evaluator
 from conftest import CASES, assert_close
 from symbolic import dp, ep, legacy, params, recompute, tp
 from symbolic.attention import Attention

@@ -15,7 +15,7 @@ import generated
 from codegen.cli import main
 from codegen.configs.layouts import ARRAY_KEYS, LayoutBatch, LayoutError, validate_batch
 from codegen.configs.models import load_model
-from codegen.kernels import fused_available
+from codegen.runtime.kernels import fused_available
 from codegen.pricing import memory
 from codegen.pricing.memory import DEFAULT_SETTINGS, PARTS, MemoryPricer, stage_memory
 from conftest import ROOT, assert_close

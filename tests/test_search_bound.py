@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from codegen.configs.models import load_model
-from codegen.pricing import search as search_module
-from codegen.pricing.search import SearchSpec, search
+from codegen.search import run as search_module
+from codegen.search.run import SearchSpec, search
 from codegen.pricing.step_time import exposed_comm, time_item_keys
 from conftest import assert_close
 

@@ -14,7 +14,7 @@ import sympy
 from codegen.reference.adapters.model import evaluate_stages
 from codegen.cli import main
 from codegen.pricing.sensitivity import Settings, sensitivity, stage_derivatives
-from codegen.kernels import formula_functions
+from conftest import formula_functions
 from codegen.configs.layouts import build_stages, derive_fields, parse_layout
 from codegen.configs.models import load_model
 from conftest import assert_close

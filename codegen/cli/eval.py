@@ -12,7 +12,7 @@ from typing import Any
 
 
 from ..configs.layouts import LayoutBatch, parse_layout, validate
-from ..inputs import DEVICES_MAX, finite, json_text, parse_whole
+from ..runtime.inputs import DEVICES_MAX, finite, json_text, parse_whole
 from ..configs.models import load_model, model_names
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, NoCapacityError, stage_memory
 from ..pricing.pricer import StagePricer
@@ -27,7 +27,7 @@ UNITS = {"FLOP": "units as the original sums them: DP in parameters (bytes under
 
 
 def devices_count(text: str) -> int:
-    """``--devices``: a whole number in ASCII digits within ``codegen.inputs.DEVICES_MAX``."""
+    """``--devices``: a whole number in ASCII digits within ``codegen.runtime.inputs.DEVICES_MAX``."""
     return parse_whole("--devices", text, minimum=1, maximum=DEVICES_MAX)
 
 

@@ -11,7 +11,7 @@ import hardware
 from hardware import Level, System
 from symbolic.symbols import SPECS
 
-from ..inputs import json_text
+from ..runtime.inputs import json_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:

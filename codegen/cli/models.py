@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..configs.models import load_model, model_names
-from ..inputs import json_text
+from ..runtime.inputs import json_text
 
 __all__ = ["register", "run", "rows"]
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..configs.layouts import Layout, LayoutError
 from ..configs.models import load_model, model_names
-from ..inputs import DEVICES_MAX, parse_whole
+from ..runtime.inputs import DEVICES_MAX, parse_whole
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 
 OUT_COLUMNS = ("rank", "d", "t", "p", "cp", "ep", "etp", "vp", "b", "m", "recompute", "zero", "cp_algo")
@@ -127,7 +127,7 @@ class _Writer:
 
 def _memory(model: Any, row: dict[str, Any], system: str) -> tuple[float, float] | None:
     """(peak bytes per rank, least headroom) of a row's layout, from codegen.pricing.memory; None without GPU facts."""
-    from ..pricing.enumeration import ZERO_LEVELS
+    from ..pricing.chunks import ZERO_LEVELS
     from ..pricing.memory import NoCapacityError, stage_memory
     from dataclasses import replace
     from ..configs.layouts import RecomputePlan
@@ -176,8 +176,8 @@ def _progress(enabled: bool):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..pricing.enumeration import parse_restrictions
-    from ..pricing.search import SearchSpec, pareto_front, search
+    from ..search.space import parse_restrictions
+    from ..search.run import SearchSpec, pareto_front, search
 
     model = load_model(args.model)
     devices = parse_whole("--devices", args.devices, minimum=1, maximum=DEVICES_MAX)
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     out = new_file(args.out, "--out", TABLE_FORMATS)[0] if args.out is not None else None
     plot = new_file(args.plot, "--plot", PLOT_FORMATS) if args.plot is not None else None
     plt = pyplot("--plot") if plot is not None else None
-    from ..pricing.search import _context
+    from ..search.run import _context
 
     space = _context(spec)[0]
     labels = {"recompute": ("none", "selective", "full"),
@@ -231,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         note = " (interrupted by Ctrl-C: the best so far)" if result.interrupted else ""
         written = ("" if writer is None else f"; no layout to write to {out}" if not writer.rows else
                    f"; wrote {writer.rows:,} layouts (the feasible ones unless --keep-infeasible) to {out}")
-        from ..pricing.search import _context as context
+        from ..search.run import _context as context
 
         step = context(spec)[1]
         missing = (" Communication is not in this build's step time (0 s): see docs/search.md."

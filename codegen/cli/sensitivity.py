@@ -27,7 +27,7 @@ from typing import Any
 from symbolic.vocabulary import DEGREES
 
 from ..configs.models import ModelConfig, load_model, model_names
-from ..inputs import finite, json_text
+from ..runtime.inputs import finite, json_text
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 from .eval import UNITS, add_memory_options, memory_settings
 from ..pricing.sensitivity import (Sensitivity, Settings, TimeSensitivity, check_degrees, objective_curve,

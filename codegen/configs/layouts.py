@@ -57,7 +57,7 @@ import numpy as np
 
 from symbolic.vocabulary import STAGE_COUNT_NAMES, LayerType, resolve_algorithm
 
-from ..inputs import DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, bound, check_devices, flag, int_array, parse_whole, whole
+from ..runtime.inputs import DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, bound, check_devices, flag, int_array, parse_whole, whole
 
 if TYPE_CHECKING:  # pragma: no cover
     from hardware import System
@@ -186,7 +186,7 @@ def parse_recompute(text: str) -> RecomputePlan:
 
 
 def _positive_int(name: str, value: object, maximum: int | None = None) -> int:
-    """*value* as a whole number >= 1 (and at most *maximum*): ``codegen.inputs.whole``, as a LayoutError."""
+    """*value* as a whole number >= 1 (and at most *maximum*): ``codegen.runtime.inputs.whole``, as a LayoutError."""
     return whole(name, value, minimum=1, maximum=maximum, error=LayoutError)
 
 
@@ -239,7 +239,7 @@ class Layout:
     recompute: RecomputePlan = field(default_factory=RecomputePlan)
 
     def __post_init__(self) -> None:
-        # The one input gate (codegen.inputs): whole numbers within their documented bounds.
+        # The one input gate (codegen.runtime.inputs): whole numbers within their documented bounds.
         for name in ("d", "t", "p", "m", "cp", "ep", "b", "vp", "etp", "os", "s"):
             if getattr(self, name) is not None or name not in ("os", "s"):
                 object.__setattr__(self, name, _positive_int(name, getattr(self, name), bound(name)))
@@ -371,7 +371,7 @@ _ARRAY_KEYS = ("d", "t", "p", "m", "cp", "ep", "b", "vp", "etp", "os")
 ARRAY_KEYS = _ARRAY_KEYS
 _SHARED_KEYS = ("op", "grad_shard", "sp", "fsdp", "reshards", "cp_algo", "s", "offset", "recompute")
 
-#: The keys whose product is the devices a layout occupies (:func:`codegen.inputs.check_devices`).
+#: The keys whose product is the devices a layout occupies (:func:`codegen.runtime.inputs.check_devices`).
 _DEVICE_KEYS = ("d", "t", "cp", "p")
 
 #: :attr:`LayoutBatch.os` of a layout that shards the optimizer over the whole DP group
@@ -382,7 +382,7 @@ WHOLE_DP_GROUP = 0
 def _int_column(name: str, values: Any, minimum: int) -> np.ndarray:
     """*values* as a read-only one-dimensional int64 array, each value in ``[minimum, bound(name)]``.
 
-    Through the one input gate (``codegen.inputs.int_array``): unsigned and too large values are
+    Through the one input gate (``codegen.runtime.inputs.int_array``): unsigned and too large values are
     rejected before the cast, never wrapped; floats, booleans and strings are not whole numbers here.
     """
     if type(values) is np.ndarray and values.dtype == np.int64 and values.ndim == 1 and len(values):

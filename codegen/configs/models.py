@@ -28,7 +28,7 @@ import yaml
 
 from symbolic.vocabulary import resolve_algorithm
 
-from ..inputs import COUNT_MAX, DEGREE_MAX, LAYERS_MAX, whole
+from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, LAYERS_MAX, whole
 from .layouts import Layout, LayoutError, RecomputePlan, validate
 
 __all__ = ["ModelConfig", "ModelConfigError", "load_model", "model_names"]
@@ -248,7 +248,7 @@ _ACCELERATOR_KEYS = frozenset({
     "pipeline_scheduler", "loss_parallel",
 })
 
-#: Bounds of the whole numbers a model file states (codegen.inputs: why these); other keys: COUNT_MAX.
+#: Bounds of the whole numbers a model file states (codegen.runtime.inputs: why these); other keys: COUNT_MAX.
 _KEY_BOUNDS = {
     **{key: LAYERS_MAX for key in ("num_hidden_layers", "mtp_depth", "num_nextn_predict_layers",
                                    "first_k_dense_replace")},
@@ -288,7 +288,7 @@ class _Reader:
 
     def integer(self, section: Mapping[str, Any], key: str, where: str, default: Any = _MISSING,
                 minimum: int = 1) -> Any:
-        """A whole number through the one input gate (``codegen.inputs.whole``), bounded by :data:`_KEY_BOUNDS`."""
+        """A whole number through the one input gate (``codegen.runtime.inputs.whole``), bounded by :data:`_KEY_BOUNDS`."""
         value = section.get(key, _MISSING)
         if value is _MISSING or value is None:
             if default is _MISSING:

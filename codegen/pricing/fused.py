@@ -60,10 +60,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import cache
+from ..runtime import cache
 from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_KEYS, LayoutBatch, LayoutError, check_batch, constraint_keys,
                                derive_fields_batch, layout_violations)
-from ..inputs import DEVICES_MAX, bound, flag
+from ..runtime.inputs import DEVICES_MAX, bound, flag
 from .pricer import StagePrices, StagePricer, _add, _arguments, _needed, _Pipelines, _sources, _StageTables
 from .levels import SCORE_FACTORS
 from .stages import BIND_SOURCES, Fields, bind

@@ -19,8 +19,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..inputs import InputError, check_inputs
-from ..kernels import evaluator, variants
+from ..runtime.inputs import InputError, check_inputs
+from ..runtime.kernels import evaluator, variants
 
 __all__ = ["DIMENSIONS", "Hierarchy", "hierarchy", "assign_levels", "comm_score", "parse_dim", "SCORE_FACTORS",
            "score_factors"]
@@ -127,7 +127,7 @@ def assign_levels(bounds: Sequence[int | None], *, d: object, t: object, cp: obj
         ``DIMENSIONS``, int64.
 
     Raises:
-        codegen.inputs.InputError: a degree that is not a whole number ≥ 1.
+        codegen.runtime.inputs.InputError: a degree that is not a whole number ≥ 1.
         ValueError: bounds that are not a hierarchy (``Hierarchy``).
     """
     _check_bounds(bounds)
@@ -183,7 +183,7 @@ def comm_score(*, comm_volume: object, overlap: object, dim: str, d: object, t: 
 
     Raises:
         ValueError: an unknown ``dim``, or a hierarchy deeper than the score's symbols.
-        codegen.inputs.InputError: a negative volume or overlap, or a bad degree.
+        codegen.runtime.inputs.InputError: a negative volume or overlap, or a bad degree.
     """
     name = parse_dim(dim)
     levels = device if isinstance(device, Hierarchy) else hierarchy(device)

@@ -45,8 +45,8 @@ from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
 from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, batch_stage_counts,
                                build_stages, check_batch, derive_fields, derive_fields_batch, inherit_os, stage_layers)
 from ..configs.models import ModelConfig, load_model
-from ..inputs import finite, flag
-from ..kernels import fused_available, fused_function
+from ..runtime.inputs import finite, flag
+from ..runtime.kernels import fused_available, fused_function
 from .stages import stage_counts
 
 __all__ = ["MemorySettings", "DEFAULT_SETTINGS", "PARTS", "OUTPUTS", "NoCapacityError", "zero_level_of",

@@ -41,7 +41,7 @@ from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_C
 from ..configs.layouts import (LAYOUT_FIELD_NAMES, LayoutBatch, batch_stage_counts, check_batch, derive_fields_batch,
                                direct_column, dp_comm_level_values)
 from ..configs.models import ModelConfig, load_model
-from ..inputs import flag
+from ..runtime.inputs import flag
 from .kernels import BLOCK as _RUNTIME_BLOCK, BoundKernel  # (the most elements a kernel's block runs)
 from .levels import score_factors
 from .stages import BIND_SOURCES, TTYPES, ZERO_SWITCHES, Fields, Terms, bind, stage_outputs, terms_of, variant_of

@@ -48,7 +48,7 @@ from symbolic.vocabulary import CpAlgorithm, attention_variant
 
 from ..configs.layouts import chunk_layer_counts
 from ..configs.models import ModelConfig
-from .enumeration import distinct_rows
+from .chunks import distinct_rows
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm",
            "time_item_keys"]
@@ -372,7 +372,7 @@ class StepTimePricer:
 
         *stages*: per stage, each row's group and per group ``(FLOPs, HBM bytes at m = 0, HBM bytes per
         micro-batch, vector FLOPs)`` (at fixed ``b·m`` only the HBM bytes vary with ``m``, affinely; rows whose
-        forms read the same inputs share a group: ``codegen.pricing.search``).
+        forms read the same inputs share a group: ``codegen.search.run``).
         ``compute_stage_time_s`` is linear in its FLOPs, HBM bytes and vector FLOPs, so ``c`` is its value at
         the first three and ``s`` at the per-micro-batch bytes alone; ``compute_pipeline_bubble`` is
         ``(p − 1)/(vp·m)``, so ``q`` is its value at ``m = 1``. Returns a ``(2·stages + 1, rows)`` array (each

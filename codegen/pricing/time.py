@@ -47,7 +47,7 @@ import generated
 from ..configs.layouts import (LayoutBatch, LayoutError, batch_stage_counts, check_batch, derive_fields_batch,
                                stage_layers)
 from ..configs.models import ModelConfig, load_model
-from ..inputs import flag
+from ..runtime.inputs import flag
 from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, slopes as collective_slopes
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, bind
@@ -389,7 +389,7 @@ class TimePricer:
                 then the stage with the most seconds of these, and ``by_dimension`` (and ``stages``) holds them
                 alone. Every stage's total over all dimensions is at least its total over some, so the
                 bottleneck's seconds of a subset are a lower bound of the bottleneck's over all of them (a
-                search's floors: ``codegen.pricing.search``), at the cost of that subset's collectives only.
+                search's floors: ``codegen.search.run``), at the cost of that subset's collectives only.
 
         Raises:
             codegen.configs.layouts.LayoutError: naming the first invalid layout and its constraint.

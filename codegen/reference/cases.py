@@ -2,7 +2,7 @@
 
 The case format is ``tests/reference/FORMAT.md``'s: ``{"format": 1,
 "cases": [{"id", "function", "inputs", "output"}, …]}``; :func:`load_cases` is strict about
-it (a known format, at least one case, finite numbers within ``codegen.inputs.VALUE_MAX``,
+it (a known format, at least one case, finite numbers within ``codegen.runtime.inputs.VALUE_MAX``,
 every error naming the file). Each function name
 of the original maps to an *adapter* (``codegen.reference.adapters``) that turns a
 case's inputs into the same shape of output through the project's own
@@ -48,12 +48,12 @@ def load_cases(path: str | Path) -> list[Case]:
     The file must be UTF-8 JSON of a known ``format`` (:data:`FORMATS`) holding at least one
     case; every case needs ``id``, ``function`` (strings), ``inputs`` (an object) and ``output``.
     Numbers must be finite (no ``NaN``/``Infinity``, no ``1e400``); the numbers of ``inputs``
-    pass the input gate's magnitude bound (``codegen.inputs.VALUE_MAX``).
+    pass the input gate's magnitude bound (``codegen.runtime.inputs.VALUE_MAX``).
 
     Raises:
         CaseFileError: naming the file and what is wrong with it (and the case and field).
     """
-    from ..inputs import VALUE_MAX
+    from ..runtime.inputs import VALUE_MAX
 
     path = Path(path)
     try:

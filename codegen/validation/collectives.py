@@ -27,7 +27,7 @@ import numpy as np
 import generated
 import hardware
 
-from ..inputs import DEVICES_MAX, VALUE_MAX
+from ..runtime.inputs import DEVICES_MAX, VALUE_MAX
 from ..pricing.collective import choose
 from .csvfile import read_rows
 
@@ -75,7 +75,7 @@ def nvls_reduces(dtype: str | None) -> bool:
 
 
 def _log2(bound: int | float) -> int:
-    """The exponent of a power-of-two bound of ``codegen.inputs``, for a message that names it."""
+    """The exponent of a power-of-two bound of ``codegen.runtime.inputs``, for a message that names it."""
     return int(bound).bit_length() - 1
 
 

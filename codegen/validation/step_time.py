@@ -31,7 +31,7 @@ import numpy as np
 
 from ..configs.layouts import Layout
 from ..configs.models import ModelConfig
-from ..pricing.enumeration import Chunk, Setting
+from ..pricing.chunks import Chunk, Setting
 from ..pricing.step_time import StepTimePricer, time_family_comm
 from .csvfile import read_rows
 

@@ -8,7 +8,7 @@ The same functions, keyword arguments and numbers as ``generated`` (the
 NumPy target), each one loop over the broadcast inputs that numba compiles
 on first use: one pass over memory per call instead of one per NumPy
 operation. Importing this package needs numba (``pip install -e '.[fast]'``);
-``generated`` itself never imports it, and ``codegen.kernels.evaluator(name,
+``generated`` itself never imports it, and ``codegen.runtime.kernels.evaluator(name,
 backend="auto")`` picks this package only where numba is installed.
 
 The metadata is the NumPy package's ``FORMULAS`` table: one ``symcost

@@ -8,7 +8,7 @@ from symbolic import cp, registry
 from symbolic.attention import Attention, detect_attention
 from symbolic.formula import Formula
 
-from ...kernels import evaluator
+from ...runtime.kernels import evaluator
 from ...pricing.stages import Fields
 from symbolic.vocabulary import CpAlgorithm, resolve_algorithm
 

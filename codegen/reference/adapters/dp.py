@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from symbolic import dp
 
-from ...kernels import evaluator
+from ...runtime.kernels import evaluator
 from ...pricing.stages import Fields
 from .params import layer_variant, param_counts
 

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from symbolic import ep
 from symbolic.formula import Formula
 
-from ...kernels import evaluator
+from ...runtime.kernels import evaluator
 from ...pricing.stages import Fields, max_rank_tokens
 
 __all__ = ["ADAPTERS", "routing_of", "arguments"]

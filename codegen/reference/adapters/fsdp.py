@@ -15,8 +15,8 @@ import sympy
 from symbolic import fsdp, registry
 from symbolic.fsdp import RootTable
 
-from ...inputs import InputError, check_inputs
-from ...kernels import evaluator
+from ...runtime.inputs import InputError, check_inputs
+from ...runtime.kernels import evaluator
 from ...pricing.stages import Fields
 from .params import param_counts
 

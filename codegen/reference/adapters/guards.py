@@ -2,7 +2,7 @@
 
 The symbols ``t``, ``a`` and ``m`` are declared positive (every valid layout has them ≥ 1), so
 SymPy folds the original's ``max(1, t)`` to ``t`` while it builds a formula; the public API
-keeps rejecting a degree of 0 (``codegen.inputs``). The original, however, reads an unset field
+keeps rejecting a degree of 0 (``codegen.runtime.inputs``). The original, however, reads an unset field
 as 0 and, at the lines below, guards it: a reference case with such a 0 must reproduce the
 original's number, not ``inf`` or NaN. This module restores the guard at the one depth where it
 is exact: per function of the original and per field, it substitutes the guarded value for the

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from symbolic import params
 from symbolic.formula import Formula
 
-from ...kernels import evaluator
+from ...runtime.kernels import evaluator
 from ...pricing.stages import Fields
 
 __all__ = ["ADAPTERS", "SWITCHES", "layer_variant", "arguments", "param_counts"]

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from symbolic import recompute
 from symbolic.attention import Attention
 
-from ...kernels import evaluator
+from ...runtime.kernels import evaluator
 from . import ep as ep_adapter
 from . import tp as tp_adapter
 from .cp import variant_of

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from symbolic import tp
 from symbolic.formula import Formula
 
-from ...kernels import evaluator
+from ...runtime.kernels import evaluator
 from ...pricing.stages import Fields, gather_switch
 from symbolic.vocabulary import LayerType
 

@@ -1,6 +1,6 @@
 """Rank every valid layout of a model on N devices: in process, or as dask.array blocks on a cluster.
 
-The grid of :class:`codegen.pricing.enumeration.SearchSpace` is walked in chunks of grid indices;
+The grid of :class:`codegen.search.space.SearchSpace` is walked in chunks of grid indices;
 each chunk's valid layouts are priced (:func:`price_chunk`) and reduced to its best ``top`` rows
 (ascending objective, ties by grid index, so the ranking is total and the same in every path).
 Merging two reductions keeps the best ``top`` of both: a tree reduction over the chunks gives the
@@ -35,8 +35,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..configs.models import ModelConfig
-from .enumeration import DEGREE_KEYS, RECOMPUTE_MODES, Chunk, SearchSpace, distinct_sorted
-from .step_time import exposed_comm
+from ..pricing.chunks import DEGREE_KEYS, RECOMPUTE_MODES, Chunk, distinct_sorted
+from ..pricing.step_time import exposed_comm
+from .space import SearchSpace
 
 __all__ = ["OBJECTIVES", "SearchSpec", "SearchResult", "price_chunk", "chunk_best", "pareto_front", "reduce_top", "merge_top", "search",
            "COLUMNS"]
@@ -85,7 +86,7 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
     """(space, step-time pricer, original pricer, memory pricer) of *spec*, built once per process (each worker)."""
     import hardware
 
-    from .step_time import StepTimePricer, time_family_comm
+    from ..pricing.step_time import StepTimePricer, time_family_comm
 
     system = hardware.load(spec.system)
     space = SearchSpace(spec.model, spec.devices, spec.global_batch, fix=dict(spec.fix), maximum=dict(spec.maximum),
@@ -94,7 +95,7 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
     step = None
     original = None
     if spec.objective == "original":
-        from .pricer import StagePricer
+        from ..pricing.pricer import StagePricer
 
         original = StagePricer(spec.model, device=spec.original_device or spec.system)
     else:
@@ -104,7 +105,7 @@ def _context(spec: SearchSpec) -> tuple[SearchSpace, Any, Any, Any]:
         step = StepTimePricer(spec.model, system=system, comm=comm)
     memory = None
     if spec.memory:
-        from .memory import MemoryPricer
+        from ..pricing.memory import MemoryPricer
 
         # The NumPy evaluators: the same numbers as the fused (numba) ones, without numba's import and kernel
         # load (about a second in a cold process), and as fast on the few rows a top-K search prices.
@@ -274,7 +275,7 @@ def _recompute_free(spec: SearchSpec) -> bool:
     table = space.structures[algo]
     if not len(table["p"]):
         return True
-    from .enumeration import Setting
+    from ..pricing.chunks import Setting
 
     # The pipeline shapes present, as one code per row (a 1-D unique is far cheaper than unique rows).
     radix = int(table["vp"].max()) + 1

@@ -33,7 +33,7 @@ import generated
 if TYPE_CHECKING:  # pragma: no cover
     from symbolic.formula import Formula
 
-__all__ = ["evaluator", "lambdified", "evaluate", "formula_functions", "variants", "fused_available", "BackendName"]
+__all__ = ["evaluator", "lambdified", "evaluate", "variants", "fused_available", "BackendName"]
 
 Evaluator = Callable[..., np.ndarray]
 
@@ -83,43 +83,11 @@ def _lambdify(formula: Formula) -> Evaluator:
     return call
 
 
-_DYNAMIC: dict[tuple[str, object], Evaluator] = {}
-
-
-def formula_functions(formulas: Sequence[Formula]) -> dict[str, Evaluator]:
-    """Evaluators of formulas that may not be registered (model-stage variants built on demand), by name.
-
-    A registered formula goes through ``evaluator``; any other is rendered by
-    the code generator in memory (``compiler.compile_in_memory``: the same
-    printer, lowering and templates as ``generated/``) once per (name,
-    expression) and cached for the process; the ones not cached yet are
-    compiled in one pass.
-    """
-    from symbolic import registry
-
-    from .compiler import compile_in_memory
-
-    out: dict[str, Evaluator] = {}
-    missing: list[Formula] = []
-    for f in formulas:
-        if f.name in registry.FORMULAS and registry.FORMULAS[f.name].expr == f.expr:
-            out[f.name] = evaluator(f.name)
-        elif (f.name, f.expr) in _DYNAMIC:
-            out[f.name] = _DYNAMIC[(f.name, f.expr)]
-        else:
-            missing.append(f)
-    if missing:
-        compiled = compile_in_memory(missing)
-        for f in missing:
-            _DYNAMIC[(f.name, f.expr)] = out[f.name] = compiled[f.name]
-    return out
-
-
 def generated_function(name: str) -> Evaluator | None:
     """The generated function of formula *name* if ``generated/`` holds it for the current expression."""
     from symbolic import registry
 
-    from .lowering import formula_fingerprint
+    from symbolic.fingerprints import formula_fingerprint
 
     formula = registry.get(name)
     meta = generated.FORMULAS.get(name)
@@ -206,11 +174,11 @@ def evaluate(name: str, **values: object) -> np.ndarray:
 
     Extra values are ignored, so a whole configuration can be passed.
 
-    The inputs pass ``codegen.inputs.check_inputs`` (declarations and bounds) and the result
-    ``codegen.inputs.finite``: an input that overflows float64 is an error, never ``inf`` or NaN.
+    The inputs pass ``codegen.runtime.inputs.check_inputs`` (declarations and bounds) and the result
+    ``codegen.runtime.inputs.finite``: an input that overflows float64 is an error, never ``inf`` or NaN.
 
     Raises:
-        codegen.inputs.InputError: a value no valid configuration has, or a result that is not finite.
+        codegen.runtime.inputs.InputError: a value no valid configuration has, or a result that is not finite.
         TypeError: a symbol of the formula is missing.
     """
     from .inputs import InputError, check_inputs, finite

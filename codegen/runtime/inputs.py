@@ -2,7 +2,7 @@
 
 The command line (``--layout``, ``--devices``), model files (YAML), reference case files,
 the Python API (``Layout``, ``LayoutBatch.from_arrays``, ``StagePricer(...)(d=...)``) and
-``codegen.kernels.evaluate`` all hand their numbers to these functions, which raise one
+``codegen.runtime.kernels.evaluate`` all hand their numbers to these functions, which raise one
 :class:`InputError` (a ``ValueError``; callers may ask for their own subclass) naming the field,
 the value and the rule it breaks. Nothing is wrapped, truncated or silently converted:
 

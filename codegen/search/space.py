@@ -30,72 +30,18 @@ Public API::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..configs.layouts import LayoutBatch, LayoutError, layout_violations
 from ..configs.models import ModelConfig
-from ..inputs import DEVICES_MAX
+from ..pricing.chunks import DEGREE_KEYS, RECOMPUTE_MODES, ZERO_LEVELS, Chunk, Setting, distinct_sorted
+from ..runtime.inputs import DEVICES_MAX
 
-__all__ = ["ZERO_LEVELS", "RECOMPUTE_MODES", "DEGREE_KEYS", "Setting", "Chunk", "SearchSpace", "parse_restrictions",
-           "distinct_rows", "distinct_sorted"]
+__all__ = ["SearchSpace", "parse_restrictions"]
 
-#: ZeRO levels and the layout switches they set: 0 none, 1 optimizer states (``op``), 2 and gradients
-#: (``grad_shard``), 3 and weights (``fsdp``).
-ZERO_LEVELS: Mapping[int, dict[str, bool]] = {
-    0: {"op": False, "grad_shard": False, "fsdp": False},
-    1: {"op": True, "grad_shard": False, "fsdp": False},
-    2: {"op": True, "grad_shard": True, "fsdp": False},
-    3: {"op": True, "grad_shard": True, "fsdp": True},
-}
-RECOMPUTE_MODES = ("none", "selective", "full")
-#: The degrees a search enumerates (``d`` and ``m`` follow from the others).
-DEGREE_KEYS = ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")
 _GRID_KEYS = ("t", "cp", "p", "vp", "ep", "etp", "b")
-
-
-@dataclass(frozen=True)
-class Setting:
-    """The run settings one batch of layouts shares."""
-
-    recompute: str
-    zero: int
-    cp_algo: str
-
-    def batch_kwargs(self) -> dict[str, object]:
-        return {"recompute": self.recompute, "cp_algo": self.cp_algo, **ZERO_LEVELS[self.zero]}
-
-
-class Chunk:
-    """Valid layouts of one setting: their keys as arrays, their grid indices (stable identities), the batch.
-
-    Attributes:
-        setting: the run settings of every layout. values: ``{key: (n,) int64}`` for :data:`DEGREE_KEYS`.
-        index: grid indices, ascending. batch: the :class:`LayoutBatch`, built on first use.
-        row: each layout's row of the space's structure table (everything but ``b`` and ``m``), or None.
-        bpos: each layout's ``b`` as its position in the space's micro-batch sizes ``SearchSpace.b``, or None.
-    """
-
-    __slots__ = ("setting", "values", "index", "row", "bpos", "_model", "_batch")
-
-    def __init__(self, setting: Setting, values: dict[str, np.ndarray], index: np.ndarray, model: ModelConfig,
-                 row: np.ndarray | None = None, bpos: np.ndarray | None = None):
-        self.setting, self.values, self.index, self._model, self._batch = setting, values, index, model, None
-        self.row = row  # each layout's structure row (SearchSpace.structures[setting.cp_algo]), when known
-        self.bpos = bpos  # each layout's b as its position in SearchSpace.b, when known
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    @property
-    def batch(self) -> LayoutBatch:
-        if self._batch is None:
-            # (every layout of a chunk is valid by construction: the input gate's range checks are skipped)
-            self._batch = LayoutBatch.from_arrays(self._model.layout, **self.values, **self.setting.batch_kwargs(),
-                                                  validated=True)
-        return self._batch
 
 
 def parse_restrictions(items: Sequence[str] | None, option: str) -> dict[str, int]:
@@ -114,47 +60,6 @@ def parse_restrictions(items: Sequence[str] | None, option: str) -> dict[str, in
                 raise ValueError(f"{option} {key} is given twice")
             out[key] = int(value)
     return out
-
-
-def distinct_sorted(values: np.ndarray) -> np.ndarray:
-    """The distinct values of a 1-D array, ascending: ``np.unique(values)``, without the ``numpy.ma`` import its
-    first plain call makes (~12 ms of a cold search)."""
-    ordered = np.sort(values)
-    return ordered[np.append(True, ordered[1:] != ordered[:-1])] if len(ordered) else ordered
-
-
-def distinct_rows(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of equal-length 1-D *columns* grouped by their tuple of values: ``(reps, inverse)``, one row index
-    per distinct tuple (in ascending tuple order) and each row's tuple number, so that ``x[reps][inverse]`` is
-    ``x`` for every column ``x`` (and for any array that is a function of the columns, row by row).
-
-    Each column becomes a code ``0 … k − 1`` (its offset from the lowest value where it holds whole numbers in a
-    range no wider than 4 × its length, else its rank among its distinct values) and the codes one mixed-radix
-    number per row, ranked again whenever the next radix would overflow.
-    """
-    n = len(columns[0]) if columns else 0
-    number, total = np.zeros(n, dtype=np.int64), 1
-    for column in columns:
-        column = np.asarray(column)
-        code = None
-        if column.dtype.kind in "iub" or bool(np.all(np.floor(column) == column)):
-            whole = column.astype(np.int64)
-            low = int(whole.min()) if n else 0
-            width = (int(whole.max()) - low + 1) if n else 1
-            if width <= max(4 * n, 64):
-                code, k = whole - low, width
-        if code is None:  # not whole, or a wide range: rank by the distinct values
-            distinct, code = np.unique(column, return_inverse=True)
-            code, k = code.reshape(-1), len(distinct)
-        if k == 1:
-            continue
-        if total > (1 << 62) // k:  # would overflow: rank the numbers so far first
-            distinct, number = np.unique(number, return_inverse=True)
-            number, total = number.reshape(-1), len(distinct)
-        number = number * k + code
-        total *= k
-    _, reps, inverse = np.unique(number, return_index=True, return_inverse=True)
-    return reps, inverse.reshape(-1)
 
 
 def _divisors(n: int) -> np.ndarray:
