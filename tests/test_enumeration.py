@@ -9,7 +9,7 @@ import pytest
 
 from codegen.configs.layouts import LayoutBatch, check_batch, validate_batch
 from codegen.configs.models import load_model
-from codegen.search.space import SearchSpace, parse_restrictions
+from codegen.search import SearchSpace, parse_restrictions
 
 
 def _brute(model, devices, global_batch, node, fix=None, maximum=None, cp_algo=None):

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from codegen.configs.models import load_model
-from codegen.search import run as search_module
-from codegen.search.run import SearchSpec, search
+from codegen.search import SearchSpec, bounds, search, search_context, walk
 from codegen.pricing.step_time import exposed_comm, time_item_keys
 from conftest import assert_close
 
@@ -32,7 +31,7 @@ def test_item_keys_declare_what_the_floors_share():
     # ring send/recvs or Ulysses all-to-alls: the CP items alone read the CP algorithm
     assert {item for item, needs in keys.items() if "cp_algo" in needs} == {
         "cp.send_recv", "cp.all_to_all_qo", "cp.all_to_all_kv"}
-    levels = search_module._floors(_spec())
+    levels = bounds.floors(_spec())
     assert [len(level) for level in levels] == [1, 1]
     assert set(levels[0][0].dims) == {"tp", "cp", "pp"} and set(levels[1][0].dims) == {"tp", "cp", "ep", "pp"}
     assert levels[0][0].by_algo and levels[1][0].by_algo  # their tables are per CP algorithm
@@ -43,14 +42,14 @@ def test_every_floor_is_at_most_the_exposed_communication():
     floors of both levels, priced on other layouts and shared, never exceed the layout's own exposed
     communication; and they are not trivially 0."""
     spec = _spec()
-    search_module._floor_table.cache_clear()
-    space, step, _, _ = search_module._context(spec)
+    bounds._floor_table.cache_clear()
+    space, step, _, _ = search_context(spec)
     checked, positive = 0, 0
     for chunk in space.chunks(chunk=4000):
         exposed = exposed_comm(step.comm(chunk), chunk.setting.recompute, chunk.setting.cp_algo)
         everywhere = np.ones(len(chunk), bool)
-        for level in range(len(search_module._floors(spec))):
-            floor = search_module._level_floor(spec, chunk, level, everywhere)
+        for level in range(len(bounds.floors(spec))):
+            floor = bounds.level_floor(spec, chunk, level, everywhere)
             assert (floor <= exposed).all(), (chunk.setting, level, np.max(floor - exposed))
             positive += int((floor > 0.5 * exposed).sum())
         checked += len(chunk)
@@ -63,7 +62,7 @@ def test_bounded_walk_equals_pricing_every_layout(top, chunk):
     """The top K of the bounded walk (floors, lean chunks) equals the top K of pricing every layout's memory
     and communication (a sink forces it) on a grid of ZeRO levels and CP algorithms sharing the floors."""
     spec = _spec()
-    search_module._floor_table.cache_clear()
+    bounds._floor_table.cache_clear()
     bounded = search(spec, top=top, chunk=chunk)
     rows = []
     everything = search(spec, top=top, chunk=chunk, sink=rows.append)
@@ -88,17 +87,18 @@ def test_floors_priced_at_every_stage_are_lower_bounds_too(monkeypatch):
     """A part that is not every item of its dimensions is priced at every stage (first, last, largest): forced
     here on the same grid, its floors stay at most the exposed communication and the top K is unchanged."""
     spec = _spec()
-    levels = search_module._floors(spec)
+    levels = bounds.floors(spec)
     staged = tuple(tuple(dataclasses.replace(part, dims=()) for part in level) for level in levels)
-    search_module._floor_table.cache_clear()
+    bounds._floor_table.cache_clear()
     want = search(spec, top=10, chunk=20000)
-    monkeypatch.setattr(search_module, "_floors", lambda s: staged)
-    search_module._floor_table.cache_clear()
-    space, step, _, _ = search_module._context(spec)
+    for module in (bounds, walk):  # the floors' levels (bounds) and their count (the walk)
+        monkeypatch.setattr(module, "floors", lambda s: staged)
+    bounds._floor_table.cache_clear()
+    space, step, _, _ = search_context(spec)
     chunk = next(space.chunks(chunk=20000))
     exposed = exposed_comm(step.comm(chunk), chunk.setting.recompute, chunk.setting.cp_algo)
     for level in range(len(staged)):
-        floor = search_module._level_floor(spec, chunk, level, np.ones(len(chunk), bool))
+        floor = bounds.level_floor(spec, chunk, level, np.ones(len(chunk), bool))
         assert (floor <= exposed).all() and (floor > 0).any()
     got = search(spec, top=10, chunk=20000)
     for key in want.table:
@@ -110,11 +110,11 @@ def test_compute_bound_is_the_priced_step_time_without_communication_lowered():
     at most the step time ``price`` gives without communication, and within a few units in the last place of it
     (so they are the same closed forms, not merely some lower bound)."""
     spec = _spec(recompute=("none", "selective", "full"))
-    space, step, _, _ = search_module._context(spec)
+    space, step, _, _ = search_context(spec)
     checked = 0
     for chunk in space.chunks(chunk=20000):
         s = chunk.setting
-        forms = search_module._row_bound_forms(spec, s.cp_algo, s.recompute, s.zero)
+        forms = bounds.row_bound_forms(spec, s.cp_algo, s.recompute, s.zero)
         bound = step.compute_bound(forms, chunk.row, chunk.values["m"])
         priced = step.price(chunk.values, s.recompute, None, zero=s.zero)["step_time_s"]
         assert (bound <= priced).all(), (s, np.max(bound / priced))
@@ -130,10 +130,10 @@ def test_stage_parts_by_groups_are_every_rows_own_to_the_bit(recompute):
     m = 1's halved: the groups found at m = 1 serve it); and the rows do share groups (several virtual-stage
     counts of a pipeline put the same layers in a stage)."""
     spec = SearchSpec(load_model("deepseek-v3"), 16384, 4096, "dgx_h100", zero_levels=(1,))
-    _, step, _, _ = search_module._context(spec)
-    table = search_module._union_rows(spec)[1]
+    _, step, _, _ = search_context(spec)
+    table = bounds._union_rows(spec)[1]
     batch = spec.global_batch / table["d"]
-    groups = search_module._stage_groups(spec)
+    groups = bounds._stage_groups(spec)
     assert all(len(reps) < len(batch) / 4 for reps, _ in groups)
     for values in ({**table, "b": batch, "m": 1.0}, {**table, "b": batch / 2, "m": 2.0}):
         whole = step.stage_parts(values, recompute, 1)

@@ -11,7 +11,7 @@ import pytest
 from codegen.cli import main
 from codegen.configs.layouts import Layout
 from codegen.configs.models import ModelConfig, load_model
-from codegen.search.run import SearchSpec, pareto_front, search
+from codegen.search import SearchSpec, pareto_front, search
 from codegen.pricing.step_time import StepTimePricer, stage_layer_counts
 from conftest import assert_close
 
@@ -253,7 +253,7 @@ def test_memory_filter_lazy_equals_filter_all():
 def test_search_memory_equals_stage_memory():
     """The memory columns of the search are each layout's peak stage as ``stage_memory`` gives it,
     under the chunk's recompute mode and ZeRO level (which the chunk's batch carries)."""
-    from codegen.search.space import SearchSpace
+    from codegen.search import SearchSpace
     from codegen.pricing.memory import MemoryPricer, stage_memory
 
     model = load_model("qwen3-72b")

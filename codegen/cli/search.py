@@ -176,8 +176,7 @@ def _progress(enabled: bool):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..search.space import parse_restrictions
-    from ..search.run import SearchSpec, pareto_front, search
+    from ..search import SearchSpec, parse_restrictions, pareto_front, search, search_context, setting_labels
 
     model = load_model(args.model)
     devices = parse_whole("--devices", args.devices, minimum=1, maximum=DEVICES_MAX)
@@ -199,11 +198,9 @@ def run(args: argparse.Namespace) -> int:
     out = new_file(args.out, "--out", TABLE_FORMATS)[0] if args.out is not None else None
     plot = new_file(args.plot, "--plot", PLOT_FORMATS) if args.plot is not None else None
     plt = pyplot("--plot") if plot is not None else None
-    from ..search.run import _context
-
-    space = _context(spec)[0]
-    labels = {"recompute": ("none", "selective", "full"),
-              "cp_algo": tuple(dict.fromkeys(s.cp_algo for s in space.settings))}
+    context = search_context(spec)  # the space and pricers the search will use (built once)
+    space = context.space
+    labels = setting_labels(spec)
     writer = _Writer(out, labels) if out is not None else None
     update, state = _progress(not args.no_progress and not args.json)
     try:
@@ -231,11 +228,8 @@ def run(args: argparse.Namespace) -> int:
         note = " (interrupted by Ctrl-C: the best so far)" if result.interrupted else ""
         written = ("" if writer is None else f"; no layout to write to {out}" if not writer.rows else
                    f"; wrote {writer.rows:,} layouts (the feasible ones unless --keep-infeasible) to {out}")
-        from ..search.run import _context as context
-
-        step = context(spec)[1]
         missing = (" Communication is not in this build's step time (0 s): see docs/search.md."
-                   if step is not None and step.comm is None else "")
+                   if context.step is not None and context.step.comm is None else "")
         print(f"{result.layouts:,} valid layouts in {result.seconds:.2f} s{note}{written}.{missing}")
         if not result.layouts:
             print(space.why_empty() or

@@ -1,0 +1,138 @@
+"""What a search is and what a process builds from it once.
+
+A :class:`SearchSpec` is everything a worker needs (picklable: a Dask worker rebuilds the search from it);
+:func:`search_context` builds its space and pricers once per process; :func:`setting_labels` names the setting
+codes of a result table; :func:`decoded` and :func:`subchunk` take layouts of a chunk, with every key decoded
+or with the keys it has.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from ..configs.models import ModelConfig
+from ..pricing.chunks import DEGREE_KEYS, RECOMPUTE_MODES, Chunk
+from .space import SearchSpace
+
+if TYPE_CHECKING:
+    from ..pricing.memory import MemoryPricer
+    from ..pricing.pricer import StagePricer
+    from ..pricing.step_time import StepTimePricer
+
+__all__ = ["OBJECTIVES", "SearchSpec", "SearchContext", "search_context", "setting_labels", "decoded", "subchunk"]
+
+#: Objectives: the step time (compute + bubble + exposed communication), the communication time alone
+#: (needs the time family, codegen.pricing.time), the original's cost (the largest stage total of
+#: StagePricer, the original's units).
+OBJECTIVES = ("step-time", "comm-time", "original")
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """Everything a worker needs to rebuild the search space and its pricers (picklable).
+
+    Attributes mirror :class:`SearchSpace` and the pricers: *system* is a hardware catalog name;
+    *original_device* the catalog device of the original's cost (``--objective original``).
+    *memory*: price memory per rank (``codegen.pricing.memory.MemoryPricer``) and drop the layouts that do not
+    fit, unless *keep_infeasible* (then they are ranked too, ``fits`` = 0).
+    """
+
+    model: ModelConfig
+    devices: int
+    global_batch: int
+    system: str
+    objective: str = "step-time"
+    fix: tuple[tuple[str, int], ...] = ()
+    maximum: tuple[tuple[str, int], ...] = ()
+    recompute: tuple[str, ...] = RECOMPUTE_MODES
+    zero_levels: tuple[int, ...] = (1,)
+    cp_algos: tuple[str, ...] | None = None
+    tp_cross_node: bool = False
+    original_device: str | None = None
+    memory: bool = True
+    keep_infeasible: bool = False
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"--objective: one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+
+
+class SearchContext(NamedTuple):
+    """What a process builds from a :class:`SearchSpec` once (:func:`search_context`).
+
+    Attributes:
+        space: the valid layouts (:class:`SearchSpace`).
+        step: the step-time pricer (``StepTimePricer``; its ``comm`` is None without the time family), or None
+            for ``--objective original``.
+        original: the original's cost (``StagePricer``) for ``--objective original``, else None.
+        memory: the memory pricer (``MemoryPricer``) when the spec prices memory, else None.
+    """
+
+    space: SearchSpace
+    step: StepTimePricer | None
+    original: StagePricer | None
+    memory: MemoryPricer | None
+
+
+@functools.lru_cache(maxsize=8)
+def search_context(spec: SearchSpec) -> SearchContext:
+    """The space and the pricers of *spec*, built once per process (each worker keeps its own).
+
+    Raises:
+        ValueError: ``--objective comm-time`` in a build without the time family.
+    """
+    import hardware
+
+    from ..pricing.step_time import StepTimePricer, time_family_comm
+
+    system = hardware.load(spec.system)
+    space = SearchSpace(spec.model, spec.devices, spec.global_batch, fix=dict(spec.fix), maximum=dict(spec.maximum),
+                        recompute=spec.recompute, zero_levels=spec.zero_levels, cp_algos=spec.cp_algos,
+                        devices_per_node=system.devices_per_node, tp_cross_node=spec.tp_cross_node)
+    step = None
+    original = None
+    if spec.objective == "original":
+        from ..pricing.pricer import StagePricer
+
+        original = StagePricer(spec.model, device=spec.original_device or spec.system)
+    else:
+        comm = time_family_comm(spec.model, spec.system)
+        if spec.objective == "comm-time" and comm is None:
+            raise ValueError("--objective comm-time: needs the time family (codegen.pricing.time), not in this build")
+        step = StepTimePricer(spec.model, system=system, comm=comm)
+    memory = None
+    if spec.memory:
+        from ..pricing.memory import MemoryPricer
+
+        # The NumPy evaluators: the same numbers as the fused (numba) ones, without numba's import and kernel
+        # load (about a second in a cold process), and as fast on the few rows a top-K search prices.
+        memory = MemoryPricer(spec.model, system=spec.system, backend="numpy")
+    return SearchContext(space, step, original, memory)
+
+
+def setting_labels(spec: SearchSpec) -> dict[str, tuple[str, ...]]:
+    """The names of a result table's setting codes (``recompute``, ``cp_algo``), by code: the recompute modes,
+    and the CP algorithms of the spec's space in the order of its settings (``zero`` is its own code)."""
+    space = search_context(spec).space
+    return {"recompute": RECOMPUTE_MODES, "cp_algo": tuple(dict.fromkeys(s.cp_algo for s in space.settings))}
+
+
+def decoded(spec: SearchSpec, chunk: Chunk, rows: np.ndarray | None = None) -> Chunk:
+    """The layouts *rows* of *chunk* (all by default) with every key decoded."""
+    if all(key in chunk.values for key in DEGREE_KEYS):
+        return chunk if rows is None else subchunk(spec, chunk, rows)
+    space = search_context(spec).space
+    index = chunk.index if rows is None else chunk.index[rows]
+    values = space.decode(index, space.settings.index(chunk.setting))
+    row, bpos = values.pop("row"), values.pop("bpos")
+    return Chunk(chunk.setting, values, index, spec.model, row, bpos)
+
+
+def subchunk(spec: SearchSpec, chunk: Chunk, rows: np.ndarray) -> Chunk:
+    """The layouts *rows* of *chunk*, with the keys it has decoded."""
+    return Chunk(chunk.setting, {k: v[rows] for k, v in chunk.values.items()}, chunk.index[rows], spec.model,
+                 None if chunk.row is None else chunk.row[rows], None if chunk.bpos is None else chunk.bpos[rows])

@@ -1,0 +1,81 @@
+"""Result tables and their reduction to the best K rows.
+
+A result table is ``{column: (n,) array}`` (:data:`COLUMNS`). Rows rank by ascending objective, ties by grid
+index (NaN last), so the ranking is total and the same in every path: :func:`reduce_top` keeps a table's best
+*top* rows, :func:`merge_top` the best of two reductions (a tree of merges over the chunks gives the global top
+K, and only those rows leave a worker); :func:`kth_objective` is the bound a K-th best row sets;
+:func:`pareto_front` picks the rows no other beats on two columns.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from ..pricing.chunks import DEGREE_KEYS
+
+__all__ = ["SETTING_COLUMNS", "COLUMNS", "empty_table", "reduce_top", "merge_top", "kth_objective", "pareto_front"]
+
+#: Setting columns of a result table, coded as small integers; their names: ``spec.setting_labels``.
+SETTING_COLUMNS = ("recompute", "zero", "cp_algo")
+
+#: Columns of a result table: the grid index, the degrees, the settings, the objective and its parts, memory.
+COLUMNS = ("index", *DEGREE_KEYS, *SETTING_COLUMNS, "objective", "step_time_s", "compute_s", "bubble_s", "comm_s",
+           "stage_flops", "original_cost", "memory_peak_bytes", "headroom_bytes", "fits")
+_FLOAT_COLUMNS = ("objective", "step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops", "original_cost",
+                  "memory_peak_bytes", "headroom_bytes")
+
+
+def empty_table() -> dict[str, np.ndarray]:
+    """A result table of no rows (every column, with its dtype)."""
+    return {name: np.empty(0, dtype=np.float64 if name in _FLOAT_COLUMNS else np.int64) for name in COLUMNS}
+
+
+def _order(table: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Rows by ascending objective, then grid index (NaN last)."""
+    return np.lexsort((table["index"], np.nan_to_num(table["objective"], nan=np.inf)))
+
+
+def _best_rows(table: Mapping[str, np.ndarray], count: int) -> np.ndarray:
+    """Row numbers of the first *count* rows in rank order (objective, then grid index), in that order.
+
+    A partition finds the count-th objective; only the rows at or below it are sorted.
+    """
+    n = len(table["index"])
+    if n > 4 * count:
+        objective = np.nan_to_num(table["objective"], nan=np.inf)
+        kth = np.partition(objective, count - 1)[count - 1]
+        candidates = np.flatnonzero(objective <= kth)
+        sub = {"objective": table["objective"][candidates], "index": table["index"][candidates]}
+        return candidates[_order(sub)[:count]]
+    return _order(table)[:count]
+
+
+def reduce_top(table: Mapping[str, np.ndarray], top: int) -> dict[str, np.ndarray]:
+    """The best *top* rows of *table*, in rank order."""
+    rows = _best_rows(table, top)
+    return {k: np.asarray(v)[rows] for k, v in table.items()}
+
+
+def merge_top(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], top: int) -> dict[str, np.ndarray]:
+    """The best *top* rows of two reductions."""
+    return reduce_top({k: np.concatenate([a[k], b[k]]) for k in a}, top)
+
+
+def kth_objective(best: Mapping[str, np.ndarray], top: int) -> float:
+    """The objective of the K-th best row so far (a bound no row beyond it can beat), or infinity."""
+    if len(best["index"]) < top:
+        return np.inf
+    value = float(best["objective"][top - 1])
+    return value if np.isfinite(value) else np.inf
+
+
+def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point beats in both *x* and *y* (smaller is better), by ascending x."""
+    order = np.lexsort((y, x))
+    ys = y[order]
+    best = np.minimum.accumulate(ys)
+    keep = np.ones(len(order), bool)
+    keep[1:] = ys[1:] < best[:-1]
+    return order[keep]
