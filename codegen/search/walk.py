@@ -4,7 +4,8 @@
 :func:`chunk_best` keeps the chunk's best *top* rows under the spec's memory rule, exactly as pricing every
 layout would, taking the layouts in bound order in growing windows and pricing memory, then communication,
 only for those whose bound can still enter the top K. With the time family the bounds add communication floors
-(``bounds``: :func:`is_bounded`, the lean chunks of :data:`LEAN_KEYS`).
+(``bounds``): :func:`is_bounded` says whether a walk uses them, and then its chunks decode :data:`LEAN_KEYS`
+alone for every layout, the other keys only for the layouts priced further.
 """
 
 from __future__ import annotations
@@ -112,7 +113,6 @@ def is_bounded(spec: SearchSpec, sink: Callable[[dict], None] | None) -> bool:
     _, step, _, _ = search_context(spec)
     return (sink is None and not spec.keep_infeasible and spec.objective == "step-time" and step is not None
             and step.comm is not None and bool(floors(spec)))
-
 
 
 def _chunk_best_bounded(spec: SearchSpec, chunk: Chunk, top: int, bound: float) -> dict[str, np.ndarray]:
