@@ -16,7 +16,8 @@ from codegen import cli
 from codegen.validation import memory as validation
 from conftest import ROOT, assert_close
 
-DATA = ROOT / "tests" / "data"
+#: The tables the product ships and reads (package data), not a copy of the tests' own.
+DATA = validation.DATA_DIR
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "measurements"
 COPIES = ("zero_table1.csv", "megatron_memory_figure1.csv", "megatron_iteration_times.csv")
 
@@ -33,7 +34,7 @@ def call(name, **values):
 def test_shipped_copies_equal_the_shared_measurements(name):
     if not SHARED.is_dir():
         pytest.skip("no shared measurements beside this clone")
-    assert (DATA / name).read_bytes() == (SHARED / name).read_bytes(), f"tests/data/{name} differs from the source"
+    assert (DATA / name).read_bytes() == (SHARED / name).read_bytes(), f"{DATA / name} differs from the source"
 
 
 # ---------------------------------------------------------------- ZeRO Table 1

@@ -20,9 +20,10 @@ from hardware._nccl import RingGraph, nccl_tuning, p2p_channels, ring_graph, tim
 from symbolic import registry
 from symbolic.symbols import SPECS, symbol
 
-from conftest import ROOT, assert_close
+from conftest import assert_close
 
-SHIPPED = ROOT / "tests" / "data" / "nccl_single_node.csv"
+#: The measurements the product ships and reads by default (package data).
+SHIPPED = collectives.DEFAULT_DATA
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "measurements" / "nccl_single_node.csv"
 TIME_SYSTEMS = [n for n in hardware.names() if hardware.load(n).gpu is not None]
 
@@ -96,7 +97,7 @@ def test_units_catch_gib_and_bidirectional_mix_ups():
         # ring's bus bandwidth x 7/7.5 (the fill); read as GiB the same time would be 7.4 % off.
         t = float(_eval("collective_all_gather_ring_simple_time_s", _values(name, 8, 1e12)))
         assert_close((7 / 8) * 1e12 / t, ring * 7 / 7.5, rtol=1e-4)
-    # The shipped data's bandwidth columns are GB = 1e9 bytes (tests/data/README.md), not GiB.
+    # The shipped data's bandwidth columns are GB = 1e9 bytes (codegen/validation/data/README.md), not GiB.
     data = collectives.load_measurements(SHIPPED)
     rows = data.msg_bytes >= 2**20
     import csv

@@ -23,7 +23,7 @@ from ..validation import collectives
 def _register_collectives(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="FILE.csv", default=str(collectives.DEFAULT_DATA),
                    help="measurements with columns system, op, n_gpus, bytes, time_us (default: the shipped "
-                        "nccl-tests sweeps, tests/data/nccl_single_node.csv)")
+                        "nccl-tests sweeps, codegen/validation/data/nccl_single_node.csv)")
     p.add_argument("--curves", action="store_true",
                    help="first print every (system, op, ranks) sweep size by size: measured and predicted time "
                         "(us), their bus bandwidths (GB/s) and the algorithm/protocol the model picks")
@@ -57,7 +57,7 @@ def run_collectives(args: argparse.Namespace) -> int:
 
 def _register_memory(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="FILE.csv", type=Path, default=None,
-                   help="a CSV with the columns of tests/data/megatron_memory_figure1.csv (default: the shipped "
+                   help="a CSV with the columns of the shipped megatron_memory_figure1.csv (default: the shipped "
                         "copy, and ZeRO's Table 1 first)")
     p.set_defaults(func=run_memory)
 
@@ -70,7 +70,8 @@ def run_memory(args: argparse.Namespace) -> int:
 
 def _register_step_time(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="FILE.csv", type=Path, default=None,
-                   help="a CSV with the columns of tests/data/megatron_iteration_times.csv (default: the shipped copy)")
+                   help="a CSV with the columns of the shipped megatron_iteration_times.csv (default: the "
+                        "shipped copy)")
     p.add_argument("--system", default=None, help="catalog system for every row (default: from the system column)")
     p.set_defaults(func=run_step_time)
 

@@ -29,7 +29,7 @@ import hardware
 
 from ..runtime.inputs import DEVICES_MAX, VALUE_MAX
 from ..pricing.collective import choose
-from .csvfile import read_rows
+from .csvfile import DATA_DIR, read_rows
 
 __all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Curve", "Group", "Measurements", "Prediction", "curves",
            "load_measurements", "predict", "validate", "groups_json"]
@@ -42,8 +42,8 @@ OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter":
        "alltoall": "all_to_all", "all_to_all": "all_to_all", "broadcast": "broadcast", "sendrecv": "send_recv",
        "send_recv": "send_recv"}
 
-#: The shipped copy of the measurements (provenance in tests/data/README.md).
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "nccl_single_node.csv"
+#: The shipped copy of the measurements (provenance in codegen/validation/data/README.md).
+DEFAULT_DATA = DATA_DIR / "nccl_single_node.csv"
 
 _REQUIRED = ("system", "op", "n_gpus", "bytes", "time_us")
 

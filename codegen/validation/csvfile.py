@@ -7,7 +7,11 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["read_rows"]
+__all__ = ["DATA_DIR", "read_rows"]
+
+#: The measurement tables shipped with the package (package data; provenance in ``data/README.md``),
+#: found beside this module so that a wheel install reads them as a source checkout does.
+DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 def read_rows(path: str | os.PathLike[str], required: Sequence[str] = ()) -> tuple[list[str], list[dict[str, str]]]:

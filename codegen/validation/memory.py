@@ -54,14 +54,13 @@ from ..configs.models import ModelConfig
 # The evaluation of the stage formulas is shared with ``symcost eval --memory``; validation only
 # adds the paper's settings, its models and its rows.
 from ..pricing.memory import MemorySettings, call as _call, evaluate_stages, stage_inputs
-from .csvfile import read_rows
+from .csvfile import DATA_DIR, read_rows
 
 __all__ = ["DATA_DIR", "MEGATRON_CSV", "RUNS_CSV", "ZERO_CSV", "MemorySettings", "PAPER_SETTINGS",
            "ACTIVATIONS_BOUND", "STATES_BOUND", "printed", "zero_table1_rows", "megatron_rows",
            "run_memory_validation"]
 
-#: The shipped copies of the published figures (provenance: ``tests/data/README.md``).
-DATA_DIR = Path(__file__).resolve().parents[2] / "tests" / "data"
+#: The shipped copies of the published figures (provenance: ``codegen/validation/data/README.md``).
 ZERO_CSV = DATA_DIR / "zero_table1.csv"
 MEGATRON_CSV = DATA_DIR / "megatron_memory_figure1.csv"
 RUNS_CSV = DATA_DIR / "megatron_iteration_times.csv"

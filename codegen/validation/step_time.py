@@ -1,4 +1,4 @@
-"""Step time against measured Megatron-LM iteration times (``tests/data/megatron_iteration_times.csv``).
+"""Step time against measured Megatron-LM iteration times (``data/megatron_iteration_times.csv``).
 
 Each row's columns give a GPT model (``hidden, ffn, layers, heads, head_dim, vocab, seq``; a
 two-matrix GeLU MLP, biases and LayerNorm as Megatron-LM builds GPT, the same model
@@ -33,11 +33,12 @@ from ..configs.layouts import Layout
 from ..configs.models import ModelConfig
 from ..pricing.chunks import Chunk, Setting
 from ..pricing.step_time import StepTimePricer, time_family_comm
-from .csvfile import read_rows
+from .csvfile import DATA_DIR, read_rows
 
 __all__ = ["DEFAULT_DATA", "SYSTEMS", "REQUIRED", "step_time_rows", "summary_json", "run_step_time_validation"]
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "megatron_iteration_times.csv"
+#: The shipped copy of the measured runs (provenance in ``data/README.md``).
+DEFAULT_DATA = DATA_DIR / "megatron_iteration_times.csv"
 
 #: A word of a row's ``system`` column → the catalog system that describes it.
 SYSTEMS = {"Selene": "selene_a100"}
