@@ -510,11 +510,16 @@ def _assert_same_prices(got, want) -> None:
 @pytest.mark.parametrize("group_from", [256, 1 << 30])
 @pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-72b"])
 def test_direct_kernels_price_as_the_generated_functions_to_the_bit(name, group_from, monkeypatch):
-    """The pricer's direct path (``TimePricer.direct``: NCCL's pick through ``Chooser``, for every item of a
-    collective at once) against the generated functions' (``direct = False``: ``choose`` per item), grouped and
-    not, every number; the direct path must be taken."""
+    """The pricer's direct path (NCCL's pick through ``Chooser``, for every item of a collective at once)
+    against the generated functions' (``choose`` per item, put in its place here), grouped and not, every
+    number; the direct path must be taken."""
     import codegen.pricing.time as time_module
     from codegen.pricing import collective
+
+    per_item = collective.choose  # the generated functions, before the patch below makes it fail
+
+    def choose_per_item(op, calls):
+        return [per_item(op, dict(pricer.hardware, **call)).time_s for call in calls]
 
     pricer = TimePricer(name, system="dgx_h100")
     batch = _grid_batch(pricer.model, repeats=2)
@@ -528,7 +533,7 @@ def test_direct_kernels_price_as_the_generated_functions_to_the_bit(name, group_
         small = pricer.price_batch(batch.subset(slice(0, 37)), validated=True, per_stage=per_stage)
         assert taken, "no pick went through Chooser: the test would prove nothing"
         with monkeypatch.context() as patch:
-            patch.setattr(pricer, "direct", False)  # time.choose: the generated functions (collective.choose fails)
+            patch.setattr(pricer, "_pick_times", choose_per_item)  # the generated functions, per item
             _assert_same_prices(fast, pricer.price_batch(batch, validated=True, per_stage=per_stage))
             _assert_same_prices(small, pricer.price_batch(batch.subset(slice(0, 37)), validated=True,
                                                           per_stage=per_stage))

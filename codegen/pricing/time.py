@@ -327,10 +327,6 @@ class TimePricer:
             malformed order.
     """
 
-    #: NCCL's pick runs its candidates' kernels with the system's constants bound (``Chooser``); ``False`` calls
-    #: ``choose`` on the generated functions (the same numbers: the tests compare the two).
-    direct: bool = True
-
     def __init__(self, model: str | ModelConfig, *, system: str, order: str = DEFAULT_ORDER, fsdp: bool | None = None,
                  recompute: str | None = None, volumes_only: bool = False):
         import hardware
@@ -442,13 +438,11 @@ class TimePricer:
     def _pick_times(self, op: str, calls: list[dict[str, Any]]) -> list[np.ndarray]:
         """The time NCCL's pick of *op* takes for each of *calls* (S, n and the group's placement).
 
-        With :attr:`direct`, one evaluation of the candidates over every call's elements (``Chooser.times``:
-        the items of a collective in a block, three for an all-gather, are one call of each form instead of
-        three); else ``choose`` per call, on the generated functions. The same numbers either way.
+        One evaluation of the candidates over every call's elements (``Chooser.times``: the items of a
+        collective in a block, three for an all-gather, are one call of each form instead of three), with the
+        numbers of ``choose`` per call on the generated functions (the tests compare the two to the bit).
         """
-        if self.direct:
-            return self._chooser(op).times(calls)
-        return [choose(op, dict(self.hardware, **call)).time_s for call in calls]
+        return self._chooser(op).times(calls)
 
     def _chooser(self, op: str) -> Chooser:
         """NCCL's pick for *op* with this system's constants bound, made when first asked (``Chooser``: the
