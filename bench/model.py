@@ -8,7 +8,7 @@ round so that a slow spell of the machine hits each alike:
 * ``scalar_walk``: the original's way (``estimate_from_mem_comm``;
   docs/model.md, "From a layer to a stage"): one layout at a time, visit every
   layer of every stage and add its DP, TP, EP and CP volumes one call at a
-  time, then convert each stage (``codegen.reference.walk``, the reference
+  time, then convert each stage (``tests/walk.py``, the reference
   the tests hold the closed forms to). Each per-layer volume is the registered
   formula as a plain-Python function of floats (``sympy.lambdify`` with the
   ``math`` module), as the original computes in Python floats. Each layout's
@@ -75,14 +75,15 @@ from typing import Any, Callable
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "tests"):  # run as a script from anywhere; the walk is the tests' reference
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 from codegen.configs.layouts import LayoutBatch, build_stages, derive_fields, validate_batch  # noqa: E402
 from codegen.configs.models import ModelConfig, load_model  # noqa: E402
 from codegen.pricing import fused as fused_pricer  # noqa: E402
 from codegen.pricing.pricer import StagePricer  # noqa: E402
-from codegen.reference.walk import walk  # noqa: E402
+from walk import walk  # noqa: E402
 
 MODELS = ("qwen3-72b", "deepseek-v3")
 CHUNK = 1000

@@ -12,8 +12,8 @@ from codegen.reference.adapters.model import evaluate_stages
 from codegen.cli import main
 from codegen.configs.layouts import build_stages, derive_fields, parse_layout
 from codegen.configs.models import load_model
-from codegen.reference.walk import walk
 from conftest import CASES, assert_close
+from walk import walk
 
 END_TO_END = [c for c in CASES if c.function == "estimate_from_mem_comm"]
 

@@ -491,7 +491,7 @@ WALKED = _one_per_model_and_fsdp()
 def test_case_output_from_model_file_and_layout(case, case_models):
     """The whole stage walk from a model file and a layout alone: fields and stages feed the walk."""
     from codegen.reference.cases import RTOL, worst_error
-    from codegen.reference.walk import walk
+    from walk import walk
 
     model = _model_for(case, case_models)
     layout = _case_layout(case, model)

@@ -5,7 +5,8 @@ benchmarked against: it visits every layer of every stage and adds the
 per-layer volumes one call at a time, exactly as ``estimate_from_mem_comm``
 does (docs/model.md, "From a layer to a stage"; printout lines 549-712), but through the project's
 per-layer adapters. It is slow by design — one layout at a time, hundreds of
-calls per layout — and is used only by the tests.
+calls per layout — and is used only by the tests and ``bench/model.py``, which is why it lives here
+and not in the product.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def walk(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """
     from hardware import load as load_device
 
-    from .adapters import ADAPTERS
+    from codegen.reference.adapters import ADAPTERS
 
     cfg = dict(inputs)
     stages = cfg["stages"]
@@ -125,7 +126,7 @@ def walk(inputs: Mapping[str, Any]) -> dict[str, Any]:
 
 def _convert(acc: dict[str, float], cfg: Mapping[str, Any], device: Any, dpn0: int) -> None:
     """``_stage_comm_time``: TIME scores, per-node multipliers, overlap, A3 halving (lines 627-663)."""
-    from .adapters import ADAPTERS
+    from codegen.reference.adapters import ADAPTERS
 
     if cfg.get("ttype") == "TIME":
         for dim in ("DP", "MP", "CP"):
