@@ -13,6 +13,7 @@ Public API::
     load(name) -> System                # one of them, e.g. load("A2")
     load_file(path) -> System           # any file in the same layout
     time_bindings(system) -> dict       # NCCL constants + the system, for symbolic.collective_time
+    TIME_SYMBOLS                        # the names time_bindings gives (a frozenset)
     System, Level, Gpu, UnusedHelperLevel  # frozen dataclasses
     HardwareSpecError                   # a ValueError naming file, key path and value
 
@@ -22,6 +23,7 @@ Importing this package reads no file.
 from ._load import load as load
 from ._load import load_file as load_file
 from ._load import names as names
+from ._nccl import TIME_SYMBOLS as TIME_SYMBOLS
 from ._nccl import time_bindings as time_bindings
 from ._system import Gpu as Gpu
 from ._system import HardwareSpecError as HardwareSpecError
@@ -29,5 +31,5 @@ from ._system import Level as Level
 from ._system import System as System
 from ._system import UnusedHelperLevel as UnusedHelperLevel
 
-__all__ = ["Gpu", "HardwareSpecError", "Level", "System", "UnusedHelperLevel", "load", "load_file", "names",
-           "time_bindings"]
+__all__ = ["Gpu", "HardwareSpecError", "Level", "System", "TIME_SYMBOLS", "UnusedHelperLevel", "load", "load_file",
+           "names", "time_bindings"]

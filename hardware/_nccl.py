@@ -17,7 +17,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._system import GENERATIONS, HardwareSpecError, System, _positive_real
+from ._system import GENERATIONS, HardwareSpecError, System, positive_real
 
 __all__ = ["NcclTuning", "RingGraph", "TIME_SYMBOLS", "nccl_tuning", "p2p_channels", "ring_graph", "time_bindings"]
 
@@ -95,8 +95,8 @@ def nccl_tuning() -> NcclTuning:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise HardwareSpecError(f"{TUNING_FILE}: {exc}") from None
     _check(data, "", ("latency", "p2p", "generations"))
-    p2p = {k: _positive_real(f"p2p.{k}", v) for k, v in _check(data["p2p"], "p2p", _P2P_KEYS).items()}
-    latency = {k: _positive_real(f"latency.{k}", v)
+    p2p = {k: positive_real(f"p2p.{k}", v) for k, v in _check(data["p2p"], "p2p", _P2P_KEYS).items()}
+    latency = {k: positive_real(f"latency.{k}", v)
                for k, v in _check(data["latency"], "latency", _LATENCY_KEYS).items()}
     generations: dict[str, dict[str, object]] = {}
     _check(data["generations"], "generations", GENERATIONS)
@@ -106,12 +106,12 @@ def nccl_tuning() -> NcclTuning:
         for key, value in table.items():
             where = f"{TUNING_FILE.name}: generations.{gen}.{key}"
             if key == "intra_speeds_bytes_per_s":
-                speeds = [_positive_real(where, v) for v in value]
+                speeds = [positive_real(where, v) for v in value]
                 if speeds != sorted(speeds, reverse=True) or not speeds:
                     raise HardwareSpecError(f"{where}: must be a non-empty list, fastest first")
                 out[key] = tuple(speeds)
             else:
-                out[key] = _positive_real(where, value)
+                out[key] = positive_real(where, value)
         generations[gen] = out
     return NcclTuning(latency=latency, generations=generations, p2p=p2p)
 

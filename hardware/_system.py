@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["HardwareSpecError", "Gpu", "Level", "UnusedHelperLevel", "System"]
+__all__ = ["HardwareSpecError", "Gpu", "Level", "UnusedHelperLevel", "System", "positive_real"]
 
 #: bytes/s per GB/s: the original's bandwidths and the CP inputs are in GB/s (decimal).
 BYTES_PER_S_PER_GBPS = 1e9
@@ -36,7 +36,12 @@ class HardwareSpecError(ValueError):
     """
 
 
-def _positive_real(key: str, value: object) -> float:
+def positive_real(key: str, value: object) -> float:
+    """*value* as a float when it is a finite number > 0 (the catalog's and the NCCL table's numbers).
+
+    Raises:
+        HardwareSpecError: naming *key* and the value.
+    """
     # bool is an int in Python; ``bandwidth = true`` is a typo, not the number 1.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise HardwareSpecError(f"{key}: must be a number, got {value!r} ({type(value).__name__})")
@@ -54,7 +59,7 @@ def _positive_int(key: str, value: object) -> int:
 
 
 def _fraction(key: str, value: object) -> float:
-    number = _positive_real(key, value)
+    number = positive_real(key, value)
     if number > 1:
         raise HardwareSpecError(f"{key}: an efficiency is a fraction of the peak, in (0, 1]; got {value!r}")
     return number
@@ -106,12 +111,12 @@ class Level:
         if not isinstance(self.nvls, bool):
             raise HardwareSpecError(f"nvls: must be true or false, got {self.nvls!r}")
         object.__setattr__(self, "bandwidth_bytes_per_s",
-                           _positive_real("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s))
+                           positive_real("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s))
         if (self.marketed_bandwidth_bytes_per_s is None) != (self.marketed_direction is None):
             raise HardwareSpecError("marketed_bandwidth_bytes_per_s: give it together with marketed_direction")
         if self.marketed_bandwidth_bytes_per_s is not None:
             object.__setattr__(self, "marketed_bandwidth_bytes_per_s",
-                               _positive_real("marketed_bandwidth_bytes_per_s", self.marketed_bandwidth_bytes_per_s))
+                               positive_real("marketed_bandwidth_bytes_per_s", self.marketed_bandwidth_bytes_per_s))
             if not isinstance(self.marketed_direction, str) or self.marketed_direction not in DIRECTIONS:
                 raise HardwareSpecError(f"marketed_direction: one of {', '.join(DIRECTIONS)}, "
                                         f"got {self.marketed_direction!r}")
@@ -123,7 +128,7 @@ class Level:
                     f"marketed {self.marketed_bandwidth_bytes_per_s!r} bytes/s ({self.marketed_direction}), "
                     f"which is {per_direction!r}")
         if self.latency_s is not None:
-            object.__setattr__(self, "latency_s", _positive_real("latency_s", self.latency_s))
+            object.__setattr__(self, "latency_s", positive_real("latency_s", self.latency_s))
         if self.efficiency is not None:
             object.__setattr__(self, "efficiency", _fraction("efficiency", self.efficiency))
         _text("fabric", self.fabric, empty_ok=True)
@@ -162,9 +167,9 @@ class UnusedHelperLevel:
     def __post_init__(self) -> None:
         _text("name", self.name)
         object.__setattr__(self, "bandwidth_bytes_per_s",
-                           _positive_real("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s))
+                           positive_real("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s))
         object.__setattr__(self, "efficiency", _fraction("efficiency", self.efficiency))
-        object.__setattr__(self, "latency_s", _positive_real("latency_s", self.latency_s))
+        object.__setattr__(self, "latency_s", positive_real("latency_s", self.latency_s))
 
 
 def _check_unique(key: str, names: list[str]) -> None:
@@ -218,20 +223,20 @@ class Gpu:
             raise HardwareSpecError(f"generation: one of {', '.join(GENERATIONS)}, got {self.generation!r}")
         _positive_int("compute_capability", self.compute_capability)
         _positive_int("nvlink_links", self.nvlink_links)
-        object.__setattr__(self, "hbm_bytes", _positive_real("hbm_bytes", self.hbm_bytes))
+        object.__setattr__(self, "hbm_bytes", positive_real("hbm_bytes", self.hbm_bytes))
         object.__setattr__(self, "peak_flops_bf16_per_s",
-                           _positive_real("peak_flops_bf16_per_s", self.peak_flops_bf16_per_s))
+                           positive_real("peak_flops_bf16_per_s", self.peak_flops_bf16_per_s))
         if self.peak_flops_fp8_per_s is not None:
             object.__setattr__(self, "peak_flops_fp8_per_s",
-                               _positive_real("peak_flops_fp8_per_s", self.peak_flops_fp8_per_s))
+                               positive_real("peak_flops_fp8_per_s", self.peak_flops_fp8_per_s))
         if self.compute_efficiency is not None:
             object.__setattr__(self, "compute_efficiency", _fraction("compute_efficiency", self.compute_efficiency))
         if self.hbm_bytes_per_s is not None:
-            object.__setattr__(self, "hbm_bytes_per_s", _positive_real("hbm_bytes_per_s", self.hbm_bytes_per_s))
+            object.__setattr__(self, "hbm_bytes_per_s", positive_real("hbm_bytes_per_s", self.hbm_bytes_per_s))
         if self.hbm_efficiency is not None:
             object.__setattr__(self, "hbm_efficiency", _fraction("hbm_efficiency", self.hbm_efficiency))
         if self.vector_flops_per_s is not None:
-            object.__setattr__(self, "vector_flops_per_s", _positive_real("vector_flops_per_s", self.vector_flops_per_s))
+            object.__setattr__(self, "vector_flops_per_s", positive_real("vector_flops_per_s", self.vector_flops_per_s))
         if self.vector_efficiency is not None:
             object.__setattr__(self, "vector_efficiency", _fraction("vector_efficiency", self.vector_efficiency))
 
@@ -269,7 +274,7 @@ class System:
         for i, alias in enumerate(self.aliases):
             _text(f"aliases[{i}]", alias)
         object.__setattr__(self, "original_stage_cost_scale",
-                           _positive_real("original_stage_cost_scale", self.original_stage_cost_scale))
+                           positive_real("original_stage_cost_scale", self.original_stage_cost_scale))
         if self.gpu is not None and not isinstance(self.gpu, Gpu):
             raise HardwareSpecError(f"gpu: must be a Gpu, got {self.gpu!r}")
         object.__setattr__(self, "levels", tuple(self.levels))

@@ -48,8 +48,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _time_bindings(system: System) -> dict[str, float] | None:
-    """The collective time model's hardware values (``hardware._nccl.time_bindings``); None without GPU facts."""
-    from hardware._nccl import time_bindings
+    """The collective time model's hardware values (``hardware.time_bindings``); None without GPU facts."""
+    from hardware import time_bindings
 
     return None if system.gpu is None else time_bindings(system)
 

@@ -330,7 +330,7 @@ class TimePricer:
     def __init__(self, model: str | ModelConfig, *, system: str, order: str = DEFAULT_ORDER, fsdp: bool | None = None,
                  recompute: str | None = None, volumes_only: bool = False):
         import hardware
-        from hardware._nccl import TIME_SYMBOLS, time_bindings
+        from hardware import TIME_SYMBOLS, time_bindings
 
         if isinstance(model, str):
             model = load_model(model)
