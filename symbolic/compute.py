@@ -32,7 +32,8 @@ from sympy import Ne, Piecewise
 
 from .attention import head_width
 from .formula import Formula
-from .params import _attention, _dense_ffn, _norms, _router, _routed_experts, _shared_experts
+from .params import (attention_params, dense_ffn_params, norm_params, router_params, routed_expert_params,
+                     shared_expert_params)
 from .symbols import syms
 from .vocabulary import AttentionParams
 
@@ -78,7 +79,7 @@ def score_flops(variant: AttentionParams) -> sympy.Expr:
 
 def layer_forward_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
     """Forward FLOPs per token of one transformer layer: its active projections and its scores."""
-    projections = _attention(variant)
+    projections = attention_params(variant)
     if moe:
         ffn = h * n_exp + (n_chosen_exp + n_shared_exp) * n_ffMM * hff_exp * h
     else:
@@ -102,8 +103,9 @@ _E = 2
 def _rank_weights(variant: AttentionParams, moe: bool) -> sympy.Expr:
     """Parameters of one layer held by one rank: the non-expert part over TP, routed experts over EP."""
     if moe:
-        return (_attention(variant) + _norms() + _router() + _shared_experts()) / t + _routed_experts() / ep
-    return (_attention(variant) + _norms() + _dense_ffn()) / t
+        non_expert = attention_params(variant) + norm_params() + router_params() + shared_expert_params()
+        return non_expert / t + routed_expert_params() / ep
+    return (attention_params(variant) + norm_params() + dense_ffn_params()) / t
 
 
 def _layer_hbm(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr]:
@@ -124,7 +126,7 @@ def _layer_hbm(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, sympy.E
         ffn_io = tokens * (n_ffMM * h + n_ffMM * hff / t)
     # Attention projections: Q, K, V read the gathered input, O writes an h-wide output; the projected widths
     # (Q, K, V outputs and O's input) are the attention weights over h, split by TP.
-    attn_io = tokens * (4 * h + _attention(variant) / (h * t))
+    attn_io = tokens * (4 * h + attention_params(variant) / (h * t))
     core = 4 * tokens * heads * d_v  # Q, K, V in and the context out of the attention core
     gemm = _E * (attn_io + ffn_io + _rank_weights(variant, moe) + core + 2 * scores)
     # Per block (attention, MLP): layer norm in + out, dropout in + out + mask, residual add 2 in + 1 out.

@@ -42,7 +42,8 @@ from .symbols import syms
 from .vocabulary import AttentionParams, attention_variant
 
 __all__ = ["AttentionParams", "attention_variant", "ParamCounts", "ParamFormulas", "layer_counts",
-           "layer_formulas", "FORMULAS"]
+           "layer_formulas", "attention_params", "norm_params", "dense_ffn_params", "router_params",
+           "routed_expert_params", "shared_expert_params", "FORMULAS"]
 
 h, a, n_kv, dh, dhr, dc_kv, dc_q, qk_nope = syms("h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "qk_nope_head_dim")
 n_attMM, n_ffMM, n_qknorm, attn_extra_p, layer_norms = syms("n_attMM", "n_ffMM", "n_qknorm", "attn_extra_p",
@@ -96,7 +97,7 @@ def _mla_attention(q_latent: bool) -> sympy.Expr:
     return _QUARTER * n_attMM * (query + key_value + output)
 
 
-def _norms() -> sympy.Expr:
+def norm_params() -> sympy.Expr:
     """``num_params_norm`` with ``layer_norms`` stated: a weight per norm (and a bias), plus QK-norm weights."""
     return layer_norms * (1 + norm_bias) * h + n_qknorm * 2 * head_width()
 
@@ -106,27 +107,32 @@ def _mlp_biases(width: sympy.Expr) -> sympy.Expr:
     return mlp_bias * ((n_ffMM - 1) * width + h)
 
 
-def _dense_ffn() -> sympy.Expr:
+def dense_ffn_params() -> sympy.Expr:
+    """``num_params_ffn`` of a dense layer: every FFN's projections and biases (shared experts counted alike)."""
     return (n_exp + n_shared_exp) * (n_ffMM * hff * h + _mlp_biases(hff))
 
 
-def _router() -> sympy.Expr:
+def router_params() -> sympy.Expr:
+    """``num_params_router``: one weight per expert and hidden unit."""
     # The original's `h·n_exp if n_exp > 1 else 0`; in the MoE variant (n_exp ≠ 1) both agree for every n_exp ≥ 0.
     return h * n_exp
 
 
-def _routed_experts() -> sympy.Expr:
+def routed_expert_params() -> sympy.Expr:
+    """``num_params_routed_expert`` times the routed experts: their projections and biases, sliced by expert TP."""
     hff_slice = hff_exp / Max(etp, 1)  # expert-TP slices each expert (etp unset reads 0: no slicing)
     return n_exp * (n_ffMM * hff_slice * h + _mlp_biases(hff_slice))
 
 
-def _shared_experts() -> sympy.Expr:
+def shared_expert_params() -> sympy.Expr:
+    """``num_params_shared_expert`` times the shared experts, with the shared-expert gate where stated."""
     gate = Piecewise((h * shared_expert_gate, Ne(n_shared_exp, 0)), (0, True))
     # Every producer states the shared experts as a count of experts of the routed width hff_exp.
     return n_shared_exp * (n_ffMM * hff_exp * h + _mlp_biases(hff_exp)) + gate
 
 
-def _attention(variant: AttentionParams) -> sympy.Expr:
+def attention_params(variant: AttentionParams) -> sympy.Expr:
+    """``num_params_attn`` or ``num_params_mla`` of *variant*, in parameters."""
     if variant is AttentionParams.STANDARD:
         return _standard_attention()
     return _mla_attention(variant is AttentionParams.MLA_Q_LATENT)
@@ -139,10 +145,10 @@ def layer_counts(attention: AttentionParams, moe: bool) -> ParamCounts:
         attention: the attention layout (``attention_variant``).
         moe: True for a routed layer (the original's ``n_exp != 1``).
     """
-    base = _attention(attention) + _norms()
+    base = attention_params(attention) + norm_params()
     if not moe:
-        return ParamCounts(base + _dense_ffn(), sympy.Integer(0), sympy.Integer(0))
-    return ParamCounts(base + _router(), _routed_experts(), _shared_experts())
+        return ParamCounts(base + dense_ffn_params(), sympy.Integer(0), sympy.Integer(0))
+    return ParamCounts(base + router_params(), routed_expert_params(), shared_expert_params())
 
 
 def _build() -> dict[tuple[str, bool], ParamFormulas]:
@@ -153,7 +159,8 @@ def _build() -> dict[tuple[str, bool], ParamFormulas]:
     }
     experts: dict[bool, tuple[Formula, Formula]] = {}
     for moe, label in ((False, "dense"), (True, "moe")):
-        routed, shared = (_routed_experts(), _shared_experts()) if moe else (sympy.Integer(0), sympy.Integer(0))
+        zero = sympy.Integer(0)
+        routed, shared = (routed_expert_params(), shared_expert_params()) if moe else (zero, zero)
         experts[moe] = (
             Formula(name=f"params_{label}_routed_experts_params", expr=routed, dimension="params",
                     algorithm=label, unit="params",
