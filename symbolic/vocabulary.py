@@ -1,4 +1,5 @@
-"""The project's vocabulary, declared once: layer kinds, CP algorithms and their aliases, stage counts and outputs.
+"""The project's vocabulary, declared once: layer kinds, CP algorithms and their aliases, stage counts and outputs,
+the layout keys (with their bounds, defaults and which are degrees), the recompute modes and the ZeRO levels.
 
 Plain Python (no SymPy), so that the pricer, the layouts and the command line
 import the same names as the formulas without paying for SymPy. Every other
@@ -8,6 +9,9 @@ module imports these; none declares its own copy.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
 
 __all__ = [
     "LayerType",
@@ -33,6 +37,24 @@ __all__ = [
     "routing",
     "STAGE_TERMS",
     "RECOMPUTE_COUNT_NAMES",
+    "DEGREE_MAX",
+    "DEVICES_MAX",
+    "LAYERS_MAX",
+    "COUNT_MAX",
+    "REQUIRED",
+    "LayoutKey",
+    "LAYOUT_KEYS",
+    "LAYOUT_KEY_NAMES",
+    "PER_LAYOUT_KEYS",
+    "SHARED_KEYS",
+    "LAYOUT_DEGREES",
+    "TEXT_KEYS",
+    "REQUIRED_KEYS",
+    "layout_key",
+    "RECOMPUTE_MODES",
+    "ZERO_LEVELS",
+    "SEARCH_KEYS",
+    "SEARCH_SETTINGS",
 ]
 
 
@@ -251,3 +273,150 @@ STAGE_TERMS: dict[str, dict[str, str]] = {
 
 #: The counts that weigh only the recompute sums.
 RECOMPUTE_COUNT_NAMES: tuple[str, ...] = ("n_full_rec", "n_sel_rec")
+
+
+# ---------------------------------------------------------------- layouts: keys, bounds, recompute modes, ZeRO levels
+
+#: Largest parallel degree along one axis: ~10^6 ranks, beyond any machine; a product of two degrees stays
+#: below 2**40, exact in int64 and float64 (``codegen.runtime.inputs`` gives the whole table of bounds).
+DEGREE_MAX = 1 << 20
+#: Largest device count d·t·cp·p of a layout: every product of degrees the layout rules form
+#: (d·t·cp·etp·ep at most) stays below 2**63.
+DEVICES_MAX = 1 << 30
+#: Largest layer count (body plus MTP layers), offset or recompute count.
+LAYERS_MAX = 1 << 10
+#: Largest other whole number of a model or a layout (sizes, heads, experts, micro-batches).
+COUNT_MAX = 1 << 32
+
+
+class _Required:
+    """The default of a key every layout must state (:data:`REQUIRED`)."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+#: The :attr:`LayoutKey.default` of a key without a default: a layout states it.
+REQUIRED = _Required()
+
+#: The recompute modes a layout's plan names, from recomputing nothing to recomputing every body layer:
+#: ``none``, ``selective`` (selective activation checkpointing), ``full`` (each body layer recomputed whole).
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class LayoutKey:
+    """One key of a parallel layout (``codegen.configs.Layout``'s fields, in their order).
+
+    Attributes:
+        name: the key, as layouts, the ``--layout`` text and the config fields spell it.
+        kind: ``"whole"`` (a whole number), ``"flag"`` (true or false), ``"text"`` (a name), ``"offset"``
+            (layers per stage beyond the even split) or ``"plan"`` (the recompute plan).
+        default: the value a layout takes when nothing states the key (``None``: unset, see the key's
+            meaning); :data:`REQUIRED` when every layout states it.
+        meaning: what the key sets, in one line.
+        degree: a parallel degree (bounded by :data:`DEGREE_MAX`).
+        per_layout: a batch of layouts holds one value of the key per layout (an int64 column); the other
+            keys are run settings the layouts of a batch share.
+        in_text: the ``key=value`` layout text (``--layout``) may state it.
+        minimum, maximum: the bounds of a whole number; ``None`` for other kinds.
+    """
+
+    name: str
+    kind: str
+    default: object
+    meaning: str
+    degree: bool = False
+    per_layout: bool = False
+    in_text: bool = True
+    minimum: int | None = None
+    maximum: int | None = None
+
+
+def _whole(name: str, default: object, meaning: str, *, degree: bool = False, per_layout: bool = True) -> LayoutKey:
+    """A whole-number key >= 1: a degree is at most :data:`DEGREE_MAX`, any other at most :data:`COUNT_MAX`."""
+    return LayoutKey(name, "whole", default, meaning, degree=degree, per_layout=per_layout, minimum=1,
+                     maximum=DEGREE_MAX if degree else COUNT_MAX)
+
+
+#: Every key of a parallel layout, in the order of ``Layout``'s fields (and of a batch's columns).
+LAYOUT_KEYS: tuple[LayoutKey, ...] = (
+    _whole("d", REQUIRED, "data-parallel degree", degree=True),
+    _whole("t", REQUIRED, "tensor-parallel degree", degree=True),
+    _whole("p", REQUIRED, "pipeline-parallel degree (stages)", degree=True),
+    _whole("m", REQUIRED, "micro-batches per step"),
+    _whole("cp", 1, "context-parallel degree", degree=True),
+    _whole("ep", 1, "expert-parallel degree", degree=True),
+    _whole("b", 1, "micro-batch size (samples)"),
+    _whole("vp", 1, "virtual pipeline chunks per stage", degree=True),
+    _whole("etp", 1, "expert tensor-parallel degree (at most 1: the experts follow t)", degree=True),
+    _whole("os", None, "ranks the optimizer shards a parameter over (None: the whole DP group)", degree=True),
+    LayoutKey("op", "flag", True, "optimizer sharding"),
+    LayoutKey("grad_shard", "flag", False, "gradients sharded too (DP communication level 3)"),
+    LayoutKey("sp", "flag", False, "sequence parallelism"),
+    LayoutKey("fsdp", "flag", False, "FSDP: gradients sharded as the parameters", in_text=False),
+    LayoutKey("reshards", "flag", True, "FSDP frees gathered parameters after each pass"),
+    LayoutKey("cp_algo", "text", CpAlgorithm.COLOSSALAI.value, "the CP algorithm (a label or an alias)"),
+    _whole("s", None, "sequence length (None: the model file's)", per_layout=False),
+    LayoutKey("offset", "offset", None, "layers per stage beyond the even split (None: the even split)",
+              in_text=False),
+    LayoutKey("recompute", "plan", RECOMPUTE_MODES[0], "the recompute plan (a mode, or full layers per stage)",
+              in_text=False),
+)
+
+#: The keys' names, in :data:`LAYOUT_KEYS` order.
+LAYOUT_KEY_NAMES: tuple[str, ...] = tuple(key.name for key in LAYOUT_KEYS)
+#: The whole-number keys a batch holds one value of per layout (its int64 columns), in :data:`LAYOUT_KEYS` order.
+PER_LAYOUT_KEYS: tuple[str, ...] = tuple(key.name for key in LAYOUT_KEYS if key.per_layout)
+#: The run settings every layout of a batch shares, in :data:`LAYOUT_KEYS` order.
+SHARED_KEYS: tuple[str, ...] = tuple(key.name for key in LAYOUT_KEYS if not key.per_layout)
+#: The keys that are parallel degrees (bounded by :data:`DEGREE_MAX`).
+LAYOUT_DEGREES: tuple[str, ...] = tuple(key.name for key in LAYOUT_KEYS if key.degree)
+#: The keys the ``key=value`` layout text may state.
+TEXT_KEYS: tuple[str, ...] = tuple(key.name for key in LAYOUT_KEYS if key.in_text)
+#: The keys a layout must state when no default layout supplies them.
+REQUIRED_KEYS: tuple[str, ...] = tuple(key.name for key in LAYOUT_KEYS if key.default is REQUIRED)
+
+_BY_NAME: Mapping[str, LayoutKey] = MappingProxyType({key.name: key for key in LAYOUT_KEYS})
+
+
+def layout_key(name: str) -> LayoutKey:
+    """The declaration of layout key *name*.
+
+    Raises:
+        KeyError: for a name that is no layout key.
+    """
+    return _BY_NAME[name]
+
+
+#: ZeRO levels and the layout switches each sets: 0 none, 1 optimizer states (``op``), 2 and gradients
+#: (``grad_shard``), 3 and weights (``fsdp``).
+ZERO_LEVELS: Mapping[int, dict[str, bool]] = MappingProxyType({
+    0: {"op": False, "grad_shard": False, "fsdp": False},
+    1: {"op": True, "grad_shard": False, "fsdp": False},
+    2: {"op": True, "grad_shard": True, "fsdp": False},
+    3: {"op": True, "grad_shard": True, "fsdp": True},
+})
+
+#: The per-layout keys a search enumerates (every one but ``os``, which a search takes from the model's own
+#: layout), in the order its results list them: the degrees, then the micro-batch size and count.
+SEARCH_KEYS: tuple[str, ...] = ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")
+#: The run settings a search varies, in the order its results list them (their codes index
+#: :data:`RECOMPUTE_MODES`, :data:`ZERO_LEVELS` and the searched CP algorithms).
+SEARCH_SETTINGS: tuple[str, ...] = ("recompute", "zero", "cp_algo")
+
+
+def _check_declarations() -> None:
+    """The declarations above agree with each other (checked once, at import: a few set operations)."""
+    if len(set(LAYOUT_KEY_NAMES)) != len(LAYOUT_KEY_NAMES):
+        raise AssertionError(f"LAYOUT_KEYS: a key is declared twice: {LAYOUT_KEY_NAMES}")
+    if sorted(SEARCH_KEYS) != sorted(set(PER_LAYOUT_KEYS) - {"os"}):
+        raise AssertionError(f"SEARCH_KEYS {SEARCH_KEYS} must be the per-layout keys but os, {PER_LAYOUT_KEYS}")
+    for level, switches in ZERO_LEVELS.items():
+        if any(layout_key(name).kind != "flag" for name in switches):
+            raise AssertionError(f"ZERO_LEVELS[{level}] sets a key that is no flag: {switches}")
+    if layout_key("recompute").default not in RECOMPUTE_MODES:
+        raise AssertionError("the recompute key's default is no recompute mode")
+
+
+_check_declarations()

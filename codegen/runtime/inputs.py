@@ -39,7 +39,9 @@ any input of           ``2**53``        whole numbers stay exact in float64; a f
                        layers as above)
 =====================  ===============  ==========================================================
 
-This module stays free of SymPy: it reads ``symbolic.symbols.SPECS``, plain data.
+The bounds of the layout keys (which keys are degrees, :data:`DEGREE_MAX` and the other limits) are
+declared once, in ``symbolic.vocabulary``; this module applies them. It stays free of SymPy: it reads
+``symbolic.symbols.SPECS`` and the vocabulary, plain data.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from symbolic.symbols import SPECS
+from symbolic.vocabulary import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, LAYOUT_DEGREES
 
 __all__ = [
     "COUNT_MAX",
@@ -78,19 +81,12 @@ class InputError(ValueError):
     """A value that no valid configuration has."""
 
 
-#: Largest parallel degree along one axis.
-DEGREE_MAX = 1 << 20
-#: Largest device count d·t·cp·p of a layout.
-DEVICES_MAX = 1 << 30
-#: Largest layer count (body plus MTP layers), offset or recompute count.
-LAYERS_MAX = 1 << 10
-#: Largest other whole number of a model or a layout (sizes, heads, experts, micro-batches).
-COUNT_MAX = 1 << 32
 #: Largest magnitude of any input of ``evaluate`` (whole numbers exact in float64).
 VALUE_MAX = float(1 << 53)
 
-#: Fields (layout keys and symbols) that are parallel degrees: bounded by :data:`DEGREE_MAX`.
-DEGREE_FIELDS = frozenset({"d", "t", "p", "cp", "ep", "etp", "vp", "os", "t_exp", "d_exp", "sp", "os_max_shard"})
+#: Fields (layout keys and symbols) that are parallel degrees, bounded by :data:`DEGREE_MAX`: the layout keys
+#: ``symbolic.vocabulary`` declares degrees, and the degrees derived from them.
+DEGREE_FIELDS = frozenset(LAYOUT_DEGREES) | {"t_exp", "d_exp", "sp", "os_max_shard"}
 #: Fields that count layers: bounded by :data:`LAYERS_MAX`.
 LAYER_FIELDS = frozenset({"n_lay", "n_mtp", "n_body", "n_extra", "n_extra_sel", "n_full_rec", "n_sel_rec",
                           "n_embedding", "n_output", "layers"})
