@@ -48,8 +48,7 @@ for path in (ROOT, ROOT / "bench"):
     if str(path) not in sys.path:  # run as a script from anywhere
         sys.path.insert(0, str(path))
 
-from codegen.configs.layouts import LayoutBatch  # noqa: E402
-from codegen.configs.models import load_model  # noqa: E402
+from codegen.configs import LayoutBatch, load_model  # noqa: E402
 from codegen.pricing.memory import PARTS, MemoryPricer, stage_memory  # noqa: E402
 from codegen.pricing.pricer import StagePricer  # noqa: E402
 from model import MODELS, random_layouts  # noqa: E402

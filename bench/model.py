@@ -79,8 +79,7 @@ for path in (ROOT, ROOT / "tests"):  # run as a script from anywhere; the walk i
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from codegen.configs.layouts import LayoutBatch, build_stages, derive_fields, validate_batch  # noqa: E402
-from codegen.configs.models import ModelConfig, load_model  # noqa: E402
+from codegen.configs import LayoutBatch, ModelConfig, build_stages, derive_fields, load_model, validate_batch  # noqa: E402
 from codegen.pricing import fused as fused_pricer  # noqa: E402
 from codegen.pricing.pricer import StagePricer  # noqa: E402
 from walk import walk  # noqa: E402

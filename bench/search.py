@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from codegen.configs.models import load_model  # noqa: E402
+from codegen.configs import load_model  # noqa: E402
 from codegen.search import SearchSpec, search  # noqa: E402
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codegen.configs.layouts import LayoutBatch, validate_batch  # noqa: E402
+from codegen.configs import LayoutBatch, validate_batch  # noqa: E402
 from codegen.pricing import time as time_module  # noqa: E402
 from codegen.pricing.pricer import StagePricer  # noqa: E402
 from codegen.pricing.time import TimePricer  # noqa: E402

@@ -223,7 +223,7 @@ def test_closed_form_keeps_the_value_and_never_grows(closed_forms):
 
 def test_collect_linear_lays_a_stage_out_by_layer_kind():
     from codegen.pricing.stages import Fields, variant_of
-    from codegen.configs.layouts import derive_fields, parse_layout
+    from codegen.configs import derive_fields, parse_layout
     from codegen.configs.models import load_model
     from symbolic.model import StageVariant, stage_formulas
 

@@ -7,8 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from codegen.configs.layouts import LayoutBatch, check_batch, validate_batch
-from codegen.configs.models import load_model
+from codegen.configs import LayoutBatch, check_batch, load_model, validate_batch
 from codegen.search import SearchSpace, parse_restrictions
 
 

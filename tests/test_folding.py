@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import generated
-from codegen.configs.models import load_model
+from codegen.configs import load_model
 from codegen.pricing.kernels import BoundKernel
 from codegen.pricing.pricer import StagePricer
 
@@ -89,7 +89,7 @@ def test_pricer_prices_alike_with_and_without_folding(monkeypatch, fixed):
     arrays = {"d": rng.choice([1, 2, 4, 8], n), "t": rng.choice([1, 2, 4, 8], n), "p": rng.choice([1, 2, 4, 8], n),
               "cp": rng.choice([1, 2, 4], n), "m": rng.integers(1, 64, n), "b": rng.choice([1, 2], n)}
     arrays.update(fixed)
-    from codegen.configs.layouts import LayoutBatch, validate_batch
+    from codegen.configs import LayoutBatch, validate_batch
 
     keep = validate_batch(model, LayoutBatch.from_arrays(model.layout, **arrays))
     arrays = {k: (v[keep] if isinstance(v, np.ndarray) else v) for k, v in arrays.items()}

@@ -13,8 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from codegen.configs.layouts import LayoutError
-from codegen.configs.models import load_model
+from codegen.configs import LayoutError, load_model
 from codegen.pricing import fused
 from codegen.pricing.pricer import StagePricer
 from conftest import assert_close
@@ -223,7 +222,7 @@ def test_keys_kernel_falls_back_to_the_batch_path(monkeypatch):
 def test_layout_field_keys_name_every_key_a_field_reads():
     """LAYOUT_FIELD_KEYS (what the fused pricer tabulates each field over): layouts that agree on a field's
     declared keys agree on the field, over random (also invalid) layouts of every key and setting."""
-    from codegen.configs.layouts import LAYOUT_FIELD_KEYS, LayoutBatch, derive_fields_batch
+    from codegen.configs import LAYOUT_FIELD_KEYS, LayoutBatch, derive_fields_batch
 
     rng = np.random.default_rng(23)
     n = 4000

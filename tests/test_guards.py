@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from codegen.configs.layouts import LayoutError, parse_layout
+from codegen.configs import LayoutError, parse_layout
 from codegen.runtime.inputs import InputError
 from codegen.runtime.kernels import evaluate
 from codegen.reference.adapters import ADAPTERS

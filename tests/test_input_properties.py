@@ -17,8 +17,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from codegen.configs.layouts import Layout, LayoutError, parse_layout
-from codegen.configs.models import ModelConfigError, load_model
+from codegen.configs import Layout, LayoutError, ModelConfigError, load_model, parse_layout
 from codegen.runtime.inputs import DEGREE_MAX, DEVICES_MAX, InputError, check_inputs, int_array
 from codegen.runtime.kernels import evaluate
 from codegen.pricing.pricer import StagePricer

@@ -17,28 +17,11 @@ import pytest
 
 from codegen.pricing.stages import stage_counts
 from symbolic.vocabulary import STAGE_COUNT_NAMES
-from codegen.configs.layouts import (
-    LAYOUT_CONSTRAINTS,
-    WHOLE_DP_GROUP,
-    Layout,
-    LayoutBatch,
-    LayoutError,
-    RecomputePlan,
-    _expert_degrees,
-    _optimizer_ranks,
-    build_stages,
-    chunk_layer_counts,
-    derive_fields,
-    derive_fields_batch,
-    layout_violations,
-    parse_layout,
-    parse_recompute,
-    pipeline_stage_counts,
-    validate,
-    validate_batch,
-    violation_message,
-)
-from codegen.configs.models import ModelConfig, load_model
+from codegen.configs import (LAYOUT_CONSTRAINTS, WHOLE_DP_GROUP, Layout, LayoutBatch, LayoutError, ModelConfig,
+                             RecomputePlan, build_stages, chunk_layer_counts,
+                             derive_fields, derive_fields_batch, layout_violations, load_model, parse_layout,
+                             parse_recompute, pipeline_stage_counts, validate, validate_batch, violation_message)
+from codegen.configs._derivation import _optimizer_ranks, expert_degrees
 
 MODELS = ("qwen3-72b", "deepseek-v3", "llama2-7b")
 
@@ -245,7 +228,7 @@ def test_from_arrays_follows_parse_layout():
     ({"d": [1, 2, 4], "t": [1, 2]}, "t: 2 values, but d has 3"),
     ({"d": [1, 2], "cp_algo": "ring_v2"}, "cp_algo: unknown CP algorithm 'ring_v2'; expected one of colossalai_cp, hybrid_cp, ulysses_cp, hybird_cp, colossalai, ring, hybrid, ulysses"),
     ({"d": [1, 2], "sp": 1}, "sp: must be true or false, got 1"),
-    ({"d": [1, 2], "recompute": "most"}, "--recompute: expected full, selective, none"),
+    ({"d": [1, 2], "recompute": "most"}, "--recompute: expected none, selective, full"),
 ])
 def test_batch_errors_name_key_value_and_index(kwargs, message):
     with pytest.raises(LayoutError, match=re.escape(message)):
@@ -272,7 +255,7 @@ def test_repeated_call_shapes_build_the_same_batch():
     """A vouched-for call of a shape seen before (the same defaults, settings and length, the same keys
     as columns and as fixed numbers) is built from the earlier batch: column for column the batch the
     full way builds, its inherited os derived from the new d, the caller's arrays left writable."""
-    from codegen.configs import layouts
+    from codegen.configs import _batch as layouts
 
     defaults = Layout(d=8, t=2, p=2, m=4, os=4)
     rng = np.random.default_rng(5)
@@ -321,9 +304,9 @@ def test_batch_construction_errors():
 
 def test_rules_take_whole_numbers_and_arrays():
     """Each rule is one NumPy expression: plain integers and arrays give the same values."""
-    assert tuple(int(x) for x in _expert_degrees(16, 4, 1, 8, 1)) == (4, 2)
-    assert tuple(int(x) for x in _expert_degrees(8, 8, 2, 16, 1)) == (1, 4)
-    t_exp, d_exp = _expert_degrees(np.array([16, 8, 16]), np.array([4, 8, 4]), np.array([1, 2, 1]),
+    assert tuple(int(x) for x in expert_degrees(16, 4, 1, 8, 1)) == (4, 2)
+    assert tuple(int(x) for x in expert_degrees(8, 8, 2, 16, 1)) == (1, 4)
+    t_exp, d_exp = expert_degrees(np.array([16, 8, 16]), np.array([4, 8, 4]), np.array([1, 2, 1]),
                                    np.array([8, 16, 8]), np.array([1, 1, 2]))
     assert (t_exp.tolist(), d_exp.tolist()) == ([4, 1, 2], [2, 4, 4])
     assert int(_optimizer_ranks(32, 8, True)) == 8 and int(_optimizer_ranks(32, 0, True)) == 32

@@ -13,8 +13,7 @@ import pytest
 
 import generated
 from codegen.cli import main
-from codegen.configs.layouts import ARRAY_KEYS, LayoutBatch, LayoutError, validate_batch
-from codegen.configs.models import load_model
+from codegen.configs import ARRAY_KEYS, LayoutBatch, LayoutError, load_model, validate_batch
 from codegen.runtime.kernels import fused_available
 from codegen.pricing import memory
 from codegen.pricing.memory import DEFAULT_SETTINGS, PARTS, MemoryPricer, stage_memory
@@ -145,7 +144,7 @@ def test_settings_reject_values_that_break_the_ordering(field, value):
         dataclasses.replace(DEFAULT_SETTINGS, **{field: value})
 
 
-# Not ep: with t·cp fixed, doubling ep halves the expert TP degree t_exp (codegen.configs.layouts._expert_degrees),
+# Not ep: with t·cp fixed, doubling ep halves the expert TP degree t_exp (codegen.configs._derivation.expert_degrees),
 # so each rank holds more of an expert's intermediate activations; with t_exp held the per-layer forms do not grow
 # in ep either (tests/test_memory.py).
 @pytest.mark.parametrize("key", ["d", "t", "cp"])
@@ -255,7 +254,7 @@ def test_the_stage_forms_read_m_only_as_the_capped_in_flight_count():
 
 def test_memory_pricer_imports_no_sympy():
     code = ("import sys; from codegen.pricing.memory import MemoryPricer; from codegen.configs.models import "
-            "load_model; from codegen.configs.layouts import LayoutBatch; m = load_model('qwen3-72b'); "
+            "load_model; from codegen.configs import LayoutBatch; m = load_model('qwen3-72b'); "
             "MemoryPricer(m, system='dgx_h100', backend='numpy').price_batch("
             "LayoutBatch.from_arrays(m.layout, d=[1, 2])).parts(); "
             "assert 'sympy' not in sys.modules, 'sympy imported'")

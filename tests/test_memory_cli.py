@@ -12,8 +12,7 @@ import pytest
 
 import hardware
 from codegen.cli import main
-from codegen.configs.layouts import parse_layout
-from codegen.configs.models import load_model
+from codegen.configs import load_model, parse_layout
 from codegen.pricing.memory import DEFAULT_SETTINGS, PARTS, stage_memory
 from conftest import assert_close
 

@@ -10,8 +10,7 @@ import pytest
 from codegen.pricing.stages import stage_counts
 from codegen.reference.adapters.model import evaluate_stages
 from codegen.cli import main
-from codegen.configs.layouts import build_stages, derive_fields, parse_layout
-from codegen.configs.models import load_model
+from codegen.configs import build_stages, derive_fields, load_model, parse_layout
 from conftest import CASES, assert_close
 from walk import walk
 

@@ -19,19 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from codegen.configs.layouts import (
-    ORIGINAL_CP_NETWORK,
-    Layout,
-    LayoutError,
-    RecomputePlan,
-    build_stages,
-    chunk_layer_counts,
-    derive_fields,
-    parse_layout,
-    parse_recompute,
-    validate,
-)
-from codegen.configs.models import ModelConfig, ModelConfigError, load_model, model_names
+from codegen.configs import (ORIGINAL_CP_NETWORK, Layout, LayoutError, ModelConfig, ModelConfigError, RecomputePlan,
+                             build_stages, chunk_layer_counts, derive_fields, load_model, model_names, parse_layout,
+                             parse_recompute, validate)
 from codegen.pricing.stages import stage_counts
 from conftest import CASES, ROOT
 from symbolic.vocabulary import BODY_KINDS, LayerType
@@ -294,7 +284,7 @@ def test_parse_layout_errors_name_key_and_value(text, message):
 
 @pytest.mark.parametrize("text", ["fully", "8,x", "", "8,-1"])
 def test_parse_recompute_errors(text):
-    with pytest.raises(LayoutError, match="--recompute: expected full, selective, none"):
+    with pytest.raises(LayoutError, match="--recompute: expected none, selective, full"):
         parse_recompute(text)
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen.configs.layouts import (LAYOUT_FIELD_NAMES, LayoutBatch, derive_fields_batch, direct_column,
-                                     validate_batch)
-from codegen.configs.models import load_model
+from codegen.configs import (LAYOUT_FIELD_NAMES, LayoutBatch, derive_fields_batch, direct_column, load_model,
+                             validate_batch)
 from codegen.pricing.pricer import StagePricer
 
 _SETTINGS = ({}, {"op": False}, {"op": True, "grad_shard": True}, {"sp": True, "cp_algo": "ulysses_cp"})

@@ -17,20 +17,11 @@ import re
 import numpy as np
 import pytest
 
-import codegen.configs.layouts as layout_module
+import codegen.configs._validation as layout_module
 from codegen.pricing import pricer as search
 from codegen.reference.adapters.model import evaluate_stages
-from codegen.configs.layouts import (
-    LAYOUT_FIELD_NAMES,
-    LayoutBatch,
-    LayoutError,
-    build_stages,
-    derive_fields,
-    derive_fields_batch,
-    layout_violations,
-    validate_batch,
-)
-from codegen.configs.models import load_model
+from codegen.configs import (LAYOUT_FIELD_NAMES, LayoutBatch, LayoutError, build_stages, derive_fields,
+                             derive_fields_batch, layout_violations, load_model, validate_batch)
 from codegen.pricing.pricer import StagePricer
 from conftest import assert_close
 

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from codegen.configs.models import load_model
+from codegen.configs import load_model
 from codegen.search import SearchSpec, bounds, search, search_context, walk
 from codegen.pricing.step_time import exposed_comm, time_item_keys
 from conftest import assert_close

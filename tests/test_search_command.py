@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from codegen.cli import main
-from codegen.configs.layouts import Layout
-from codegen.configs.models import ModelConfig, load_model
+from codegen.configs import Layout, ModelConfig, load_model
 from codegen.search import SearchSpec, pareto_front, search
 from codegen.pricing.step_time import StepTimePricer, stage_layer_counts
 from conftest import assert_close
@@ -83,7 +82,7 @@ def test_search_rows_priced_as_the_pricer_prices_them(name, devices, batch, zero
 
 
 def test_original_objective_ranks_by_stage_pricer():
-    from codegen.configs.layouts import LayoutBatch
+    from codegen.configs import LayoutBatch
     from codegen.pricing.pricer import StagePricer
 
     spec = SearchSpec(load_model("llama2-7b"), 16, 32, "dgx_a100", objective="original", original_device="A2",

@@ -15,8 +15,7 @@ from codegen.reference.adapters.model import evaluate_stages
 from codegen.cli import main
 from codegen.pricing.sensitivity import Settings, sensitivity, stage_derivatives
 from conftest import formula_functions
-from codegen.configs.layouts import build_stages, derive_fields, parse_layout
-from codegen.configs.models import load_model
+from codegen.configs import build_stages, derive_fields, load_model, parse_layout
 from conftest import assert_close
 from symbolic import registry
 from symbolic.formula import Formula

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from codegen.cli import main
-from codegen.configs.layouts import LayoutBatch, derive_fields_batch, parse_layout, validate_batch
+from codegen.configs import LayoutBatch, derive_fields_batch, parse_layout, validate_batch
 from codegen.pricing.time import ITEMS, TIME_DIMENSIONS, WHATS, TimePricer
 from codegen.validation.collectives import predict
 from conftest import assert_close
@@ -275,7 +275,7 @@ def test_batch_equals_each_layout_alone(dsv3):
 
 
 def test_invalid_layouts_and_systems_are_named(dsv3):
-    from codegen.configs.layouts import LayoutError
+    from codegen.configs import LayoutError
 
     bad = LayoutBatch.from_arrays(dsv3.model.layout, d=3, t=4, p=16, ep=8)
     with pytest.raises(LayoutError, match="layout 0"):

@@ -12,8 +12,7 @@ import pytest
 
 import hardware
 from codegen.cli import main
-from codegen.configs.layouts import LayoutBatch, parse_layout
-from codegen.configs.models import load_model
+from codegen.configs import LayoutBatch, load_model, parse_layout
 from codegen.pricing import collective
 from codegen.pricing.sensitivity import time_sensitivity
 from codegen.pricing.time import LEVELS, TimePricer

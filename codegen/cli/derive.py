@@ -4,7 +4,7 @@
 ``EvalLayerComm.tp_comm_layer``, …) resolved for the variant the options choose
 (``symbolic.variants``). ``--model`` derives a pipeline stage's output for the
 variant a bundled model and a layout select, built as ``symcost eval`` builds it
-(``codegen.configs.layouts.derive_fields`` then ``codegen.pricing.stages.variant_of``) and
+(``codegen.configs.derive_fields`` then ``codegen.pricing.stages.variant_of``) and
 laid out as Σ layer count × per-layer cost. Closed forms go through the cheap
 passes of ``symbolic.simplify`` only; printed as text, LaTeX or Markdown
 (``codegen.docs``).
@@ -141,7 +141,7 @@ def _stage(args: argparse.Namespace) -> Formula:
     from symbolic.symbols import symbol
     from symbolic.variants import OPTION_FLAGS
 
-    from ..configs.layouts import derive_fields, parse_layout
+    from ..configs import derive_fields, parse_layout
     from ..configs.models import load_model
     from ..pricing.stages import Fields, bind, variant_of
 

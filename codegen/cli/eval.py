@@ -11,9 +11,8 @@ import math
 from typing import Any
 
 
-from ..configs.layouts import LayoutBatch, parse_layout, validate
+from ..configs import LayoutBatch, load_model, model_names, parse_layout, validate
 from ..runtime.inputs import DEVICES_MAX, finite, json_text, parse_whole
-from ..configs.models import load_model, model_names
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, NoCapacityError, stage_memory
 from ..pricing.pricer import StagePricer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..configs.models import load_model, model_names
+from ..configs import load_model, model_names
 from ..runtime.inputs import json_text
 
 __all__ = ["register", "run", "rows"]

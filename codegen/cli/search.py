@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..configs.layouts import Layout, LayoutError
-from ..configs.models import load_model, model_names
+from ..configs import Layout, LayoutError, load_model, model_names
 from ..runtime.inputs import DEVICES_MAX, parse_whole
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 
@@ -130,7 +129,7 @@ def _memory(model: Any, row: dict[str, Any], system: str) -> tuple[float, float]
     from ..pricing.chunks import ZERO_LEVELS
     from ..pricing.memory import NoCapacityError, stage_memory
     from dataclasses import replace
-    from ..configs.layouts import RecomputePlan
+    from ..configs import RecomputePlan
 
     layout = replace(model.layout, **{k: int(row[k]) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")},
                      cp_algo=row["cp_algo"], recompute=RecomputePlan(row["recompute"]), offset=None,

@@ -26,7 +26,7 @@ from typing import Any
 
 from symbolic.vocabulary import DEGREES
 
-from ..configs.models import ModelConfig, load_model, model_names
+from ..configs import ModelConfig, load_model, model_names
 from ..runtime.inputs import finite, json_text
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 from .eval import UNITS, add_memory_options, memory_settings

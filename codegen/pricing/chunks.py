@@ -15,8 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..configs.layouts import LayoutBatch
-from ..configs.models import ModelConfig
+from ..configs import LayoutBatch, ModelConfig
 
 __all__ = ["ZERO_LEVELS", "RECOMPUTE_MODES", "DEGREE_KEYS", "Setting", "Chunk", "distinct_sorted", "distinct_rows"]
 

@@ -34,7 +34,7 @@ The pieces come from one place each:
 * the plan (which terms, how they group, the weight tables over the pipeline shapes ``(p, vp)``)
   is ``StagePricer``'s (``_plan``, ``_Pipelines``), imported, not restated;
 * the derived fields (expert degrees, optimizer shards, levels, …) and the validation are
-  ``codegen.configs.layouts``' and ``codegen.pricing.stages``': the NumPy code stays the one
+  ``codegen.configs``' and ``codegen.pricing.stages``': the NumPy code stays the one
   source of truth for them, run on the tables' grids, so an invalid layout raises the same
   ``LayoutError`` as ``StagePricer``.
 
@@ -61,7 +61,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..runtime import cache
-from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_KEYS, LayoutBatch, LayoutError, check_batch, constraint_keys,
+from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_KEYS, LayoutBatch, LayoutError, check_batch, constraint_keys,
                                derive_fields_batch, layout_violations)
 from ..runtime.inputs import DEVICES_MAX, bound, flag
 from .pricer import StagePrices, StagePricer, _add, _arguments, _needed, _Pipelines, _sources, _StageTables

@@ -42,9 +42,9 @@ import hardware
 from hardware import System
 from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
 
-from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, batch_stage_counts,
-                               build_stages, check_batch, derive_fields, derive_fields_batch, inherit_os, stage_layers)
-from ..configs.models import ModelConfig, load_model
+from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, ModelConfig,
+                       batch_stage_counts, build_stages, check_batch, derive_fields, derive_fields_batch, inherit_os,
+                       load_model, stage_layers)
 from ..runtime.inputs import finite, flag
 from ..runtime.kernels import fused_available, fused_function
 from .stages import stage_counts
@@ -649,7 +649,7 @@ class MemoryPricer:
                 checked again (an invalid layout then gets an unspecified price).
 
         Raises:
-            codegen.configs.layouts.LayoutError: naming the first invalid layout and its constraint.
+            codegen.configs.LayoutError: naming the first invalid layout and its constraint.
         """
         validated = flag("validated", validated)  # only a real bool: validated="no" must not skip the checks
         if not isinstance(batch, LayoutBatch):

@@ -38,9 +38,8 @@ import numpy as np
 
 from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
 
-from ..configs.layouts import (LAYOUT_FIELD_NAMES, LayoutBatch, batch_stage_counts, check_batch, derive_fields_batch,
-                               direct_column, dp_comm_level_values)
-from ..configs.models import ModelConfig, load_model
+from ..configs import (LAYOUT_FIELD_NAMES, LayoutBatch, ModelConfig, batch_stage_counts, check_batch,
+                       derive_fields_batch, direct_column, dp_comm_level_values, load_model)
 from ..runtime.inputs import flag
 from .kernels import BLOCK as _RUNTIME_BLOCK, BoundKernel  # (the most elements a kernel's block runs)
 from .levels import score_factors
@@ -302,7 +301,7 @@ class StagePricer:
                 an unspecified price. By default every layout is checked.
 
         Raises:
-            codegen.configs.layouts.LayoutError: naming the first invalid layout and its constraint.
+            codegen.configs.LayoutError: naming the first invalid layout and its constraint.
         """
         validated = flag("validated", validated)
         batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute,

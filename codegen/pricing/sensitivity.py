@@ -69,8 +69,7 @@ import numpy as np
 
 from symbolic.vocabulary import DEGREES
 
-from ..configs.layouts import Layout, LayoutBatch, parse_layout, validate
-from ..configs.models import ModelConfig
+from ..configs import Layout, LayoutBatch, ModelConfig, parse_layout, validate
 from . import memory
 from .pricer import StagePricer
 from .stages import TTYPES

@@ -8,7 +8,7 @@ The closed forms are ``symbolic.compute``'s, compiled into ``generated.compute``
 peak HBM bandwidth × its HBM efficiency plus vector FLOPs over the vector unit's peak × its vector
 efficiency, all from the hardware catalog's ``[gpu]``), ``compute_pipeline_bubble``
 (``(p − 1)/(vp·m)``) and ``compute_step_time_s``. This module only counts a stage's layers (the even
-split of :func:`codegen.configs.layouts.chunk_layer_counts`, or the model's own offset for its own
+split of :func:`codegen.configs.chunk_layer_counts`, or the model's own offset for its own
 pipeline) and picks the slowest stage: the first (it holds the extra layers of an uneven split) or the
 last (it holds the output layer).
 
@@ -46,8 +46,7 @@ import hardware
 from hardware import System
 from symbolic.vocabulary import CpAlgorithm, attention_variant
 
-from ..configs.layouts import chunk_layer_counts
-from ..configs.models import ModelConfig
+from ..configs import ModelConfig, chunk_layer_counts
 from .chunks import distinct_rows
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm",
@@ -145,7 +144,7 @@ def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping
 
 
 #: Fields that follow from a search's run settings (the ZeRO level's switches ``op``, ``grad_shard``, ``fsdp``;
-#: the recompute mode; the CP algorithm), by the setting (codegen.configs.layouts: ``_FIELD_RULES`` reading
+#: the recompute mode; the CP algorithm), by the setting (codegen.configs._derivation: ``_FIELD_RULES`` reading
 #: ``batch.op`` / ``batch.grad_shard``, ``_shared_fields``).
 _SETTING_FIELDS = {
     **dict.fromkeys(("comm_d_non_exp", "comm_d_exp", "os_max_shard", "shard_p_os_non_exp_partial", "shard_p_os_exp",
@@ -176,7 +175,7 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
     (``time_family_comm``) and reads ``fsdp`` only through the fields. Layouts of one search that agree on an
     item's keys and settings have the same seconds per stage for it.
     """
-    from ..configs.layouts import LAYOUT_FIELD_KEYS
+    from ..configs import LAYOUT_FIELD_KEYS
     from .stages import BIND_SOURCES
     from .time import ITEMS, PLACEMENT_GRIDS, PLACEMENT_GROUPS
 

@@ -44,9 +44,8 @@ import numpy as np
 
 import generated
 
-from ..configs.layouts import (LayoutBatch, LayoutError, batch_stage_counts, check_batch, derive_fields_batch,
-                               stage_layers)
-from ..configs.models import ModelConfig, load_model
+from ..configs import (LayoutBatch, LayoutError, ModelConfig, batch_stage_counts, check_batch, derive_fields_batch,
+                       load_model, stage_layers)
 from ..runtime.inputs import flag
 from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, slopes as collective_slopes
 from .placement import DEFAULT_ORDER, group_strides
@@ -388,7 +387,7 @@ class TimePricer:
                 search's floors: ``codegen.search.run``), at the cost of that subset's collectives only.
 
         Raises:
-            codegen.configs.layouts.LayoutError: naming the first invalid layout and its constraint.
+            codegen.configs.LayoutError: naming the first invalid layout and its constraint.
             ValueError: naming an unknown dimension.
         """
         validated = flag("validated", validated)

@@ -174,7 +174,7 @@ def _recompute_free(spec: SearchSpec) -> bool:
     space holds the same layers per stage under each of the spec's recompute modes, counted as ``TimePricer``
     counts them (``pipeline_stage_counts`` with the plan and offset that apply: body, MTP recomputed or not).
     Then the floors' tables are shared by the recompute modes."""
-    from ..configs.layouts import pipeline_stage_counts, stage_layers
+    from ..configs import pipeline_stage_counts, stage_layers
 
     space, step, _, _ = search_context(spec)
     keys = getattr(step.comm, "item_keys", None) if step is not None else None

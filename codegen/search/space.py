@@ -4,7 +4,7 @@ A search space numbers its valid layouts ``0 .. size − 1`` without listing the
 
 * the structure rows: the ``(t, cp, p, vp)`` rows whose ``t·cp·p`` divides the device count
   (``d`` is the quotient) and ``p·vp`` fits the layers, crossed with the ``ep`` and ``etp``
-  candidates and filtered once by :func:`codegen.configs.layouts.layout_violations` (the very
+  candidates and filtered once by :func:`codegen.configs.layout_violations` (the very
   constraints ``check_batch`` applies), per CP algorithm. The rules are elementwise and read none
   of ``b`` and ``m`` (``_constraint_rules``), so a layout is valid exactly when its structure row
   is; the table's size depends on the divisors of N, never on the grid;
@@ -34,8 +34,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..configs.layouts import LayoutBatch, LayoutError, layout_violations
-from ..configs.models import ModelConfig
+from ..configs import LayoutBatch, LayoutError, ModelConfig, layout_violations
 from ..pricing.chunks import DEGREE_KEYS, RECOMPUTE_MODES, ZERO_LEVELS, Chunk, Setting, distinct_sorted
 from ..runtime.inputs import DEVICES_MAX
 
@@ -193,7 +192,7 @@ class SearchSpace:
         self.b = self._candidates("b", _divisors(self.global_batch))
         # Which (base row, ep, etp) combinations the layout constraints accept, once per CP algorithm (the
         # only shared setting a rule reads besides offsets and per-stage lists, which a uniform plan has
-        # not): the rules are elementwise and read none of b, m (codegen.configs.layouts._constraint_rules),
+        # not): the rules are elementwise and read none of b, m (codegen.configs._validation._constraint_rules),
         # so a grid point is valid exactly when its structure is.
         rows = len(self.base["t"])
         combo = np.arange(rows * len(self.ep) * len(self.etp), dtype=np.int64)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from ..configs.models import ModelConfig
+from ..configs import ModelConfig
 from ..pricing.chunks import DEGREE_KEYS, RECOMPUTE_MODES, Chunk
 from .space import SearchSpace
 

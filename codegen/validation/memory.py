@@ -49,8 +49,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..configs.layouts import Layout, RecomputePlan, pipeline_stage_counts
-from ..configs.models import ModelConfig
+from ..configs import Layout, ModelConfig, RecomputePlan, pipeline_stage_counts
 # The evaluation of the stage formulas is shared with ``symcost eval --memory``; validation only
 # adds the paper's settings, its models and its rows.
 from ..pricing.memory import MemorySettings, call as _call, evaluate_stages, stage_inputs

@@ -29,8 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..configs.layouts import Layout
-from ..configs.models import ModelConfig
+from ..configs import Layout, ModelConfig
 from ..pricing.chunks import Chunk, Setting
 from ..pricing.step_time import StepTimePricer, time_family_comm
 from .csvfile import DATA_DIR, read_rows

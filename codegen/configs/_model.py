@@ -1,0 +1,114 @@
+"""A model's architecture by the original's field names, with its file's default layout.
+
+The type alone: :mod:`codegen.configs.models` reads it from HyperParallel's YAML format.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, fields
+
+from ._layout import Layout
+
+__all__ = ["ModelConfig", "ModelConfigError"]
+
+
+class ModelConfigError(ValueError):
+    """A model file that cannot be read; the message names the file and the key path."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model's architecture by the original's field names, and its file's default layout.
+
+    Attributes:
+        name: the bundled name or the file's stem. source: the file it was read from.
+        s: sequence length (``data.max_seq_len``, else ``max_position_embeddings``).
+        h, a, n_kv: hidden width, attention heads, key/value heads (``num_key_value_heads``,
+            default ``a``).
+        dh: head width: ``v_head_dim`` for MLA, else ``head_dim``, else ``h / a``.
+        dhr, dc_kv, dc_q, qk_nope_head_dim: MLA rotary key width and latent ranks
+            (``qk_rope_head_dim``, ``kv_lora_rank``, ``q_lora_rank``); 0 without MLA.
+        hff: dense FFN width (``intermediate_size``). hff_exp: one expert's width
+            (``moe_intermediate_size``; ``hff`` for a dense model, as HyperParallel's parser).
+        n_exp, n_shared_exp, n_chosen_exp: routed experts (1 when dense), shared experts,
+            top-k. cap_fact: capacity factor (at least 1).
+        v: vocabulary. n_lay: body layers. n_mtp: multi-token-prediction layers
+            (``mtp_depth`` / ``num_nextn_predict_layers``). first_k_dense: leading dense layers
+            of a MoE model (``first_k_dense_replace``); kept for reference, the original's walk
+            prices every layer as the model's kind (no per-layer stack).
+        n_linrec: >0 for linear-attention layers (no YAML key; set it in Python).
+        qkv_bias, o_bias, mlp_bias, norm_bias, attn_output_gate, shared_expert_gate: layer
+            structure switches (unstated reads false, as the original's config reads 0).
+        n_qknorm: QK-norms per layer (1 with ``qk_norm`` / ``use_qk_norm``).
+        tie_emb_out: embedding and output share a table (``tie_word_embeddings``).
+        n_attMM, n_ffMM, n_normOp, n_gather, layer_norms: op counts per layer: 4 attention
+            matmuls, 3 FFN matmuls (gated MLP), 2 norm ops, 4 TP gathers, 2 norms.
+        bytes_compute, bytes_p, bytes_grad, bytes_norm: bytes per activation (``compute_dtype``),
+            parameter (``train.mixed_precision.param_dtype`` when mixed precision is enabled,
+            else ``param_init_type``), gradient (``reduce_dtype``, default float32) and norm
+            input (4, as the original's parser fixes it).
+        layout: the file's own layout (``train.accelerator``, batch, recompute, offset).
+    """
+
+    name: str
+    source: str
+    s: int
+    h: int
+    a: int
+    n_kv: int
+    dh: float
+    hff: int
+    v: int
+    n_lay: int
+    layout: Layout
+    dhr: int = 0
+    dc_kv: int = 0
+    dc_q: int = 0
+    qk_nope_head_dim: int = 0
+    hff_exp: int = 0
+    n_exp: int = 1
+    n_shared_exp: int = 0
+    n_chosen_exp: int = 1
+    cap_fact: float = 1.0
+    n_mtp: int = 0
+    first_k_dense: int = 0
+    n_linrec: int = 0
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    norm_bias: bool = False
+    attn_output_gate: bool = False
+    shared_expert_gate: bool = False
+    n_qknorm: int = 0
+    tie_emb_out: bool = False
+    n_attMM: int = 4
+    n_ffMM: int = 3
+    n_normOp: int = 2
+    n_gather: int = 4
+    layer_norms: int = 2
+    attn_extra_p: float = 0.0
+    bytes_compute: float = 2.0
+    bytes_p: float = 2.0
+    bytes_grad: float = 4.0
+    bytes_norm: float = 4.0
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the layers route over several experts (``n_exp > 1``)."""
+        return self.n_exp > 1
+
+    @property
+    def is_mla(self) -> bool:
+        """Whether attention is MLA (a key/value latent rank is stated)."""
+        return self.dc_kv > 0
+
+    def fields(self) -> dict[str, float]:
+        """The architecture as the original's config fields, numbers as floats and switches as 0/1 (a new dict)."""
+        return dict(self._fields)
+
+    @functools.cached_property
+    def _fields(self) -> dict[str, float]:
+        # Read on every pricing call: built once (the config is frozen).
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)
+                if f.name not in ("name", "source", "layout", "first_k_dense")}

@@ -1,0 +1,99 @@
+"""The pipeline split: body layers per stage and chunk, and how a recompute plan's per-stage list fits them."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ._layout import Layout, LayoutError, RecomputePlan
+from ._model import ModelConfig
+
+__all__ = ["chunk_layer_counts", "even_split_leaves_empty", "full_recompute_per_stage", "offset_pipeline",
+           "recompute_list_error", "slot_layers"]
+
+
+def even_split_leaves_empty(total: int, p: Any, vp: Any) -> Any:
+    """Whether an even split of *total* layers over ``p·vp`` chunks leaves a chunk without one."""
+    return p * vp > total
+
+
+def offset_pipeline(offset: tuple[int, ...] | tuple[tuple[int, ...], ...]) -> tuple[int, int]:
+    """``(p, vp)`` an offset is written for: one entry per stage, or one row of p per chunk (0: ragged)."""
+    if offset and isinstance(offset[0], tuple):
+        widths = {len(row) for row in offset}  # type: ignore[arg-type]
+        return (widths.pop() if len(widths) == 1 else 0), len(offset)
+    return len(offset), 1
+
+
+def slot_layers(model: ModelConfig, p: int, vp: int,
+                 offset: tuple[int, ...] | tuple[tuple[int, ...], ...] | None) -> np.ndarray:
+    """Body layers per (stage, chunk) slot, shape ``(p, vp)``: see :func:`chunk_layer_counts`."""
+    total = model.n_lay + model.n_mtp
+    slots = p * vp
+    if offset is None:
+        if even_split_leaves_empty(total, p, vp):
+            raise LayoutError(f"p·vp <= n_lay + n_mtp: {p}·{vp} = {slots} pipeline chunks for "
+                              f"{total} layers ({model.n_lay} + {model.n_mtp} MTP) leaves a chunk empty")
+        # Slot (stage s, chunk c) is number c·p + s in model order; the first total % slots get one more.
+        order = np.arange(vp) * p + np.arange(p)[:, None]
+        return total // slots + (order < total % slots).astype(np.int64)
+    base = total // slots
+    nested = bool(offset) and isinstance(offset[0], tuple)
+    if vp == 1 and not nested:
+        if len(offset) != p:
+            raise LayoutError(f"offset has {len(offset)} entries, but p = {p} stages: {list(offset)}")
+        rows = base + np.array(offset, dtype=np.int64)[:, None]
+    else:
+        if not nested or offset_pipeline(offset) != (p, vp):
+            raise LayoutError(f"offset must be vp = {vp} lists of p = {p} integers (chunk, then stage), "
+                              f"got {offset!r}")
+        rows = base + np.array(offset, dtype=np.int64).T
+    negative = np.argwhere(rows < 0)
+    if len(negative):
+        s, c = (int(i) for i in negative[0])
+        raise LayoutError(f"offset gives stage {s} chunk {c} {rows[s, c]} layers (even split {base} + offset)")
+    placed = int(rows.sum())
+    if placed != total:
+        raise LayoutError(f"offset places {placed} layers, but the model has n_lay + n_mtp = "
+                          f"{model.n_lay} + {model.n_mtp} = {total}: offset {offset!r} over an even split of {base}")
+    return rows
+
+
+def chunk_layer_counts(model: ModelConfig, layout: Layout) -> list[list[int]]:
+    """Body layers per stage and chunk: ``counts[stage][chunk]``, MTP layers included.
+
+    ``n_lay + n_mtp`` layers (HyperParallel puts the MTP layers into the offset balancing
+    whenever the model has them, ``mtp_in_offset``). Without an offset, each (chunk, stage)
+    slot holds ``total // (p·vp)`` layers and the first ``total % (p·vp)`` slots in model
+    order (chunk 0's stages first) one more: for one chunk that is "the first stages one
+    more each", HyperParallel's ``_balanced_offset``, confirmed by the DeepSeek cases
+    (62 layers over 16 stages: 14 × 4, then 3, 3). With several chunks and a remainder the
+    order is our reading. With an offset: ``total // (p·vp) + offset[...]``.
+
+    Raises:
+        LayoutError: when the offset's shape does not fit ``p`` and ``vp``, its layers do not
+            add up to ``n_lay + n_mtp``, a slot would hold fewer than 0 layers, or the even
+            split would leave a slot empty.
+    """
+    return slot_layers(model, layout.p, layout.vp, layout.offset).tolist()
+
+
+def recompute_list_error(plan: RecomputePlan, p: int, stage_layers: Sequence[int] | None) -> str | None:
+    """Why the plan's per-stage list does not fit a pipeline of *p* stages holding *stage_layers*; ``None`` if it does."""
+    counts = plan.full_per_stage
+    if counts is None:
+        return None
+    if len(counts) != p:
+        return f"the recompute list needs one entry per stage: {len(counts)} entries {list(counts)}, p = {p}"
+    for stage, (n, layers) in enumerate(zip(counts, stage_layers or ())):
+        if n > layers:
+            return f"recompute: stage {stage} holds {layers} layers, cannot fully recompute {n}"
+    return None
+
+
+def full_recompute_per_stage(plan: RecomputePlan, stage_layers: np.ndarray) -> np.ndarray:
+    """Fully recomputed body layers of each stage (its first ones, in stage order)."""
+    if plan.full_per_stage is not None:
+        return np.array(plan.full_per_stage, dtype=np.int64)
+    return stage_layers if plan.mode == "full" else np.zeros_like(stage_layers)
