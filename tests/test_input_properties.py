@@ -22,6 +22,7 @@ from codegen.runtime.inputs import DEGREE_MAX, DEVICES_MAX, InputError, check_in
 from codegen.runtime.kernels import evaluate
 from codegen.pricing.pricer import StagePricer
 from codegen.reference.cases import CaseFileError, load_cases, run_check
+from symbolic.vocabulary import TEXT_KEYS
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                         HealthCheck.too_slow])
@@ -43,8 +44,7 @@ def _slow(start: float) -> None:
 
 # --------------------------------------------------------------------------- the layout parser
 
-layout_keys = st.sampled_from(["d", "t", "p", "cp", "ep", "m", "b", "vp", "etp", "os", "s", "sp", "op",
-                               "grad_shard", "reshards", "cp_algo", "x", ""])
+layout_keys = st.sampled_from([*TEXT_KEYS, "x", ""])
 layout_values = st.one_of(st.integers(min_value=-5, max_value=2**70).map(str),
                           st.text(alphabet="0123456789٨൬+-_. e", max_size=12), st.text(max_size=6))
 

@@ -10,6 +10,7 @@ import dataclasses
 import math
 from typing import Any
 
+from symbolic.vocabulary import RECOMPUTE_MODES
 
 from ..configs import LayoutBatch, load_model, model_names, parse_layout, validate
 from ..runtime.inputs import DEVICES_MAX, finite, json_text, parse_whole
@@ -42,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                 "model file's own layout)")
     p.add_argument("--device", default="A2", help="device of the level model (hardware catalog name; default A2)")
     p.add_argument("--devices", help="total device count the layout must fill (d*t*cp*p)")
-    p.add_argument("--recompute", help="full, selective, none, or fully recomputed layers per stage N,N,...")
+    p.add_argument("--recompute", help=f"{', '.join(RECOMPUTE_MODES)}, or fully recomputed layers per stage N,N,...")
     p.add_argument("--fsdp", action="store_true", help="price DP as FSDP traffic (grad_shard_as_params)")
     p.add_argument("--with-recomp", action="store_true",
                    help="add each recomputed layer's traffic again (the original's with_recomp sum)")

@@ -25,11 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from ..configs import Layout, LayoutError, load_model, model_names
+from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS, SEARCH_SETTINGS, ZERO_LEVELS
+
+from ..configs import LayoutError, load_model, model_names
 from ..runtime.inputs import DEVICES_MAX, parse_whole
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 
-OUT_COLUMNS = ("rank", "d", "t", "p", "cp", "ep", "etp", "vp", "b", "m", "recompute", "zero", "cp_algo")
+OUT_COLUMNS = ("rank", *SEARCH_KEYS, *SEARCH_SETTINGS)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,8 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", default="10", help="layouts printed (default 10)")
     p.add_argument("--fix", action="append", metavar="KEY=N", help="pin a degree, e.g. --fix t=8 (repeatable)")
     p.add_argument("--max", action="append", metavar="KEY=N", help="bound a degree, e.g. --max p=16 (repeatable)")
-    p.add_argument("--recompute", default="none,selective,full", help="uniform recompute modes to try")
-    p.add_argument("--zero", default="1", help="ZeRO levels to try, e.g. 0,1,2,3 (default 1: optimizer states)")
+    p.add_argument("--recompute", default=",".join(RECOMPUTE_MODES), help="uniform recompute modes to try")
+    p.add_argument("--zero", default="1", help=f"ZeRO levels to try, e.g. {','.join(map(str, ZERO_LEVELS))} "
+                                               f"(default 1: optimizer states)")
     p.add_argument("--cp-algo", default=None, help="CP algorithms to try (default: the model's own)")
     p.add_argument("--tp-cross-node", action="store_true", help="let t exceed the devices of a node")
     p.add_argument("--keep-infeasible", action="store_true",
@@ -126,12 +129,11 @@ class _Writer:
 
 def _memory(model: Any, row: dict[str, Any], system: str) -> tuple[float, float] | None:
     """(peak bytes per rank, least headroom) of a row's layout, from codegen.pricing.memory; None without GPU facts."""
-    from ..pricing.chunks import ZERO_LEVELS
     from ..pricing.memory import NoCapacityError, stage_memory
     from dataclasses import replace
     from ..configs import RecomputePlan
 
-    layout = replace(model.layout, **{k: int(row[k]) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")},
+    layout = replace(model.layout, **{k: int(row[k]) for k in SEARCH_KEYS},
                      cp_algo=row["cp_algo"], recompute=RecomputePlan(row["recompute"]), offset=None,
                      **ZERO_LEVELS[int(row["zero"])])
     if model.layout.offset is not None and (layout.p, layout.vp) == (model.layout.p, model.layout.vp):
@@ -186,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.system not in hardware.names():
         raise ValueError(f"--system {args.system!r}: unknown; known: {', '.join(hardware.names())}")
-    zero = tuple(parse_whole("--zero", z, minimum=0, maximum=3) for z in _words(args.zero, "--zero"))
+    zero = tuple(parse_whole("--zero", z, minimum=min(ZERO_LEVELS), maximum=max(ZERO_LEVELS))
+                 for z in _words(args.zero, "--zero"))
     spec = SearchSpec(model, devices, global_batch, args.system, objective=args.objective,
                       fix=tuple(sorted(parse_restrictions(args.fix, "--fix").items())),
                       maximum=tuple(sorted(parse_restrictions(args.max, "--max").items())),

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from symbolic.vocabulary import DEGREES
+from symbolic.vocabulary import DEGREES, RECOMPUTE_MODES
 
 from ..configs import ModelConfig, load_model, model_names
 from ..runtime.inputs import finite, json_text
@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help=f"a bundled model ({', '.join(model_names())}) or a YAML path")
     p.add_argument("--layout", default="", help="e.g. d=32,t=4,p=8,m=144 (keys left out keep the model's layout)")
     p.add_argument("--device", default="A2", help="device of the level model (hardware catalog name; default A2)")
-    p.add_argument("--recompute", help="full, selective, none, or fully recomputed layers per stage N,N,...")
+    p.add_argument("--recompute", help=f"{', '.join(RECOMPUTE_MODES)}, or fully recomputed layers per stage N,N,...")
     p.add_argument("--fsdp", action="store_true", help="price DP as FSDP traffic (grad_shard_as_params)")
     p.add_argument("--with-recomp", action="store_true", help="price the recompute sums (as symcost eval)")
     p.add_argument("--ttype", default="FLOP", help="FLOP (volumes; default) or TIME (level scores)")

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from symbolic.vocabulary import LAYOUT_DEGREES
+
 from ._batch import ARRAY_KEYS, WHOLE_DP_GROUP, LayoutBatch, key_columns
 from ._model import ModelConfig
 
@@ -146,9 +148,9 @@ def _embedding_shards(ranks: Any, t: Any, p: Any) -> tuple[np.ndarray, Any]:
     return np.where(p == 1, ranks, ranks * t), ranks
 
 
-#: The per-layout keys that are config fields as they are (every one but ``os``, whose field is
-#: ``os_max_shard``), in the order the fields list them.
-_KEY_FIELDS = ("b", "m", "d", "t", "p", "cp", "ep", "vp", "etp")
+#: The per-layout keys that are config fields as they are, in the order the fields list them: the
+#: micro-batch size and count, then the degrees (every one but ``os``, whose field is ``os_max_shard``).
+_KEY_FIELDS = ("b", "m", *(key for key in LAYOUT_DEGREES if key != "os"))
 assert sorted(_KEY_FIELDS) == sorted(set(ARRAY_KEYS) - {"os"})
 
 #: The fields :func:`derive_fields_batch` derives from the layout keys, one value per layout.

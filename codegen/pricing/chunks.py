@@ -2,7 +2,7 @@
 
 Public API::
 
-    ZERO_LEVELS, RECOMPUTE_MODES, DEGREE_KEYS
+    ZERO_LEVELS, RECOMPUTE_MODES, DEGREE_KEYS  (symbolic.vocabulary's ZERO_LEVELS, RECOMPUTE_MODES, SEARCH_KEYS)
     Setting(recompute, zero, cp_algo).batch_kwargs() -> dict
     Chunk(setting, values, index, model, row=None, bpos=None): .batch (a LayoutBatch, built on first use)
     distinct_sorted(values) -> ndarray;  distinct_rows(columns) -> (reps, inverse)
@@ -11,25 +11,19 @@ Public API::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
+
+from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS, ZERO_LEVELS
 
 from ..configs import LayoutBatch, ModelConfig
 
 __all__ = ["ZERO_LEVELS", "RECOMPUTE_MODES", "DEGREE_KEYS", "Setting", "Chunk", "distinct_sorted", "distinct_rows"]
 
-#: ZeRO levels and the layout switches they set: 0 none, 1 optimizer states (``op``), 2 and gradients
-#: (``grad_shard``), 3 and weights (``fsdp``).
-ZERO_LEVELS: Mapping[int, dict[str, bool]] = {
-    0: {"op": False, "grad_shard": False, "fsdp": False},
-    1: {"op": True, "grad_shard": False, "fsdp": False},
-    2: {"op": True, "grad_shard": True, "fsdp": False},
-    3: {"op": True, "grad_shard": True, "fsdp": True},
-}
-RECOMPUTE_MODES = ("none", "selective", "full")
-#: The degrees a search enumerates (``d`` and ``m`` follow from the others).
-DEGREE_KEYS = ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")
+#: The keys a search enumerates (``d`` and ``m`` follow from the others): ``symbolic.vocabulary.SEARCH_KEYS``.
+DEGREE_KEYS = SEARCH_KEYS
+
 
 @dataclass(frozen=True)
 class Setting:

@@ -44,7 +44,7 @@ import numpy as np
 import generated
 import hardware
 from hardware import System
-from symbolic.vocabulary import CpAlgorithm, attention_variant
+from symbolic.vocabulary import SEARCH_KEYS, SEARCH_SETTINGS, CpAlgorithm, attention_variant
 
 from ..configs import ModelConfig, chunk_layer_counts
 from .chunks import distinct_rows
@@ -155,7 +155,7 @@ _SETTING_FIELDS = {
 #: Run fields a search keeps as the model file sets them for every layout (its settings are those above).
 _RUN_FIELDS = frozenset({"reshards"})
 #: What an item follows from when one of its arguments is none of the known kinds: everything.
-_EVERYTHING = frozenset({"t", "cp", "p", "vp", "d", "ep", "etp", "b", "m", "zero", "recompute", "cp_algo"})
+_EVERYTHING = frozenset(SEARCH_KEYS) | frozenset(SEARCH_SETTINGS)
 
 
 def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:

@@ -18,9 +18,9 @@ into a :class:`Chunk` per setting; nothing holds the whole grid.
 
 Public API::
 
-    ZERO_LEVELS, RECOMPUTE_MODES
-    SearchSpace(model, devices, global_batch, *, fix=None, maximum=None, recompute=("none", "selective",
-                "full"), zero_levels=(1,), cp_algos=None, devices_per_node=None, tp_cross_node=False)
+    ZERO_LEVELS, RECOMPUTE_MODES, SEARCH_KEYS  (symbolic.vocabulary's, which the space reads)
+    SearchSpace(model, devices, global_batch, *, fix=None, maximum=None, recompute=RECOMPUTE_MODES,
+                zero_levels=(1,), cp_algos=None, devices_per_node=None, tp_cross_node=False)
     space.size -> int;  space.chunks(chunk=1 << 18, start=0, stop=None) -> Iterator[Chunk]
     space.why_empty() -> str | None     # an empty grid's reason: the --fix value and the rule it breaks
     space.block(start, stop, keys=None) -> list[Chunk];  space.decode(index, setting, keys=None) -> dict[str, ndarray]
@@ -34,13 +34,13 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS, ZERO_LEVELS
+
 from ..configs import LayoutBatch, LayoutError, ModelConfig, layout_violations
-from ..pricing.chunks import DEGREE_KEYS, RECOMPUTE_MODES, ZERO_LEVELS, Chunk, Setting, distinct_sorted
+from ..pricing.chunks import Chunk, Setting, distinct_sorted
 from ..runtime.inputs import DEVICES_MAX
 
 __all__ = ["SearchSpace", "parse_restrictions"]
-
-_GRID_KEYS = ("t", "cp", "p", "vp", "ep", "etp", "b")
 
 
 def parse_restrictions(items: Sequence[str] | None, option: str) -> dict[str, int]:
@@ -50,8 +50,8 @@ def parse_restrictions(items: Sequence[str] | None, option: str) -> dict[str, in
         for part in item.split(","):
             key, sep, value = part.strip().partition("=")
             key = key.strip()
-            if not sep or key not in DEGREE_KEYS:
-                raise ValueError(f"{option} {part.strip()!r}: expected KEY=N with KEY one of {', '.join(DEGREE_KEYS)}")
+            if not sep or key not in SEARCH_KEYS:
+                raise ValueError(f"{option} {part.strip()!r}: expected KEY=N with KEY one of {', '.join(SEARCH_KEYS)}")
             value = value.strip()
             if not (value.isascii() and value.isdigit()) or int(value) < 1:
                 raise ValueError(f"{option} {key}: expected a whole number >= 1, got {value!r}")
@@ -96,8 +96,8 @@ class SearchSpace:
         self.fix, self.maximum = dict(fix or {}), dict(maximum or {})
         for option, table in (("--fix", self.fix), ("--max", self.maximum)):
             for key, value in table.items():
-                if key not in DEGREE_KEYS:
-                    raise ValueError(f"{option} {key}: unknown degree; known: {', '.join(DEGREE_KEYS)}")
+                if key not in SEARCH_KEYS:
+                    raise ValueError(f"{option} {key}: unknown degree; known: {', '.join(SEARCH_KEYS)}")
                 if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                     raise ValueError(f"{option} {key}: expected a whole number >= 1, got {value!r}")
         for mode in recompute:
@@ -105,7 +105,7 @@ class SearchSpace:
                 raise ValueError(f"recompute: one of {', '.join(RECOMPUTE_MODES)}, got {mode!r}")
         for level in zero_levels:
             if level not in ZERO_LEVELS:
-                raise ValueError(f"zero level: one of 0, 1, 2, 3, got {level!r}")
+                raise ValueError(f"zero level: one of {', '.join(map(str, ZERO_LEVELS))}, got {level!r}")
         algos = tuple(cp_algos) if cp_algos else (model.layout.cp_algo,)
         for algo in algos:  # the layout's own check names a bad algorithm
             try:
@@ -270,7 +270,7 @@ class SearchSpace:
     # ------------------------------------------------------------------ chunks
     def decode(self, index: np.ndarray, setting: int, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """``{key: values}`` of grid indices *index*, all of setting number *setting*; ``"row"``: their structure rows,
-        ``"bpos"``: their ``b`` as a position in :attr:`b`. *keys*: only these of :data:`DEGREE_KEYS` (default all)."""
+        ``"bpos"``: their ``b`` as a position in :attr:`b`. *keys*: only these of :data:`SEARCH_KEYS` (default all)."""
         algo = self.settings[setting].cp_algo
         b_table, where, start, bpos_table, m_table = self._b_tables[algo]
         local = index - self.setting_start[setting]
@@ -299,7 +299,7 @@ class SearchSpace:
 
     def block(self, start: int, stop: int, keys: Sequence[str] | None = None) -> list[Chunk]:
         """The layouts of grid indices ``[start, stop)`` (every one valid), one :class:`Chunk` per setting they span;
-        *keys*: only these of :data:`DEGREE_KEYS` in the chunks' values (default all; :meth:`decode` the rest)."""
+        *keys*: only these of :data:`SEARCH_KEYS` in the chunks' values (default all; :meth:`decode` the rest)."""
         start, stop = max(0, int(start)), min(int(stop), self.size)
         out = []
         if stop <= start:

@@ -13,12 +13,14 @@ from typing import Mapping
 
 import numpy as np
 
+from symbolic.vocabulary import SEARCH_SETTINGS
+
 from ..pricing.chunks import DEGREE_KEYS
 
 __all__ = ["SETTING_COLUMNS", "COLUMNS", "empty_table", "reduce_top", "merge_top", "kth_objective", "pareto_front"]
 
 #: Setting columns of a result table, coded as small integers; their names: ``spec.setting_labels``.
-SETTING_COLUMNS = ("recompute", "zero", "cp_algo")
+SETTING_COLUMNS = SEARCH_SETTINGS
 
 #: Columns of a result table: the grid index, the degrees, the settings, the objective and its parts, memory.
 COLUMNS = ("index", *DEGREE_KEYS, *SETTING_COLUMNS, "objective", "step_time_s", "compute_s", "bubble_s", "comm_s",
