@@ -1,5 +1,6 @@
 """The project's vocabulary, declared once: layer kinds, CP algorithms and their aliases, stage counts and outputs,
-the layout keys (with their bounds, defaults and which are degrees), the recompute modes and the ZeRO levels.
+the layout keys (with their bounds, defaults and which are degrees), the recompute modes, the ZeRO levels and
+the network levels' parameters.
 
 Plain Python (no SymPy), so that the pricer, the layouts and the command line
 import the same names as the formulas without paying for SymPy. Every other
@@ -55,6 +56,7 @@ __all__ = [
     "ZERO_LEVELS",
     "SEARCH_KEYS",
     "SEARCH_SETTINGS",
+    "LEVEL_PARAMETERS",
 ]
 
 
@@ -404,6 +406,26 @@ SEARCH_KEYS: tuple[str, ...] = ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m"
 #: The run settings a search varies, in the order its results list them (their codes index
 #: :data:`RECOMPUTE_MODES`, :data:`ZERO_LEVELS` and the searched CP algorithms).
 SEARCH_SETTINGS: tuple[str, ...] = ("recompute", "zero", "cp_algo")
+
+
+# ---------------------------------------------------------------- network levels
+
+#: The network levels' α and β for the sensitivity in seconds: each is a relative scale λ applied to every
+#: symbol listed (λ = 1 as bound), so ``∂t/∂λ = Σ sym · ∂t/∂sym``. NVLink (level 0): NCCL's base latencies
+#: (the fixed cost of a call, paid inside the node) and NVLink hop latencies; its bandwidth the ring channel's,
+#: NCCL's NVLink total and the NVLS channel speed. Network (level 1): the network hop latencies and the
+#: per-step network overhead; the NIC's bandwidth. NCCL's per-protocol caps (llMaxBws, perChMax*) are tuning
+#: limits of the protocols, not of a link, and stay fixed.
+LEVEL_PARAMETERS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "nvlink_alpha": ("alpha_ring_ll_s", "alpha_ring_ll128_s", "alpha_ring_simple_s", "alpha_tree_ll_s",
+                     "alpha_tree_ll128_s", "alpha_tree_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s",
+                     "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s",
+                     "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s"),
+    "network_alpha": ("hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s", "hop_net_tree_ll_s",
+                      "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s"),
+    "nvlink_beta": ("ring_channel_bw_bytes_per_s", "nvlink_nccl_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s"),
+    "network_beta": ("nic_bw_bytes_per_s",),
+})
 
 
 def _check_declarations() -> None:

@@ -99,8 +99,12 @@ def test_the_search_keys_and_columns_follow_the_declaration():
     assert OUT_COLUMNS == ("rank", *v.SEARCH_KEYS, *v.SEARCH_SETTINGS)
 
 
+#: The declared groups a dictionary restates by its keys (a dictionary with one entry per layout key is no copy).
+_DICTIONARY_GROUPS = ("ZERO_LEVELS switches", "LEVEL_PARAMETERS")
+
+
 def _string_collections(path: Path):
-    """``(line, names, is_dict)`` of each literal tuple, list or set of strings and each dictionary with constant keys."""
+    """``(line, names, is_dict)`` of each literal tuple, list or set of strings and each dictionary of constant keys."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts and all(
                 isinstance(item, ast.Constant) and isinstance(item.value, str) for item in node.elts):
@@ -110,13 +114,14 @@ def _string_collections(path: Path):
 
 
 def test_no_module_restates_a_declared_group():
-    """A literal tuple, list or set naming exactly the declared recompute modes, one of the declared groups of layout
-    keys or the search's keys or settings, or a dictionary of a ZeRO level's switches, anywhere but in the
-    vocabulary, is a second copy. (A dictionary with one entry per key, such as a rule per key, is no copy.)"""
+    """A literal tuple, list or set naming exactly the declared recompute modes, one of the declared groups of
+    layout keys or the search's keys or settings, or a dictionary of a ZeRO level's switches or of the network
+    levels' parameters, anywhere but in the vocabulary, is a second copy."""
     groups = {"RECOMPUTE_MODES": v.RECOMPUTE_MODES, "LAYOUT_KEY_NAMES": v.LAYOUT_KEY_NAMES,
               "PER_LAYOUT_KEYS": v.PER_LAYOUT_KEYS, "SHARED_KEYS": v.SHARED_KEYS, "TEXT_KEYS": v.TEXT_KEYS,
               "LAYOUT_DEGREES": v.LAYOUT_DEGREES, "SEARCH_KEYS": v.SEARCH_KEYS, "SEARCH_SETTINGS": v.SEARCH_SETTINGS,
-              "ZERO_LEVELS switches": tuple(v.ZERO_LEVELS[max(v.ZERO_LEVELS)])}
+              "ZERO_LEVELS switches": tuple(v.ZERO_LEVELS[max(v.ZERO_LEVELS)]),
+              "LEVEL_PARAMETERS": tuple(v.LEVEL_PARAMETERS)}
     wanted = {frozenset(names): group for group, names in groups.items()}
     found = []
     for top in ("symbolic", "hardware", "codegen"):
@@ -125,5 +130,5 @@ def test_no_module_restates_a_declared_group():
                 continue
             found += [f"{path.relative_to(ROOT)}:{line} restates {wanted[names]}"
                       for line, names, is_dict in _string_collections(path)
-                      if names in wanted and (not is_dict or wanted[names] == "ZERO_LEVELS switches")]
+                      if names in wanted and (not is_dict or wanted[names] in _DICTIONARY_GROUPS)]
     assert not found, "\n".join(found)

@@ -18,14 +18,22 @@ from codegen.pricing.sensitivity import time_sensitivity
 from codegen.pricing.time import LEVELS, TimePricer
 from codegen.validation.collectives import group_values
 from conftest import assert_close
-from symbolic import collective_time
+from symbolic import collective_time, vocabulary
+from symbolic.symbols import SPECS
 
 DEGREES = ("t", "cp", "ep", "d", "p", "m", "b", "s")
 H = 1e-5  # relative step of the finite differences
 
 
-def test_level_parameters_are_the_symbolic_ones():
-    assert collective.LEVEL_PARAMETERS == collective_time.LEVEL_PARAMETERS
+def test_level_parameters_are_the_vocabulary_ones():
+    """One declaration (symbolic.vocabulary) for the formulas and the pricer: each level's α are latencies in
+    seconds, its β bandwidths in bytes per second, every one a hardware symbol."""
+    assert collective.LEVEL_PARAMETERS is collective_time.LEVEL_PARAMETERS is vocabulary.LEVEL_PARAMETERS
+    for level, names in vocabulary.LEVEL_PARAMETERS.items():
+        unit = "_bytes_per_s" if level.endswith("_beta") else "_s"
+        assert names and all(name.endswith(unit) and not (unit == "_s" and name.endswith("_per_s"))
+                             for name in names), level
+        assert all(SPECS[name] for name in names), level
 
 
 def _time(op: str, values: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ Public API::
     choose(op, values) -> Choice                  chosen time, index, every candidate's time and price
     arguments(op) -> frozenset[str]               every symbol the candidate forms of op read
     slopes(op, values, index) -> dict             the chosen candidate's derivatives (a.e.)
-    LEVEL_PARAMETERS, SLOPE_BY
+    LEVEL_PARAMETERS (symbolic.vocabulary's), SLOPE_BY
 
 Derivatives (the sensitivity in seconds): ``symbolic.collective_time`` generates, per candidate,
 ``∂t/∂msg_bytes``, ``∂t/∂ranks`` (the placement held) and ``∂t/∂λ`` for each level parameter (a
@@ -41,23 +41,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 import generated
+from symbolic.vocabulary import LEVEL_PARAMETERS
 
 from .kernels import BLOCK, BoundKernel, scratch
 
 __all__ = ["Choice", "Chooser", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
 
-#: Each network level's α and β as the symbols a relative scale multiplies (``symbolic.collective_time``'s
-#: ``LEVEL_PARAMETERS``; a test holds the two equal).
-LEVEL_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "nvlink_alpha": ("alpha_ring_ll_s", "alpha_ring_ll128_s", "alpha_ring_simple_s", "alpha_tree_ll_s",
-                     "alpha_tree_ll128_s", "alpha_tree_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s",
-                     "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s",
-                     "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s"),
-    "network_alpha": ("hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s", "hop_net_tree_ll_s",
-                      "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s"),
-    "nvlink_beta": ("ring_channel_bw_bytes_per_s", "nvlink_nccl_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s"),
-    "network_beta": ("nic_bw_bytes_per_s",),
-}
 #: What :func:`slopes` differentiates the chosen time in: the call's S and n, then the level parameters.
 SLOPE_BY = ("msg_bytes", "ranks", *LEVEL_PARAMETERS)
 _STEP = 1e-6
