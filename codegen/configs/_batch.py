@@ -616,7 +616,7 @@ def _check_against_declaration() -> None:
     default, the two pipelines of the stage lists after the lists (checked at import)."""
     found = [f for f in fields(LayoutBatch) if f.name not in ("offset_pipeline", "recompute_pipeline")]
     if [f.name for f in found] != [key.name for key in LAYOUT_KEYS]:
-        raise AssertionError(f"LayoutBatch's fields {[f.name for f in found]} differ from symbolic.vocabulary.LAYOUT_KEYS")
+        raise AssertionError(f"LayoutBatch's fields {[f.name for f in found]} differ from the declared layout keys")
     layout = {f.name: f for f in fields(Layout)}
     for f in found:
         if f.name in SHARED_KEYS and (f.default, f.default_factory) != (layout[f.name].default,
