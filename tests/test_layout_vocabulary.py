@@ -15,7 +15,7 @@ from codegen.configs import ARRAY_KEYS, Layout, LayoutBatch, LayoutError, Recomp
     parse_recompute
 from codegen.pricing.chunks import DEGREE_KEYS, Setting
 from codegen.runtime.inputs import COUNT_MAX, DEGREE_FIELDS, DEGREE_MAX, bound
-from codegen.search.run import COLUMNS
+from codegen.search import COLUMNS
 from codegen.search.space import SearchSpace
 from symbolic import vocabulary as v
 
