@@ -9,10 +9,11 @@ Three passes, each deterministic:
    earlier candidate). This is the one such driver of the code generator.
    No ``simplify()``.
 2. **CSE** with ``sympy.cse`` (canonical order, temporaries ``tmp0, tmp1, …``).
-3. **Scheduling**, by the backend (``codegen.backends``): for an element-wise
-   loop (``loop_program``) one assignment per temporary; for an array library
-   (``in_place_program``) in-place statements (``numpy.multiply(x, y,
-   out=r0)``, written by the backend's ``Emitter``): every temporary and the result is computed into a small set
+3. **Scheduling**, by the kind of backend (``codegen.backends.Backend``): for
+   numba (``use_numba``), an element-wise loop (``loop_program``), one
+   assignment per temporary; for NumPy (``in_place_program``) in-place
+   statements (``numpy.multiply(x, y, out=r0)``, written by an ``Emitter``,
+   ``NumPyEmitter`` here): every temporary and the result is computed into a small set
    of reusable buffers (``r0, r1, …`` for reals, ``m0, …`` for masks), so a
    call allocates a handful of buffers instead of one array per operation,
    and the generated loop can run block by block with the buffers in cache
@@ -37,6 +38,7 @@ the CSE form).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol, Sequence
@@ -48,30 +50,29 @@ from sympy.printing.codeprinter import PrintMethodNotImplementedError
 from symbolic.fingerprints import formula_fingerprint
 from symbolic.formula import Formula
 from symbolic.simplify import too_large_to_rewrite
-from symbolic.symbols import SPECS
+from symbolic.symbols import PER_LAYOUT, SPECS
 
-from .printer import float_literal
+from .backends import NUMPY, Backend
+from .printer import float_literal, print_array_api, print_numpy, print_scalar
 
 __all__ = [
     "CodegenError",
     "Emitter",
+    "NumPyEmitter",
     "Program",
     "Step",
     "Lowered",
     "REWRITES",
     "in_place_program",
     "loop_program",
+    "hoist",
     "lower",
-    "RESERVED_NAMES",
 ]
 
 
 class CodegenError(ValueError):
     """A formula (or template) the code generator cannot turn into code; the message names it."""
 
-
-#: Names the generated function body binds besides the formula's arguments.
-RESERVED_NAMES = frozenset({"numpy", "call", "out", "_runtime", "xp"})
 
 _TEMP_PREFIX = "tmp"
 _REAL_PREFIX = "r"
@@ -83,8 +84,6 @@ def _factor_terms(expr: sympy.Expr) -> sympy.Expr:
 
 
 def _invariant(e: sympy.Basic) -> bool:
-    from symbolic.symbols import PER_LAYOUT
-
     return not any(x.name in PER_LAYOUT for x in e.free_symbols)
 
 
@@ -199,7 +198,7 @@ _RELATIONS = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_eq
 
 
 class Emitter(Protocol):
-    """How an array library writes the in-place schedule's statements (``codegen.backends.InPlaceEmitter``)."""
+    """How an array library writes the in-place schedule's statements (``NumPyEmitter`` for NumPy)."""
 
     def ufunc(self, name: str, args: Sequence[str], out: str) -> str:
         """``name(args…)`` written into buffer *out* (*name* is a NumPy ufunc name)."""
@@ -598,24 +597,65 @@ def loop_program(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy
     return Program(tuple(steps))
 
 
-class Target(Protocol):
-    """What lowering needs of a backend (``codegen.backends.Backend`` is the implementation)."""
+class NumPyEmitter:
+    """Writes the in-place schedule as NumPy calls: ``numpy.<ufunc>(…, out=)``, ``numpy.copyto``."""
 
-    name: str
-    reserved: frozenset[str]
+    _CONSTANTS = {sympy.nan: "numpy.nan", sympy.oo: "numpy.inf", -sympy.oo: "-numpy.inf"}
 
-    def print_code(self, expr: sympy.Basic, arguments: tuple[str, ...]) -> str:
-        """*expr* as one expression of the backend, *arguments* being the inputs."""
+    def ufunc(self, name: str, args: Sequence[str], out: str) -> str:
+        return f"numpy.{name}({', '.join(args)}, out={out})"
 
-    def program(self, temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr,
-                arguments: tuple[str, ...]) -> Program:
-        """The backend's statements for a CSE form."""
+    def copy(self, out: str, value: str, where: str | None = None) -> str:
+        return f"numpy.copyto({out}, {value})" if where is None else f"numpy.copyto({out}, {value}, where={where})"
 
-    def cost(self, program: Program, ops: int) -> tuple[int, ...]:
-        """Rank of a candidate (smaller is cheaper); *ops* is ``count_ops`` of its CSE form."""
+    def skip_if_covered(self, mask: str) -> str:
+        return f"if not {mask}.all():"
 
-    def print_plain(self, expr: sympy.Basic) -> str | None:
-        """*expr* for the backend's plain path (``Lowered.plain``), or None when it has none."""
+    def constant(self, value: sympy.Expr) -> str:
+        return self._CONSTANTS[value]
+
+    def expression(self, expr: sympy.Basic) -> str:
+        return print_numpy(expr)
+
+
+_NUMPY_EMITTER = NumPyEmitter()
+
+#: Symbols one call of a NumPy evaluator usually sees as single numbers (the model's and the run's fields).
+_INVARIANT = frozenset(SPECS) - PER_LAYOUT
+
+
+def _numpy_program(temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr) -> Program:
+    # What depends on the model's fields alone is computed once per call, before the blocks.
+    hoisted, temps, result = hoist(temps, result, _INVARIANT)
+    program = in_place_program(temps, result, _NUMPY_EMITTER)
+    read = {x for _, e in temps for x in e.free_symbols} | result.free_symbols
+    made = {sym for sym, _ in hoisted}
+    widened = sorted({x.name for _, e in hoisted for x in e.free_symbols} - {x.name for x in made})
+    return dataclasses.replace(program, hoisted=tuple((sym.name, print_numpy(e)) for sym, e in hoisted),
+                               passed=tuple(sym.name for sym, _ in hoisted if sym in read),
+                               widened=tuple(widened), forms=(*temps, (None, result)),
+                               ops=int(sum(sympy.count_ops(e) for _, e in (*hoisted, *temps, (None, result)))))
+
+
+def _program(backend: Backend, temps: Sequence[tuple[sympy.Symbol, sympy.Expr]], result: sympy.Expr,
+             arguments: tuple[str, ...]) -> Program:
+    """*backend*'s statements for a CSE form: a numba loop body, or in-place NumPy statements."""
+    if backend.use_numba:
+        indexed = frozenset(arguments)
+        return loop_program(temps, result, lambda e: print_scalar(e, indexed))
+    return _numpy_program(temps, result)
+
+
+def _print_code(backend: Backend, expr: sympy.Basic, arguments: tuple[str, ...]) -> str:
+    """*expr* as one expression of *backend*, *arguments* being the inputs."""
+    return print_scalar(expr, frozenset(arguments)) if backend.use_numba else print_numpy(expr)
+
+
+def _cost(backend: Backend, program: Program, ops: int) -> tuple[int, ...]:
+    """Rank of a candidate (smaller is cheaper); *ops* is ``count_ops`` of its CSE form."""
+    if backend.use_numba:
+        return (ops,)  # in a loop body every operation costs about the same; fewer is cheaper
+    return (program.calls, ops)  # each NumPy call is a pass over a block: calls decide, operations break ties
 
 
 # ------------------------------------------------------------------ lowered form
@@ -693,15 +733,16 @@ class _Candidate:
     result: sympy.Expr
     program: Program
 
-    def plain(self, target: Target) -> tuple[tuple[str, str], ...]:
+    def plain(self, backend: Backend) -> tuple[tuple[str, str], ...]:
+        if not backend.plain:
+            return ()
         named = [*((s.name, e) for s, e in self.temporaries), ("out", self.result)]
-        printed = [(name, target.print_plain(e)) for name, e in named]
-        return () if any(code is None for _, code in printed) else tuple(printed)  # type: ignore[misc]
+        return tuple((name, print_array_api(e)) for name, e in named)
 
-    def steps(self, target: Target, arguments: tuple[str, ...]) -> tuple[Step, ...]:
+    def steps(self, backend: Backend, arguments: tuple[str, ...]) -> tuple[Step, ...]:
         forms = self.program.forms or (*self.temporaries, (None, self.result))
         named = [("out" if s is None else s.name, e) for s, e in forms]
-        return tuple(Step(name, target.print_code(e, arguments), buffer, statements)
+        return tuple(Step(name, _print_code(backend, e, arguments), buffer, statements)
                      for (name, e), (buffer, statements) in zip(named, self.program.steps))
 
     @property
@@ -757,36 +798,32 @@ def _argument_docs(arguments: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple((a, f"{SPECS[a].meaning} [{SPECS[a].unit}].") for a in arguments)
 
 
-def _check_names(formula: Formula, arguments: Sequence[str], cand: _Candidate, target: Target) -> None:
-    reserved = (set(target.reserved) | set(cand.program.reals) | set(cand.program.masks)
+def _check_names(formula: Formula, arguments: Sequence[str], cand: _Candidate, backend: Backend) -> None:
+    reserved = (set(backend.reserved) | set(cand.program.reals) | set(cand.program.masks)
                 | {s.name for s, _ in cand.temporaries} | {name for name, _ in cand.program.hoisted})
     clash = sorted(set(arguments) & reserved)
     if clash:
         raise CodegenError(f"formula {formula.name}: argument names {clash} clash with names the generated "
-                           f"{target.name} code binds; rename the symbols")
+                           f"{backend.name} code binds; rename the symbols")
 
 
 @functools.lru_cache(maxsize=None)
-def lower(formula: Formula, backend: Target | None = None) -> Lowered:
+def lower(formula: Formula, backend: Backend = NUMPY) -> Lowered:
     """The cheapest CSE form of *formula* for *backend* (NumPy by default), as strings.
 
     Raises:
         CodegenError: naming the formula when its expression has a node the
             backend cannot compute (the printer's message says which).
     """
-    if backend is None:
-        from .backends import NUMPY
-
-        backend = NUMPY
     expr = formula.expr
     if not isinstance(expr, sympy.Expr):
         raise CodegenError(f"formula {formula.name}: expression must be numeric, got {type(expr).__name__}")
     arguments = formula.arguments
     try:
-        candidates = [_Candidate(name, temps, result, backend.program(temps, result, arguments))
+        candidates = [_Candidate(name, temps, result, _program(backend, temps, result, arguments))
                       for name, temps, result in _cse_forms(expr)]
         # The backend's cost, then the order of REWRITES: min keeps the first of equals.
-        best = min(candidates, key=lambda c: backend.cost(c.program, c.ops))
+        best = min(candidates, key=lambda c: _cost(backend, c.program, c.ops))
         steps = best.steps(backend, arguments)
         plain = best.plain(backend)
     except PrintMethodNotImplementedError as exc:
