@@ -7,7 +7,8 @@ NumPy calls, the names its code binds, the template folder and the templates
 to render, and where its files go under ``generated/``. The lowering
 (``codegen.lowering``: CSE, rewrites, the schedule and printer each kind of
 backend takes) and the compiler (file set, header, writing, ``--check``) are
-shared. This module is data and imports no SymPy.
+shared. This module is data and imports no SymPy: the run time (the fused
+pricer) reads it too.
 
 Two backends, both written by ``symcost compile``:
 
@@ -22,24 +23,37 @@ Two backends, both written by ``symcost compile``:
   formula over the broadcast inputs, the CSE temporaries as scalars in the loop
   body, ranked by operation count. Each element is read once and written once,
   so a call costs about one pass over memory. Importing ``generated.fused``
-  needs numba; ``generated`` never imports it.
+  needs numba; ``generated`` never imports it. Its run-time kernels (the fused
+  pricer's loops, whose terms depend on the model file) are templates of this
+  backend too (``Templates.kernels``), rendered by :func:`render_kernel`.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-__all__ = ["Backend", "Templates", "NUMPY", "NUMBA", "BACKENDS", "by_name"]
+import jinja2
+
+from .render import environment
+
+__all__ = ["Backend", "Templates", "NUMPY", "NUMBA", "BACKENDS", "by_name", "render_kernel"]
 
 
 @dataclass(frozen=True)
 class Templates:
-    """The templates one backend renders, by role (names inside the backend's template folder)."""
+    """The templates one backend renders, by role (names inside the backend's template folder).
+
+    Attributes:
+        module, function, init, runtime: the files ``symcost compile`` writes.
+        kernels: templates rendered at run time with run-time data (:func:`render_kernel`).
+    """
 
     module: str = "module.py.jinja"
     function: str = "function.py.jinja"
     init: str = "init.py.jinja"
     runtime: str = "runtime.py.jinja"
+    kernels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,12 +85,14 @@ class Backend:
 
     def template(self, role: str) -> str:
         """The loader name of the template for *role* (``module``, ``function``, ``init``, ``runtime``)."""
-        name = getattr(self.templates, role)
-        return f"{self.template_dir}/{name}" if self.template_dir else name
+        return self._loader_name(getattr(self.templates, role))
 
     def path(self, filename: str) -> str:
         """Where *filename* goes, relative to ``generated/``."""
         return f"{self.package}/{filename}" if self.package else filename
+
+    def _loader_name(self, name: str) -> str:
+        return f"{self.template_dir}/{name}" if self.template_dir else name
 
 
 NUMPY = Backend(
@@ -92,7 +108,7 @@ NUMBA = Backend(
     name="numba",
     package="fused",
     template_dir="numba",
-    templates=Templates(),
+    templates=Templates(kernels=("pricer.py.jinja", "pricer_keys.py.jinja")),
     reserved=frozenset({"numpy", "out", "i", "result", "arrays", "_runtime"}),
     use_numba=True,
     requires=("numba",),
@@ -115,3 +131,21 @@ def by_name(name: str) -> Backend:
             return backend
     raise ValueError(f"unknown backend {name!r}; there are {[b.name for b in BACKENDS]}")
 
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    return environment()
+
+
+def render_kernel(backend: Backend, template: str, **context: object) -> str:
+    """The text of one run-time kernel module of *backend*: *template* (one of its ``templates.kernels``)
+    rendered with *context* by the compiler's strict environment (``codegen.render.environment``).
+
+    Raises:
+        ValueError: naming the template when *backend* declares no such kernel template.
+        jinja2.TemplateError: when *context* lacks a name the template uses (the environment is strict).
+    """
+    if template not in backend.templates.kernels:
+        raise ValueError(f"backend {backend.name!r} has no kernel template {template!r}; "
+                         f"it has {list(backend.templates.kernels)}")
+    return _environment().get_template(backend._loader_name(template)).render(**context)

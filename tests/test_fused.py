@@ -18,7 +18,9 @@ from sympy import Eq, Max, Min, Mod, Piecewise, Rational, ceiling, floor, sqrt
 
 import generated
 from codegen.runtime import kernels
-from codegen.backends import NUMBA, NUMPY, by_name
+import jinja2
+
+from codegen.backends import NUMBA, NUMPY, by_name, render_kernel
 from codegen.compiler import render_tree, write_tree
 from codegen.printer import print_scalar
 from symbolic import registry
@@ -86,6 +88,30 @@ def test_fused_files_sit_beside_the_numpy_ones_and_numpy_output_is_unchanged():
     assert by_name("numba") is NUMBA
     with pytest.raises(ValueError, match="unknown backend 'jax'"):
         by_name("jax")
+
+
+def test_run_time_kernels_are_numba_templates_rendered_by_the_strict_environment():
+    # The fused pricer's kernels are the NUMBA backend's: one entry renders them, strictly.
+    assert NUMBA.templates.kernels == ("pricer.py.jinja", "pricer_keys.py.jinja") and NUMPY.templates.kernels == ()
+    context = dict(key="k", functions=["stage_x"], groups=[("stage_x",)], arguments=("cp",), per_layout=["cp"],
+                   args={"stage_x": ("cp",)})
+    text = render_kernel(NUMBA, "pricer.py.jinja", **context)
+    assert "from generated.fused.stage import _stage_x_at\n" in text and "_stage_x_at(cp[i])" in text
+    compile(text, "<kernel>", "exec")
+    with pytest.raises(jinja2.UndefinedError, match="per_layout"):
+        render_kernel(NUMBA, "pricer.py.jinja", **{k: v for k, v in context.items() if k != "per_layout"})
+    with pytest.raises(ValueError, match=r"backend 'numpy' has no kernel template 'pricer.py.jinja'"):
+        render_kernel(NUMPY, "pricer.py.jinja", **context)
+
+
+def test_the_backends_are_data_the_run_time_reads_without_sympy():
+    # codegen.backends imports neither SymPy nor the lowering (which imports it): no cycle, and the fused
+    # pricer renders its kernels without SymPy.
+    code = ("import sys, codegen.backends, codegen.pricing.fused; "
+            "print(sorted(m for m in sys.modules if m == 'sympy' or m.startswith(('codegen.lowering', "
+            "'codegen.printer', 'codegen.compiler'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_generated_never_imports_numba_and_fused_says_how_to_get_it():

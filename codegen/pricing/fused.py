@@ -39,10 +39,11 @@ The pieces come from one place each:
   ``LayoutError`` as ``StagePricer``.
 
 Which terms a variant holds depends on the model file (run-time data), and the compiler's room
-imports no pricing code, so each variant's kernel is rendered on first use from its Jinja2
-template into a per-user cache directory (``$SYMCOST_CACHE``, else ``$XDG_CACHE_HOME/symcost`` or
-``~/.cache/symcost``), named by a hash of its text, and compiled there by numba with
-``cache=True`` (later processes load the machine code).
+imports no pricing code, so each variant's kernel is rendered on first use — from a kernel
+template of the compiler's ``NUMBA`` backend, through ``codegen.backends.render_kernel`` and the
+compiler's one strict Jinja2 environment — into a per-user cache directory (``$SYMCOST_CACHE``, else
+``$XDG_CACHE_HOME/symcost`` or ``~/.cache/symcost``), named by a hash of its text, and compiled
+there by numba with ``cache=True`` (later processes load the machine code).
 
 Needs numba (``pip install -e '.[fast]'``); without it constructing a ``FusedPricer`` raises
 ImportError naming the extra.
@@ -60,6 +61,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..backends import NUMBA, render_kernel
 from ..runtime import cache
 from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_KEYS, LayoutBatch, LayoutError, check_batch, constraint_keys,
                                derive_fields_batch, layout_violations)
@@ -95,8 +97,6 @@ _PART_TABLE_LIMIT = 1 << 16
 #: Keys :func:`bind` reads for an argument beyond the fields of ``BIND_SOURCES`` (it takes ``ep`` as one value).
 _BIND_KEYS: dict[str, tuple[str, ...]] = {"max_rank_tokens": ("ep",)}
 
-_TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "numba"
-
 
 def available() -> bool:
     """Whether numba (the ``fast`` extra) is installed."""
@@ -118,14 +118,11 @@ def _per_layout_names() -> frozenset[str]:
 
 
 def _module(template: str, **context: Any) -> Any:
-    """The module rendered from *template* with *context*, written into the cache folder (named by a hash
-    of its text and of the committed term kernels) and imported; numba compiles its kernel on first call
+    """The module rendered from *template* (a kernel template of the ``NUMBA`` backend) with *context*,
+    written into the cache folder (named by a hash of its text and of the committed term kernels) and
+    imported; numba compiles its kernel on first call
     (``cache=True``: later processes load the machine code)."""
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    text = env.get_template(template).render(**context)
+    text = render_kernel(NUMBA, template, **context)
     import generated.fused.stage as stage  # the committed term kernels, fingerprinted
 
     digest = hashlib.sha256((text + stage.__doc__ + Path(stage.__file__).read_text()[:400]).encode()
